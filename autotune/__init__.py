@@ -1,0 +1,61 @@
+"""autotune: find the fastest way to train your PyTorch model on this machine without losing
+validation accuracy.
+
+    import autotune
+    result = autotune.find_best(model, train_dataset, tolerance=0.01, timeout=600)
+    result.save("best.json")
+    cfg = autotune.load_config("best.json")
+"""
+
+from __future__ import annotations
+
+from autotune.config import (
+    BatchScaling,
+    CompileMode,
+    LRSchedule,
+    Precision,
+    ScheduleKind,
+    TrainingConfig,
+)
+from autotune.errors import (
+    AutotuneError,
+    ConfigError,
+    DataError,
+    ModelError,
+    SearchSpaceError,
+    StorageError,
+)
+from autotune.guard import AccuracyGuard
+from autotune.measure import Measurement
+from autotune.result import SearchResult, TrialRecord, load_config
+from autotune.runner import Budget
+from autotune.search import find_best
+from autotune.space import SearchSpace, builtin_spaces, load_space
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AccuracyGuard",
+    "AutotuneError",
+    "BatchScaling",
+    "Budget",
+    "CompileMode",
+    "ConfigError",
+    "DataError",
+    "LRSchedule",
+    "Measurement",
+    "ModelError",
+    "Precision",
+    "ScheduleKind",
+    "SearchResult",
+    "SearchSpace",
+    "SearchSpaceError",
+    "StorageError",
+    "TrainingConfig",
+    "TrialRecord",
+    "__version__",
+    "builtin_spaces",
+    "find_best",
+    "load_config",
+    "load_space",
+]

@@ -1,0 +1,302 @@
+"""The ``autotune`` command line: parses arguments and delegates; nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import importlib.util
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+DEFAULT_STORAGE = "sqlite:///autotune.db"
+
+
+class CLIError(Exception):
+    """A problem with what was typed; printed without a traceback."""
+
+
+def load_factory(spec: str, option: str) -> Callable[[], Any]:
+    """``module:function`` or ``path/to/file.py:function`` -> the function."""
+    target, sep, name = spec.rpartition(":")
+    if not sep or not target or not name:
+        raise CLIError(
+            f"{option} must be MODULE:FUNCTION or path/to/file.py:FUNCTION, but got {spec!r}."
+        )
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise CLIError(f"{option}: file {target!r} does not exist.")
+        mod_name = f"_autotune_user_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
+        module_spec = importlib.util.spec_from_file_location(mod_name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise CLIError(f"{option}: cannot import {target!r} as Python.")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[mod_name] = module  # lets pickling (DataLoader workers) find its classes
+        sys.path.insert(0, str(path.resolve().parent))
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise CLIError(
+                f"{option}: importing {target!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise CLIError(f"{option}: cannot import module {target!r}: {exc}.") from None
+    fn = getattr(module, name, None)
+    if fn is None:
+        public = sorted(
+            n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))
+        )
+        raise CLIError(
+            f"{option}: {target!r} has no attribute {name!r}. Callables there: "
+            f"{', '.join(public[:20]) or 'none'}."
+        )
+    if not callable(fn):
+        raise CLIError(f"{option}: {spec!r} is a {type(fn).__name__}, not a function.")
+    return fn  # type: ignore[no-any-return]
+
+
+def _call_factory(fn: Callable[[], Any], spec: str, option: str) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        raise CLIError(f"{option}: calling {spec} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _model_and_data(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    from torch import nn
+
+    model = _call_factory(load_factory(args.model, "--model"), args.model, "--model")
+    if not isinstance(model, nn.Module):
+        raise CLIError(
+            f"--model: {args.model} must return a torch.nn.Module, but returned "
+            f"{type(model).__name__}."
+        )
+    data = _call_factory(load_factory(args.data, "--data"), args.data, "--data")
+    train, val = data, None
+    if isinstance(data, tuple | list):
+        if len(data) != 2:
+            raise CLIError(
+                f"--data: {args.data} must return a dataset or a (train, val) pair, but returned "
+                f"a {type(data).__name__} of length {len(data)}."
+            )
+        train, val = data
+    for what, ds in (("dataset", train), ("validation dataset", val)):
+        if ds is not None and not (hasattr(ds, "__getitem__") and hasattr(ds, "__len__")):
+            raise CLIError(
+                f"--data: {args.data} must return a map-style dataset (or a (train, val) pair); "
+                f"its {what} is a {type(ds).__name__}."
+            )
+    return model, train, val
+
+
+def _default_study(args: argparse.Namespace) -> str:
+    # Same command, same study: running it again continues the search.
+    key = "|".join([args.model, args.data, str(args.space), str(args.device), str(args.tolerance)])
+    short = hashlib.sha1(key.encode()).hexdigest()[:8]
+    model_name = args.model.rpartition(":")[2]
+    data_name = args.data.rpartition(":")[2]
+    return f"{model_name}-{data_name}-{short}"
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    import optuna
+
+    import autotune
+
+    model, train, val = _model_and_data(args)
+    storage = args.storage or DEFAULT_STORAGE
+    study = args.study or _default_study(args)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet = args.quiet
+
+    def progress(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    progress(f"study {study!r} in {storage}; results will be written to {args.out}")
+    result = autotune.find_best(
+        model,
+        train,
+        val_dataset=val,
+        tolerance=args.tolerance,
+        space=args.space,
+        n_trials=args.trials,
+        timeout=args.timeout,
+        device=args.device,
+        storage=storage,
+        study_name=study,
+        seed=args.seed,
+        planned_epochs=args.planned_epochs,
+        accuracy_samples=args.accuracy_samples,
+        progress=progress,
+    )
+    result.save(args.out)
+    print(result.summary())
+    print(f"\nwrote {args.out}")
+    if result.interrupted:
+        print(
+            "Interrupted. Run the same command again to resume the study "
+            f"({study!r} in {storage}).",
+            file=sys.stderr,
+        )
+        return 130
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from autotune.result import render_summary
+
+    path = Path(args.path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CLIError(f"cannot read {args.path!r}: {exc.strerror}.") from None
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{args.path!r} is not valid JSON: {exc}.") from None
+    if not isinstance(data, dict) or "config" not in data or "metrics" not in data:
+        raise CLIError(f"{args.path!r} is not an autotune result (no `config`/`metrics`).")
+    if args.json:
+        print(json.dumps(data["config"], indent=2))
+    else:
+        print(render_summary(data))
+    return 0
+
+
+def cmd_spaces(args: argparse.Namespace) -> int:
+    from autotune.space import builtin_spaces, load_space
+
+    if args.name:
+        print(load_space(args.name).describe())
+        return 0
+    for name in builtin_spaces():
+        space = load_space(name)
+        print(f"{name:12} {space.description}")
+    print("\n`autotune spaces NAME` lists a space's knobs; --space PATH uses your own file.")
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    from autotune.device import environment, resolve_device
+
+    device = resolve_device(args.device)
+    env = environment(device)
+    packages: dict[str, str | None] = {}
+    for dist in (
+        "autotune",
+        "torch",
+        "optuna",
+        "nvidia-ml-py",
+        "psutil",
+        "scikit-learn",
+        "numpy",
+        "PyYAML",
+    ):
+        try:
+            packages[dist] = version(dist)
+        except PackageNotFoundError:
+            packages[dist] = None
+    env["packages"] = packages
+    env["cuda_available"] = torch.cuda.is_available()
+    env["cuda_devices"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    env["torch_threads"] = torch.get_num_threads()
+    if args.json:
+        print(json.dumps(env, indent=2))
+    else:
+        width = max(len(k) for k in env)
+        for key, value in env.items():
+            if isinstance(value, dict):
+                value = ", ".join(f"{k} {v}" for k, v in value.items())
+            print(f"{key:{width}}  {value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autotune",
+        description="Find the fastest way to train a PyTorch model on this machine without "
+        "losing validation accuracy.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("search", help="search for the fastest config and write it as JSON")
+    s.add_argument(
+        "--model", required=True, help="MODULE:FUNCTION or file.py:FUNCTION -> nn.Module"
+    )
+    s.add_argument(
+        "--data",
+        required=True,
+        help="MODULE:FUNCTION or file.py:FUNCTION -> dataset, or (train, val) datasets",
+    )
+    s.add_argument("--timeout", type=float, default=None, help="seconds (default 600)")
+    s.add_argument("--trials", type=int, default=None, help="candidate trials in the study")
+    s.add_argument("--tolerance", type=float, default=0.01, help="allowed metric drop (0.01)")
+    s.add_argument("--space", default="default", help="built-in space name or a space file")
+    s.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: best available)")
+    s.add_argument("--storage", default=None, help=f"Optuna storage URL ({DEFAULT_STORAGE})")
+    s.add_argument("--study", default=None, help="study name (default: derived from the command)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument(
+        "--planned-epochs",
+        type=float,
+        default=10.0,
+        help="length of the real training run, for ranking (10 epochs)",
+    )
+    s.add_argument(
+        "--accuracy-samples",
+        type=int,
+        default=None,
+        help="samples per accuracy-check run (default: from the time budget)",
+    )
+    s.add_argument("--out", required=True, help="where to write the result JSON")
+    s.add_argument("--quiet", action="store_true", help="no progress lines")
+    s.set_defaults(func=cmd_search)
+
+    sh = sub.add_parser("show", help="print a readable summary of a result JSON")
+    sh.add_argument("path")
+    sh.add_argument("--json", action="store_true", help="print only the config as JSON")
+    sh.set_defaults(func=cmd_show)
+
+    sp = sub.add_parser("spaces", help="list the built-in search spaces")
+    sp.add_argument("name", nargs="?", default=None, help="show one space's knobs")
+    sp.set_defaults(func=cmd_spaces)
+
+    e = sub.add_parser("env", help="print the environment, for bug reports")
+    e.add_argument("--device", default=None)
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_env)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from autotune.errors import AutotuneError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        return int(args.func(args))
+    except CLIError as exc:
+        print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (AutotuneError, ValueError, TypeError) as exc:
+        print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

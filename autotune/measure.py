@@ -1,0 +1,210 @@
+"""Measurements: raw synchronised timings and what is derived from them.
+
+A :class:`Measurement` keeps the raw chunk timings; medians, spreads, throughput, projected
+training time and warnings are derived properties (``torch.utils.benchmark``'s idea).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+import threading
+from typing import Any
+
+import psutil
+import torch
+
+__all__ = ["Measurement", "MemoryTracker", "UtilizationSampler"]
+
+NOISY_SPREAD = 0.10  # relative spread above which a measurement is flagged as noisy
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """Steady-state timing of one config, plus its one-time costs.
+
+    ``chunk_times`` are wall-clock seconds of consecutive chunks of ``chunk_steps`` training
+    steps each, synchronised with the device at each chunk boundary, data loading included.
+    """
+
+    batch_size: int
+    chunk_steps: int
+    chunk_times: tuple[float, ...]
+    data_wait: float
+    warmup_steps: int
+    warmup_time: float
+    first_batch_time: float
+    epoch_restart: bool = False  # workers are started again each epoch (not persistent)
+    peak_memory_bytes: int | None = None
+    memory_kind: str = "process_rss"
+    gpu_utilization: float | None = None
+
+    @property
+    def timed_steps(self) -> int:
+        return self.chunk_steps * len(self.chunk_times)
+
+    @property
+    def step_times(self) -> list[float]:
+        return [t / self.chunk_steps for t in self.chunk_times]
+
+    @property
+    def step_time(self) -> float:
+        """Median seconds per training step."""
+        return statistics.median(self.step_times)
+
+    @property
+    def throughput(self) -> float:
+        """Samples per second in steady state (median over chunks), data loading included."""
+        return self.batch_size / self.step_time
+
+    @property
+    def spread(self) -> float:
+        """Relative spread of the per-chunk step time: (max - min) / median."""
+        times = self.step_times
+        return (max(times) - min(times)) / self.step_time if len(times) > 1 else 0.0
+
+    @property
+    def data_wait_fraction(self) -> float:
+        total = sum(self.chunk_times)
+        return self.data_wait / total if total > 0 else 0.0
+
+    @property
+    def one_time_cost(self) -> float:
+        """Seconds the warm-up took beyond what the same steps cost in steady state
+        (compilation, cuDNN autotuning, worker start-up)."""
+        return max(0.0, self.warmup_time - self.warmup_steps * self.step_time)
+
+    def projected_time(self, planned_samples: int, epochs: float) -> float:
+        """Seconds to train ``planned_samples`` samples over ``epochs`` epochs, one-time costs
+        amortised in: a 60-second compile does not win a 2-minute job."""
+        restarts = max(0.0, epochs - 1) * self.first_batch_time if self.epoch_restart else 0.0
+        return planned_samples / self.throughput + self.one_time_cost + restarts
+
+    @property
+    def warnings(self) -> list[str]:
+        out = []
+        if self.spread > NOISY_SPREAD:
+            out.append(
+                f"noisy: step times spread {self.spread:.0%} of the median across "
+                f"{len(self.chunk_times)} chunks"
+            )
+        if self.data_wait_fraction > 0.3:
+            out.append(f"data-bound: {self.data_wait_fraction:.0%} of the time waits for data")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        raw = dataclasses.asdict(self)
+        raw["chunk_times"] = list(self.chunk_times)
+        return raw
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        values = dict(data)
+        values["chunk_times"] = tuple(values["chunk_times"])
+        return cls(**values)
+
+    def summary(self) -> dict[str, Any]:
+        """Derived figures, for JSON export and display."""
+        return {
+            "throughput": self.throughput,
+            "throughput_spread": self.spread,
+            "step_time": self.step_time,
+            "data_wait_fraction": self.data_wait_fraction,
+            "one_time_cost": self.one_time_cost,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "memory_kind": self.memory_kind,
+            "gpu_utilization": self.gpu_utilization,
+            "timed_steps": self.timed_steps,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"Measurement({self.throughput:,.0f} samples/s ±{self.spread / 2:.0%}, "
+            f"step {self.step_time * 1e3:.1f} ms, data wait {self.data_wait_fraction:.0%}, "
+            f"one-time {self.one_time_cost:.2f} s, {self.timed_steps} timed steps)"
+        )
+
+
+class MemoryTracker:
+    """Peak memory during a trial: the CUDA caching allocator's peak on a GPU, the process's
+    resident set size (sampled) on a CPU."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = torch.device(device).type == "cuda"
+        self.device = device
+        self._process = psutil.Process()
+        self.peak = 0
+
+    @property
+    def kind(self) -> str:
+        return "cuda_allocator" if self.cuda else "process_rss"
+
+    def start(self) -> None:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.peak = 0
+        self.sample()
+
+    def sample(self) -> None:
+        if not self.cuda:
+            self.peak = max(self.peak, self._process.memory_info().rss)
+
+    def result(self) -> int:
+        if self.cuda:
+            return int(torch.cuda.max_memory_allocated(self.device))
+        self.sample()
+        return self.peak
+
+
+class UtilizationSampler:
+    """Mean GPU utilisation over a timed region, read through NVML in a background thread.
+
+    Without NVML (a CPU machine, no driver) it reports None: that is normal, not an error.
+    """
+
+    def __init__(self, device: str, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._handle: Any = None
+        self._nvml: Any = None
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            index = dev.index or 0
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self._nvml = pynvml
+        except Exception:  # NVML missing or unusable: utilisation is simply not reported
+            self._handle = None
+
+    def __enter__(self) -> UtilizationSampler:
+        if self._handle is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+        if self._nvml is not None:
+            with contextlib.suppress(Exception):
+                self._nvml.nvmlShutdown()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                rates = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
+                self.samples.append(float(rates.gpu))
+            except Exception:
+                return
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.samples) if self.samples else None

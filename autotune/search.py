@@ -1,0 +1,768 @@
+"""The search: baseline first, then Optuna-sampled candidates, the accuracy guard as a constraint.
+
+Data flow: search space -> trial runner -> measurement -> study -> exported config. The study is
+a normal Optuna study: each trial's config, measurement and outcome live in its user attributes,
+so a resumed search (same storage and study name) rebuilds everything from the storage.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import logging
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, ParamSpec, TypeVar
+
+import optuna
+import torch
+from optuna.trial import FrozenTrial, TrialState
+from torch import nn
+from torch.utils.data import Dataset
+
+from autotune import knobs
+from autotune.config import Precision, ScheduleKind, TrainingConfig
+from autotune.data import (
+    ForwardFn,
+    LossFn,
+    MetricFn,
+    check_dataset,
+    check_model_consumes,
+    make_task,
+    split_dataset,
+)
+from autotune.device import describe_device, environment, resolve_device
+from autotune.errors import AutotuneError, ConfigError, StorageError
+from autotune.guard import AccuracyGuard
+from autotune.measure import Measurement
+from autotune.result import SearchResult, TrialRecord
+from autotune.runner import (
+    AccuracyRun,
+    Budget,
+    OptimizerFactory,
+    TrialOutcome,
+    Workload,
+    default_optimizer,
+    preserved_rng,
+    run_trial,
+)
+from autotune.space import Choice, SearchSpace, load_space
+
+__all__ = ["find_best"]
+
+log = logging.getLogger("autotune")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+DEFAULT_TIMEOUT = 600.0
+ROLE = "autotune_role"
+ATTR = "autotune"  # user attribute holding a trial's record
+FAILED_CONSTRAINT = "failed"
+ACCURACY_CONSTRAINT = "accuracy"
+PENALTY = 10.0  # objective of a failed trial, as a multiple of the baseline's projected time
+# Knobs tried on top of the best config rather than sampled from the start: compile's one-time
+# cost and checkpointing's recompute only pay off in combination with a good config.
+LATE_KNOBS = frozenset({"compile_mode", "checkpointing"})
+STAGE_ONE_SHARE = 0.55
+
+
+def _keeps_callers_rng(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """The user's dataset may draw from the global RNGs (augmentation) while autotune validates
+    and splits it: give the caller back the RNG states they had."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with preserved_rng("cuda:0" if torch.cuda.is_available() else "cpu"):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_keeps_callers_rng
+def find_best(
+    model: nn.Module,
+    dataset: Dataset[Any],
+    *,
+    val_dataset: Dataset[Any] | None = None,
+    loss_fn: LossFn | None = None,
+    forward: ForwardFn | None = None,
+    metric: str | MetricFn = "accuracy",
+    higher_is_better: bool | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    optimizer: OptimizerFactory | None = None,
+    tolerance: float = 0.01,
+    space: str | SearchSpace | Mapping[str, Any] = "default",
+    baseline: TrainingConfig | Mapping[str, Any] | None = None,
+    n_trials: int | None = None,
+    timeout: float | None = None,
+    device: str | torch.device | None = None,
+    storage: str | optuna.storages.BaseStorage | None = None,
+    study_name: str | None = None,
+    seed: int = 0,
+    planned_epochs: float = 10.0,
+    accuracy_samples: int | None = None,
+    accuracy_repeats: int = 3,
+    val_fraction: float = 0.1,
+    budget: Budget | None = None,
+    sampler: optuna.samplers.BaseSampler | None = None,
+    progress: bool | Callable[[str], None] = False,
+) -> SearchResult:
+    """Find the fastest training config for ``model`` on ``dataset`` on this machine whose
+    validation metric stays within ``tolerance`` of the baseline's.
+
+    ``model`` is never modified: every trial trains a copy of its initial weights. Batches are
+    ``(inputs, targets)`` unless ``forward(model, batch) -> (outputs, targets)`` says otherwise;
+    ``loss_fn(outputs, targets)`` defaults to cross-entropy and ``metric`` to accuracy.
+    ``optimizer(params, lr)`` builds the optimizer (AdamW by default); ``sampler`` replaces the
+    default multivariate TPE sampler (the accuracy guard and failures reach any sampler as Optuna
+    constraints, through ``trial.set_constraint``). The search stops after
+    ``n_trials`` candidates or ``timeout`` seconds (10 minutes when neither is given). Candidates
+    are ranked by projected time to train ``planned_epochs`` epochs of the training set.
+    """
+    started = time.monotonic()
+    _check_arguments(
+        model,
+        tolerance,
+        n_trials,
+        timeout,
+        planned_epochs,
+        accuracy_repeats,
+        val_fraction,
+        accuracy_samples,
+        seed,
+    )
+    if n_trials is None and timeout is None:
+        timeout = DEFAULT_TIMEOUT
+    device_str = resolve_device(device)
+    info = describe_device(device_str)
+    task = make_task(
+        forward=forward,
+        loss_fn=loss_fn,
+        metric=metric,
+        higher_is_better=higher_is_better,
+        collate_fn=collate_fn,
+    )
+    check_dataset(dataset, task)
+    if val_dataset is not None:
+        check_dataset(val_dataset, task, argument="val_dataset")
+        train, val, stratified = dataset, val_dataset, False
+    else:
+        train, val, stratified = split_dataset(dataset, task, val_fraction=val_fraction, seed=seed)
+    check_model_consumes(model, train, task)
+    base_cfg = _baseline_config(baseline, device_str)
+    template = copy.deepcopy(model).cpu()  # the caller's model is never touched again
+    n_train = len(train)  # type: ignore[arg-type]
+    restricted = load_space(space).restrict(
+        info,
+        has_conv=any(isinstance(m, nn.Conv2d | nn.Conv3d) for m in template.modules()),
+        n_blocks=len(knobs.find_repeated_blocks(template)),
+        max_batch_size=n_train,
+        current_threads=torch.get_num_threads(),
+    )
+    restricted = restricted.including(base_cfg, base_cfg)
+    for note in restricted.notes:
+        log.info("space: %s", note)
+    study = _open_study(storage, study_name, seed, sampler)
+    workload = Workload(
+        model=template,
+        train=train,
+        val=val,
+        task=task,
+        optimizer=optimizer if optimizer is not None else default_optimizer,
+    )
+    search = _Search(
+        study=study,
+        space=restricted,
+        workload=workload,
+        baseline=base_cfg,
+        budget=budget or Budget(),
+        tolerance=tolerance,
+        accuracy_samples=accuracy_samples,
+        accuracy_repeats=accuracy_repeats,
+        planned_samples=round(planned_epochs * n_train),
+        planned_epochs=planned_epochs,
+        n_trials=n_trials,
+        deadline=None if timeout is None else started + timeout,
+        report=_reporter(progress),
+    )
+    interrupted = search.run()
+    env = environment(device_str)
+    return search.result(
+        environment=env,
+        seconds=time.monotonic() - started,
+        interrupted=interrupted,
+        extra={
+            "study_name": study.study_name,
+            "storage": _redact(storage),
+            "space": restricted.name,
+            "space_notes": list(restricted.notes),
+            "stratified_split": stratified,
+            "seed": seed,
+            "n_trials": n_trials,
+            "timeout": timeout,
+            "planned_epochs": planned_epochs,
+        },
+    )
+
+
+# -- Arguments --------------------------------------------------------------------------------
+
+
+def _check_arguments(
+    model: Any,
+    tolerance: float,
+    n_trials: int | None,
+    timeout: float | None,
+    planned_epochs: float,
+    accuracy_repeats: int,
+    val_fraction: float,
+    accuracy_samples: int | None,
+    seed: int,
+) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"`model` must be a torch.nn.Module, but got {type(model).__name__}. "
+            "Pass the model instance (not its class or a factory)."
+        )
+
+    def number(name: str, value: Any, ok: bool, rule: str) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"`{name}` must be a number, but got {value!r}.")
+        if not ok:
+            raise ValueError(f"`{name}` must be {rule}, but got {value!r}.")
+
+    number(
+        "tolerance",
+        tolerance,
+        tolerance >= 0 if isinstance(tolerance, int | float) else False,
+        ">= 0",
+    )
+    if n_trials is not None and (isinstance(n_trials, bool) or not isinstance(n_trials, int)):
+        raise TypeError(f"`n_trials` must be an int or None, but got {n_trials!r}.")
+    if n_trials is not None and n_trials < 1:
+        raise ValueError(f"`n_trials` must be >= 1, but got {n_trials}.")
+    if timeout is not None:
+        number("timeout", timeout, timeout > 0, "> 0 seconds")
+    number("planned_epochs", planned_epochs, planned_epochs > 0, "> 0")
+    number("val_fraction", val_fraction, 0 < val_fraction < 1, "in (0, 1)")
+    if isinstance(accuracy_repeats, bool) or not isinstance(accuracy_repeats, int):
+        raise TypeError(f"`accuracy_repeats` must be an int, but got {accuracy_repeats!r}.")
+    if accuracy_repeats < 1:
+        raise ValueError(f"`accuracy_repeats` must be >= 1, but got {accuracy_repeats}.")
+    if accuracy_samples is not None and (
+        isinstance(accuracy_samples, bool)
+        or not isinstance(accuracy_samples, int)
+        or accuracy_samples < 1
+    ):
+        raise ValueError(f"`accuracy_samples` must be an int >= 1, but got {accuracy_samples!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"`seed` must be an int, but got {seed!r}.")
+
+
+def _baseline_config(
+    baseline: TrainingConfig | Mapping[str, Any] | None, device: str
+) -> TrainingConfig:
+    if baseline is None:
+        return TrainingConfig(device=device)
+    if isinstance(baseline, TrainingConfig):
+        return baseline.replace(device=device)
+    if isinstance(baseline, Mapping):
+        try:
+            return TrainingConfig.from_dict({**baseline, "device": device})
+        except ConfigError as exc:
+            raise ConfigError(f"Invalid `baseline`: {exc}") from None
+    raise TypeError(
+        f"`baseline` must be a TrainingConfig, a dict of its fields, or None, "
+        f"but got {type(baseline).__name__}."
+    )
+
+
+def _open_study(
+    storage: str | optuna.storages.BaseStorage | None,
+    study_name: str | None,
+    seed: int,
+    sampler: optuna.samplers.BaseSampler | None = None,
+) -> optuna.Study:
+    if storage is not None and not isinstance(storage, str | optuna.storages.BaseStorage):
+        raise TypeError(
+            f"`storage` must be an Optuna storage URL (e.g. 'sqlite:///autotune.db') or a "
+            f"storage object, but got {type(storage).__name__}."
+        )
+    if isinstance(storage, str) and "://" not in storage:
+        raise StorageError(
+            f"`storage` must be a database URL such as 'sqlite:///autotune.db' or "
+            f"'postgresql://user@host/db', but got {storage!r}."
+        )
+    if sampler is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=seed,
+                multivariate=True,
+                group=True,
+                constant_liar=True,
+                n_startup_trials=6,
+            )
+    try:
+        return optuna.create_study(
+            storage=storage,
+            study_name=study_name,
+            sampler=sampler,
+            direction="minimize",
+            load_if_exists=True,
+        )
+    except (ValueError, ImportError, RuntimeError) as exc:
+        raise StorageError(f"Cannot open the study in storage {_redact(storage)!r}: {exc}") from exc
+    except Exception as exc:  # SQLAlchemy's errors for unreachable or malformed databases
+        raise StorageError(
+            f"Cannot open the study in storage {_redact(storage)!r}: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        ) from exc
+
+
+def _redact(storage: Any) -> str | None:
+    if storage is None:
+        return None
+    if not isinstance(storage, str):
+        return type(storage).__name__
+    scheme, sep, rest = storage.partition("://")
+    if sep and "@" in rest:
+        creds, _, host = rest.rpartition("@")
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else storage
+    return storage
+
+
+def _reporter(progress: bool | Callable[[str], None]) -> Callable[[str], None]:
+    if callable(progress):
+        return progress
+    if progress:
+        return lambda line: print(line, flush=True)
+    return lambda line: log.info("%s", line)
+
+
+# -- The search loop --------------------------------------------------------------------------
+
+
+class _Search:
+    def __init__(
+        self,
+        *,
+        study: optuna.Study,
+        space: SearchSpace,
+        workload: Workload,
+        baseline: TrainingConfig,
+        budget: Budget,
+        tolerance: float,
+        accuracy_samples: int | None,
+        accuracy_repeats: int,
+        planned_samples: int,
+        planned_epochs: float,
+        n_trials: int | None,
+        deadline: float | None,
+        report: Callable[[str], None],
+    ) -> None:
+        self.study = study
+        self.space = space
+        self.workload = workload
+        self.baseline = baseline
+        self.budget = budget
+        self.tolerance = tolerance
+        self.accuracy_samples = accuracy_samples
+        self.accuracy_repeats = accuracy_repeats
+        self.planned_samples = planned_samples
+        self.planned_epochs = planned_epochs
+        self.n_trials = n_trials
+        self.deadline = deadline
+        self.report = report
+        self.guard: AccuracyGuard | None = None
+        self.baseline_time = math.nan
+        self.durations: list[float] = []
+        self.exhausted = False
+
+    # The trial's record lives in its user attributes, so a resumed search rebuilds from storage.
+
+    def _records(self) -> list[tuple[FrozenTrial, dict[str, Any]]]:
+        out = []
+        for t in self.study.get_trials(deepcopy=False, states=[TrialState.COMPLETE]):
+            rec = t.user_attrs.get(ATTR)
+            if isinstance(rec, dict):
+                out.append((t, rec))
+        return out
+
+    def run(self) -> bool:
+        """Run baseline and candidates until the budget is spent. Returns True if interrupted."""
+        try:
+            self._ensure_baseline()
+            assert self.guard is not None
+            self._enqueue_first_guess()
+            # Stage 1: everything but the knobs that only pay on top of a good config (compile's
+            # one-time cost, checkpointing's recompute). Stage 2: those, on the best so far.
+            # Then the whole space, for what budget is left.
+            first = self.space.without(LATE_KNOBS)
+            split = self._stage_split()
+            while self._has_budget() and not split():
+                self._run_candidate(first)
+            if first.knobs != self.space.knobs and self._has_budget():
+                self._enqueue_late_variants()
+                while self._has_budget():
+                    self._run_candidate(self.space)
+        except KeyboardInterrupt:
+            self.report("interrupted: finishing with the best config found so far")
+            return True
+        return False
+
+    def _candidates(self) -> int:
+        return sum(1 for _, r in self._records() if r["role"] == "candidate")
+
+    def _stage_split(self) -> Callable[[], bool]:
+        """A test for 'stage 1 has had its share': 55% of the time or 60% of the trials left."""
+        if self.deadline is not None:
+            now = time.monotonic()
+            at = now + STAGE_ONE_SHARE * (self.deadline - now)
+            return lambda: time.monotonic() >= at
+        assert self.n_trials is not None
+        start = self._candidates()
+        quota = math.ceil(0.6 * max(0, self.n_trials - start))
+        return lambda: self._candidates() - start >= quota
+
+    def _enqueue_late_variants(self) -> None:
+        best = self._best()
+        cfg = TrainingConfig.from_dict(best[1]["config"]) if best is not None else self.baseline
+        variants: list[TrainingConfig] = []
+        compile_knob = self.space.knobs.get("compile_mode")
+        if isinstance(compile_knob, Choice):
+            variants += [
+                cfg.replace(compile_mode=m) for m in compile_knob.values if m != cfg.compile_mode
+            ]
+        ckpt = self.space.knobs.get("checkpointing")
+        oom_sizes = sorted(
+            TrainingConfig.from_dict(r["config"]).batch_size
+            for _, r in self._records()
+            if r["failure"] == "oom"
+        )
+        bigger = [b for b in oom_sizes if b > cfg.batch_size]
+        if isinstance(ckpt, Choice) and bigger:
+            # Checkpointing only pays when it lets a batch size fit that did not.
+            every = min((v for v in ckpt.values if isinstance(v, int) and v > 0), default=0)
+            if every:
+                variants.append(cfg.replace(checkpointing=every, batch_size=bigger[0]))
+        for variant in variants:
+            params = self.space.params_of(variant, self.baseline)
+            self.study.enqueue_trial(params, skip_if_exists=True)
+
+    def _has_budget(self) -> bool:
+        if self.exhausted:
+            return False
+        if self.n_trials is not None and self._candidates() >= self.n_trials:
+            return False
+        if self.deadline is not None:
+            expected = statistics.median(self.durations) if self.durations else 0.0
+            return time.monotonic() + expected <= self.deadline
+        return True
+
+    def _time_left(self) -> str:
+        if self.deadline is None:
+            return "no time limit"
+        return f"{max(0.0, self.deadline - time.monotonic()):.0f} s left"
+
+    # -- Baseline ------------------------------------------------------------------------------
+
+    def _ensure_baseline(self) -> None:
+        for trial, rec in self._records():
+            if rec["role"] == "baseline":
+                self._adopt_baseline(rec)
+                self.report(f"baseline: reusing trial {trial.number} from the study")
+                return
+        self.report(f"baseline: {self.baseline.describe()}")
+        # The accuracy budget is fixed once, from the baseline's speed, so the baseline's
+        # repeats take at most ~15% of the time budget; every candidate gets the same budget.
+        probe = run_trial(self.baseline, self.workload, self.budget)
+        if not probe.ok or probe.measurement is None:
+            raise AutotuneError(
+                f"The baseline config failed ({probe.failure}): {probe.message}. Nothing can be "
+                "compared against it: fix the model/data, or pass a baseline= that runs."
+            )
+        samples = self._accuracy_budget(probe.measurement)
+        self.budget = _with_accuracy_samples(self.budget, samples)
+        seeds = tuple(range(self.accuracy_repeats))
+        outcome = run_trial(
+            self.baseline,
+            self.workload,
+            self.budget,
+            accuracy_seeds=seeds,
+            measured=probe.measurement,
+        )
+        outcome = dataclasses.replace(outcome, seconds=outcome.seconds + probe.seconds)
+        if not outcome.ok:
+            raise AutotuneError(
+                f"The baseline config failed its accuracy runs ({outcome.failure}): "
+                f"{outcome.message}."
+            )
+        # The baseline is a point of the space (restrict() made sure), so it is stored with its
+        # parameters and every sampler, grid samplers included, can place it.
+        self.study.enqueue_trial(self.space.params_of(self.baseline, self.baseline))
+        new_trial = self.study.ask()
+        as_sampled = self.space.suggest(new_trial, self.baseline)
+        if as_sampled != self.baseline:
+            log.debug("baseline parameters do not rebuild it exactly: %s", as_sampled)
+        rec = self._record(outcome, role="baseline", reused=False)
+        rec["accuracy_samples"] = samples
+        self._adopt_baseline(rec)
+        self._tell(new_trial, rec)
+
+    def _accuracy_budget(self, m: Measurement) -> int:
+        if self.accuracy_samples is not None:
+            return self.accuracy_samples
+        n_train = len(self.workload.train)  # type: ignore[arg-type]
+        # Three epochs, but at least ~64 baseline steps so small datasets reach a stable point.
+        samples = max(3 * n_train, 64 * self.baseline.batch_size)
+        if self.deadline is not None:
+            left = max(1.0, self.deadline - time.monotonic())
+            samples = min(samples, int(0.15 * left * m.throughput / self.accuracy_repeats))
+        floor = min(n_train, 20 * self.baseline.batch_size)
+        return max(samples, floor)
+
+    def _adopt_baseline(self, rec: dict[str, Any]) -> None:
+        runs = tuple(float(r["metric"]) for r in rec["accuracy_runs"])
+        self.budget = _with_accuracy_samples(self.budget, int(rec["accuracy_samples"]))
+        self.guard = AccuracyGuard(
+            metric_name=self.workload.task.metric_name,
+            higher_is_better=self.workload.task.higher_is_better,
+            tolerance=self.tolerance,
+            baseline_runs=runs,
+            accuracy_samples=int(rec["accuracy_samples"]),
+        )
+        self.baseline_time = float(rec["projected_time"])
+        if not self.guard.reliable:
+            self.report(f"accuracy guard: {self.guard.advice()}")
+
+    def _enqueue_first_guess(self) -> None:
+        """Start from the articles' rules of thumb (bigger batch with scaled LR and an annealed
+        schedule, workers, reduced precision, channels_last); the sampler takes it from there."""
+        if any(r["role"] == "candidate" for _, r in self._records()):
+            return
+        params: dict[str, Any] = {}
+        k = self.space.knobs
+
+        def pick(name: str, prefer: Callable[[Any], Any]) -> None:
+            knob = k.get(name)
+            if isinstance(knob, Choice) and len(knob.values) > 1:
+                params[name] = max(knob.values, key=prefer)
+
+        base_bs = self.baseline.batch_size
+        pick("batch_size", lambda v: (v <= 4 * base_bs, v if v <= 4 * base_bs else -v))
+        cpus = describe_device(self.baseline.device).cpu_count
+        pick("num_workers", lambda v: (v <= max(1, cpus // 2), v if v <= max(1, cpus // 2) else -v))
+        order = {Precision.BF16.value: 3, Precision.FP16.value: 2, Precision.TF32.value: 1}
+        pick("precision", lambda v: order.get(v, 0))
+        for flag in ("channels_last", "pin_memory", "cudnn_benchmark"):
+            pick(flag, lambda v: v is True)
+        pick("intra_op_threads", lambda v: v is None)
+        pick("lr_schedule", lambda v: v == ScheduleKind.COSINE.value)
+        pick("lr_batch_scaling", lambda v: v == "sqrt")
+        if "lr_multiplier" in k:
+            params["lr_multiplier"] = 1.0
+        if "warmup_fraction" in k:
+            params["warmup_fraction"] = 0.05
+        if params:
+            self.study.enqueue_trial(params, skip_if_exists=True)
+        workers = k.get("num_workers")
+        if params.get("num_workers") and isinstance(workers, Choice) and 0 in workers.values:
+            # With few cores, loader workers compete with the model for them: try without too.
+            self.study.enqueue_trial({**params, "num_workers": 0}, skip_if_exists=True)
+
+    # -- Candidates ----------------------------------------------------------------------------
+
+    def _run_candidate(self, space: SearchSpace) -> None:
+        assert self.guard is not None
+        trial = self.study.ask()
+        try:
+            cfg = space.suggest(trial, self.baseline)
+        except ConfigError as exc:  # a combination the config itself rejects
+            trial.set_user_attr("message", str(exc))
+            self.study.tell(trial, state=TrialState.FAIL)
+            return
+        previous = self._find_same(cfg)
+        if previous is not None:
+            rec = dict(previous)
+            rec["reused"] = True
+            self._tell(trial, rec)
+            self._announce(trial.number, rec)
+            return
+        checked = cfg.numerics_key() != self.baseline.numerics_key()
+        # Same batch size, precision and schedule train the same model: reuse its accuracy runs.
+        known = self._accuracy_of_same_numerics(cfg) if checked else None
+        seeds = (0,) if checked and known is None else ()
+        try:
+            outcome = run_trial(cfg, self.workload, self.budget, accuracy_seeds=seeds)
+        except KeyboardInterrupt:
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        if known is not None and outcome.ok:
+            outcome = dataclasses.replace(outcome, accuracy=known)
+        self.durations.append(outcome.seconds)
+        rec = self._record(outcome, role="candidate", reused=False)
+        self._tell(trial, rec)
+        self._announce(trial.number, rec)
+
+    def _accuracy_of_same_numerics(self, cfg: TrainingConfig) -> tuple[AccuracyRun, ...] | None:
+        key = cfg.numerics_key()
+        for _, rec in self._records():
+            if rec["role"] != "candidate" or rec["failure"] is not None or not rec["accuracy_runs"]:
+                continue
+            if TrainingConfig.from_dict(rec["config"]).numerics_key() == key:
+                return tuple(AccuracyRun(**r) for r in rec["accuracy_runs"])
+        return None
+
+    def _find_same(self, cfg: TrainingConfig) -> dict[str, Any] | None:
+        wanted = cfg.to_dict()
+        for _, rec in self._records():
+            if rec["config"] == wanted and not rec.get("reused"):
+                return rec
+        return None
+
+    def _record(self, outcome: TrialOutcome, *, role: str, reused: bool) -> dict[str, Any]:
+        m = outcome.measurement
+        projected = (
+            m.projected_time(self.planned_samples, self.planned_epochs)
+            if m is not None and outcome.ok
+            else None
+        )
+        return {
+            "role": role,
+            "config": outcome.config.to_dict(),
+            "measurement": m.to_dict() if m is not None else None,
+            "accuracy_runs": [r.to_dict() for r in outcome.accuracy],
+            "metric": outcome.metric,
+            "failure": outcome.failure.value if outcome.failure is not None else None,
+            "message": outcome.message,
+            "seconds": outcome.seconds,
+            "projected_time": projected,
+            "reused": reused,
+        }
+
+    def _tell(self, trial: optuna.Trial, rec: dict[str, Any]) -> None:
+        """Store the record and the constraints, then complete the trial."""
+        assert self.guard is not None or rec["role"] == "baseline"
+        failed = rec["failure"] is not None
+        if rec["metric"] is not None and self.guard is not None and rec["role"] == "candidate":
+            violation = self.guard.violation(float(rec["metric"]))
+        else:
+            violation = 0.0 if rec["role"] == "baseline" else -self.tolerance
+        if failed:
+            violation = max(violation, 1.0)
+        trial.set_user_attr(ATTR, rec)
+        trial.set_user_attr(ROLE, rec["role"])
+        trial.set_constraint(FAILED_CONSTRAINT, 1.0 if failed else 0.0)
+        trial.set_constraint(ACCURACY_CONSTRAINT, min(violation, 1e9))
+        if rec["projected_time"] is not None:
+            value = float(rec["projected_time"])
+        else:
+            value = PENALTY * (self.baseline_time if math.isfinite(self.baseline_time) else 1.0)
+        try:
+            self.study.tell(trial, value)
+        except RuntimeError as exc:
+            # A sampler that has covered its whole grid (BruteForceSampler) calls study.stop(),
+            # which Optuna only allows inside study.optimize; the trial is already stored.
+            if "Study.stop" not in str(exc):
+                raise
+            if rec["role"] == "baseline":
+                return  # the baseline has no parameters: no grid is exhausted by it
+            self.exhausted = True
+            self.report("the sampler has tried every config in the space")
+
+    def _announce(self, number: int, rec: dict[str, Any]) -> None:
+        n_done = sum(1 for _, r in self._records() if r["role"] == "candidate")
+        total = f"/{self.n_trials}" if self.n_trials is not None else ""
+        cfg = TrainingConfig.from_dict(rec["config"])
+        if rec["failure"] is not None:
+            outcome = f"failed ({rec['failure']}): {rec['message']}"
+        else:
+            speed = self.baseline_time / float(rec["projected_time"])
+            metric = rec["metric"]
+            acc = "" if metric is None else f", val {self.workload.task.metric_name} {metric:.4f}"
+            ok = self._feasible(rec)
+            outcome = f"{speed:.2f}x{acc}{'' if ok else ' (outside tolerance)'}"
+        best = self._best()
+        best_text = (
+            f"best {self.baseline_time / float(best[1]['projected_time']):.2f}x"
+            if best is not None
+            else "no feasible candidate yet"
+        )
+        reused = " (same config as an earlier trial: reused)" if rec.get("reused") else ""
+        self.report(
+            f"trial {n_done}{total} [#{number}] {cfg.describe()}: {outcome}{reused} | "
+            f"{best_text} | {self._time_left()}"
+        )
+
+    def _feasible(self, rec: dict[str, Any]) -> bool:
+        if rec["failure"] is not None or rec["projected_time"] is None:
+            return False
+        if rec["role"] == "baseline" or rec["metric"] is None:
+            return True
+        assert self.guard is not None
+        return self.guard.violation(float(rec["metric"])) <= 0
+
+    def _best(self) -> tuple[FrozenTrial, dict[str, Any]] | None:
+        feasible = [(t, r) for t, r in self._records() if self._feasible(r)]
+        if not feasible:
+            return None
+        return min(feasible, key=lambda tr: float(tr[1]["projected_time"]))
+
+    # -- Result --------------------------------------------------------------------------------
+
+    def result(
+        self,
+        *,
+        environment: dict[str, Any],
+        seconds: float,
+        interrupted: bool,
+        extra: dict[str, Any],
+    ) -> SearchResult:
+        assert self.guard is not None
+        records = self._records()
+        trials = tuple(self._trial_record(t, r) for t, r in records)
+        baseline = next(tr for tr in trials if tr.role == "baseline")
+        best = self._best()
+        winner = baseline
+        if best is not None:
+            winner = next(tr for tr in trials if tr.number == best[0].number)
+        search = dict(extra)
+        search["seconds"] = seconds
+        search["accuracy_samples"] = self.guard.accuracy_samples
+        return SearchResult(
+            winner=winner,
+            baseline_trial=baseline,
+            trials=trials,
+            guard=self.guard,
+            environment=environment,
+            search=search,
+            planned_samples=self.planned_samples,
+            interrupted=interrupted,
+        )
+
+    def _trial_record(self, trial: FrozenTrial, rec: dict[str, Any]) -> TrialRecord:
+        m = rec.get("measurement")
+        return TrialRecord(
+            number=trial.number,
+            role=rec["role"],
+            config=TrainingConfig.from_dict(rec["config"]),
+            measurement=Measurement.from_dict(m) if m else None,
+            metric=rec["metric"],
+            accuracy_checked=bool(rec["accuracy_runs"]),
+            projected_time=rec["projected_time"],
+            feasible=self._feasible(rec),
+            failure=rec["failure"],
+            message=rec["message"],
+            seconds=float(rec["seconds"]),
+            reused=bool(rec.get("reused")),
+        )
+
+
+def _with_accuracy_samples(budget: Budget, samples: int) -> Budget:
+    return dataclasses.replace(budget, accuracy_samples=samples)

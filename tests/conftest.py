@@ -1,0 +1,33 @@
+"""Shared fixtures: tiny models and datasets live in autotune.examples and here."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import autotune
+from autotune.examples import tiny_data, tiny_model
+
+FAST_BUDGET = autotune.Budget(
+    warmup_steps=1, timed_samples=64, min_timed_steps=3, chunks=3, accuracy_repeats=3
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA: torch.cuda.is_available() is False here")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def tiny() -> tuple[torch.nn.Module, torch.utils.data.Dataset]:
+    return tiny_model(), tiny_data()
+
+
+@pytest.fixture
+def fast_kwargs() -> dict:
+    """find_best options that keep a search to a few seconds on a CPU."""
+    return {"budget": FAST_BUDGET, "accuracy_samples": 256, "device": "cpu"}

@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autotune.cli import main
+
+TINY = ["--model", "autotune.examples:tiny_model", "--data", "autotune.examples:tiny_data"]
+
+
+def test_search_show_round_trip(tmp_path, capsys) -> None:
+    out = tmp_path / "best.json"
+    storage = f"sqlite:///{tmp_path / 'a.db'}"
+    code = main(
+        [
+            "search",
+            *TINY,
+            "--trials",
+            "2",
+            "--space",
+            "quick",
+            "--storage",
+            storage,
+            "--accuracy-samples",
+            "256",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "trial 1/2" in captured.err and "trial 2/2" in captured.err  # progress while running
+    assert "faster than the baseline" in captured.out
+    data = json.loads(out.read_text())
+    assert data["schema_version"] == 1 and data["search"]["trials"] == 3
+
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "winner:" in shown and "baseline:" in shown and "accuracy guard" in shown
+    assert main(["show", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == data["config"]
+
+
+def test_search_again_continues_the_study(tmp_path, capsys) -> None:
+    storage = f"sqlite:///{tmp_path / 'a.db'}"
+    args = [
+        "search",
+        *TINY,
+        "--space",
+        "quick",
+        "--storage",
+        storage,
+        "--accuracy-samples",
+        "256",
+        "--out",
+        str(tmp_path / "best.json"),
+    ]
+    assert main([*args, "--trials", "1"]) == 0
+    assert main([*args, "--trials", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "baseline: reusing trial 0" in err
+    assert json.loads((tmp_path / "best.json").read_text())["search"]["trials"] == 3
+
+
+def test_model_factory_from_a_file(tmp_path, capsys) -> None:
+    factory = tmp_path / "mine.py"
+    factory.write_text(
+        "from autotune.examples import tiny_model, tiny_data\n"
+        "def model():\n    return tiny_model()\n"
+        "def data():\n    d = tiny_data()\n    return d, d\n"
+        "def not_a_model():\n    return 42\n"
+    )
+    out = tmp_path / "best.json"
+    base = [
+        "search",
+        "--data",
+        f"{factory}:data",
+        "--trials",
+        "1",
+        "--space",
+        "quick",
+        "--storage",
+        f"sqlite:///{tmp_path / 'a.db'}",
+        "--accuracy-samples",
+        "256",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    assert main([*base, "--model", f"{factory}:model"]) == 0
+    assert capsys.readouterr().err == ""  # --quiet
+    assert out.exists()
+    assert main([*base, "--model", f"{factory}:not_a_model"]) == 2
+    assert "must return a torch.nn.Module, but returned int" in capsys.readouterr().err
+    assert main([*base, "--model", f"{factory}:missing"]) == 2
+    err = capsys.readouterr().err
+    assert "has no attribute 'missing'" in err and "model" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "nocolon"], "must be MODULE:FUNCTION or path/to/file.py:FUNCTION"),
+        (["--model", "no_such_module_xyz:f"], "cannot import module 'no_such_module_xyz'"),
+        (["--model", "missing_file.py:f"], "file 'missing_file.py' does not exist"),
+        (
+            ["--model", "autotune.examples:tiny_model", "--space", "visoin"],
+            "Unknown search space 'visoin'",
+        ),
+        (
+            ["--model", "autotune.examples:tiny_model", "--tolerance", "-0.1"],
+            "`tolerance` must be >= 0, but got -0.1",
+        ),
+        (
+            ["--model", "autotune.examples:tiny_model", "--storage", "not-a-url"],
+            "`storage` must be a database URL",
+        ),
+    ],
+)
+def test_bad_cli_input_is_a_clear_error(tmp_path, capsys, argv, message) -> None:
+    full = [
+        "search",
+        "--data",
+        "autotune.examples:tiny_data",
+        "--out",
+        str(tmp_path / "x.json"),
+        "--storage",
+        f"sqlite:///{tmp_path / 'a.db'}",
+        *argv,
+    ]
+    assert main(full) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_spaces_and_env(capsys) -> None:
+    assert main(["spaces"]) == 0
+    out = capsys.readouterr().out
+    assert "default" in out and "quick" in out and "throughput" in out
+    assert main(["spaces", "default"]) == 0
+    assert "batch_size: 16, 32, 64" in capsys.readouterr().out
+    assert main(["env", "--json"]) == 0
+    env = json.loads(capsys.readouterr().out)
+    assert env["device"] == "cpu" and env["packages"]["optuna"].startswith("5.")
+    assert env["cpu_count"] >= 1 and "torch" in env
+
+
+def test_console_script_is_installed() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "search" in proc.stdout and "show" in proc.stdout

@@ -1,0 +1,90 @@
+"""Bad input gets a clear error naming the problem, before any trial runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+import autotune
+from autotune import search as search_mod
+from autotune.examples import tiny_data, tiny_model
+
+
+@pytest.fixture(autouse=True)
+def no_trials(monkeypatch: pytest.MonkeyPatch) -> None:
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a trial ran before the input was validated")
+
+    monkeypatch.setattr(search_mod, "run_trial", forbidden)
+
+
+class Items(torch.utils.data.Dataset):
+    def __init__(self, item, n=8):
+        self.item, self.n = item, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return self.item
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"model": tiny_model}, TypeError, r"`model` must be a torch.nn.Module, but got function"),
+        (
+            {"dataset": TensorDataset(torch.zeros(0, 8), torch.zeros(0))},
+            autotune.DataError,
+            r"`dataset` is empty \(len 0\)",
+        ),
+        (
+            {"dataset": Items({"x": torch.zeros(8), "y": 1})},
+            autotune.DataError,
+            r"`dataset\[0\]` must be an \(inputs, targets\) pair, but got a dict with keys "
+            r"\['x', 'y'\].*forward=",
+        ),
+        (
+            {"dataset": Items((torch.zeros(5), 1))},
+            autotune.ModelError,
+            r"cannot consume the dataset's batches: on a batch of 2 items "
+            r"\(tensor\(2, 5\) float32, tensor\(2,\) int64\).*mat1 and mat2",
+        ),
+        ({"space": "visoin"}, autotune.SearchSpaceError, r"Unknown search space 'visoin'"),
+        ({"tolerance": -0.1}, ValueError, r"`tolerance` must be >= 0, but got -0.1"),
+        ({"timeout": 0}, ValueError, r"`timeout` must be > 0 seconds, but got 0"),
+        ({"n_trials": 0}, ValueError, r"`n_trials` must be >= 1, but got 0"),
+        (
+            {"device": "cuda:7"} if not torch.cuda.is_available() else {"device": "cuda:99"},
+            ValueError,
+            r"`device` is 'cuda:(7|99)', but",
+        ),
+        ({"device": "tpu"}, ValueError, r"`device` must be a device such as 'cpu'"),
+        ({"storage": "sqlite:/bad"}, autotune.StorageError, r"`storage` must be a database URL"),
+        ({"storage": "nosuchdb://x/y"}, autotune.StorageError, r"Cannot open the study"),
+        ({"metric": "f1"}, ValueError, r"`metric` must be 'accuracy', 'loss' or a callable"),
+        (
+            {"baseline": {"batch_size": 0}},
+            autotune.ConfigError,
+            r"Invalid `baseline`: `batch_size` must be >= 1, but got 0",
+        ),
+    ],
+)
+def test_bad_input(kwargs, error, message) -> None:
+    args = {"model": tiny_model(), "dataset": tiny_data(), "n_trials": 1} | kwargs
+    model, dataset = args.pop("model"), args.pop("dataset")
+    with pytest.raises(error, match=message):
+        autotune.find_best(model, dataset, **args)
+
+
+def test_custom_batch_structure_through_a_forward_hook(monkeypatch) -> None:
+    """Dict batches (as Hugging Face models take) validate through the forward hook."""
+    data = [{"x": torch.randn(8), "y": i % 3} for i in range(32)]
+
+    def forward(model, batch):
+        return model(batch["x"]), batch["y"]
+
+    # Validation passes, so the (forbidden) trial runner is reached.
+    with pytest.raises(AssertionError, match="a trial ran"):
+        autotune.find_best(tiny_model(), data, forward=forward, n_trials=1)

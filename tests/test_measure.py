@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import pytest
+
+from autotune import Measurement
+from autotune.failures import Diverged, FailureReason, classify, is_oom
+
+
+def make(chunks=(1.0, 1.1, 0.9), *, batch=100, steps=10, warmup=3, warmup_time=0.3, **kw):
+    return Measurement(
+        batch_size=batch,
+        chunk_steps=steps,
+        chunk_times=chunks,
+        data_wait=0.6,
+        warmup_steps=warmup,
+        warmup_time=warmup_time,
+        first_batch_time=0.05,
+        **kw,
+    )
+
+
+def test_derived_figures_are_exact() -> None:
+    m = make()
+    assert m.step_time == pytest.approx(0.1)
+    assert m.throughput == pytest.approx(1000.0)
+    assert m.spread == pytest.approx(0.2)
+    assert m.data_wait_fraction == pytest.approx(0.2)
+    assert m.timed_steps == 30
+    assert m.one_time_cost == pytest.approx(0.0)
+    assert "noisy" in m.warnings[0]
+
+
+def test_one_time_cost_is_warmup_beyond_steady_state() -> None:
+    m = make(warmup_time=60.3)  # a 60 s compile hidden in 3 warm-up steps of 0.1 s
+    assert m.one_time_cost == pytest.approx(60.0)
+
+
+def test_a_long_compile_does_not_win_a_short_job() -> None:
+    eager = make(chunks=(2.0, 2.0, 2.0))  # 500 samples/s
+    compiled = make(chunks=(1.0, 1.0, 1.0), warmup_time=60.3)  # 1000 samples/s + 60 s compile
+    two_minute_job = 60_000  # samples: 120 s eager
+    assert eager.projected_time(two_minute_job, 1) == pytest.approx(120.0)
+    assert compiled.projected_time(two_minute_job, 1) == pytest.approx(120.0)
+    assert (
+        compiled.projected_time(two_minute_job, 1) >= eager.projected_time(two_minute_job, 1) - 1e-9
+    )
+    long_job = 600_000
+    assert compiled.projected_time(long_job, 1) < eager.projected_time(long_job, 1) / 1.8
+
+
+def test_non_persistent_workers_pay_start_up_every_epoch() -> None:
+    m = make(epoch_restart=True)
+    assert m.projected_time(1000, epochs=11) == pytest.approx(1.0 + 10 * 0.05)
+
+
+def test_round_trip() -> None:
+    m = make(peak_memory_bytes=123, gpu_utilization=None)
+    assert Measurement.from_dict(m.to_dict()) == m
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        __import__("torch").OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+        RuntimeError("CUDA error: out of memory"),
+        RuntimeError(
+            "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you "
+            "passed in a non-contiguous input."
+        ),
+        RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
+        RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't "
+            "allocate memory: you tried to allocate 1099511627776 bytes."
+        ),
+        MemoryError(),
+    ],
+)
+def test_every_known_oom_form_is_recognised(exc: BaseException) -> None:
+    assert is_oom(exc)
+    assert classify(exc)[0] is FailureReason.OOM
+
+
+def test_other_failures() -> None:
+    assert classify(Diverged("diverged: loss became nan"))[0] is FailureReason.DIVERGED
+    assert classify(ValueError("bad"))[0] is FailureReason.ERROR
+    reason, message = classify(
+        RuntimeError(
+            "DataLoader worker (pid 12) is killed by signal: Bus "
+            "error. It is possible that dataloader's workers are "
+            "out of shared memory."
+        )
+    )
+    assert reason is FailureReason.WORKER and "/dev/shm" in message
+    assert not is_oom(RuntimeError("shape mismatch"))

@@ -1,0 +1,281 @@
+"""find_best end to end on tiny models: fakes for what cannot happen on this CPU."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import weakref
+from typing import ClassVar
+
+import optuna
+import pytest
+import torch
+from conftest import FAST_BUDGET
+from torch import nn
+
+import autotune
+from autotune import search as search_mod
+from autotune.data import make_task
+from autotune.device import describe_device
+from autotune.examples import tiny_data, tiny_model
+from autotune.failures import FailureReason
+from autotune.runner import Workload, run_trial
+
+
+class Recorder(nn.Module):
+    """A tiny classifier that records the training batch sizes it sees and can fake failures."""
+
+    seen: ClassVar[list[int]] = []  # shared by every deep copy a trial makes
+
+    def __init__(
+        self,
+        *,
+        oom_above: int | None = None,
+        nan_in_autocast: bool = False,
+        garbage_eval_in_autocast: bool = False,
+    ) -> None:
+        super().__init__()
+        self.net = tiny_model()
+        self.oom_above = oom_above
+        self.nan_in_autocast = nan_in_autocast
+        self.garbage_eval_in_autocast = garbage_eval_in_autocast
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        autocast = torch.is_autocast_enabled("cpu")
+        if self.training:
+            Recorder.seen.append(x.shape[0])
+            if self.oom_above is not None and x.shape[0] > self.oom_above:
+                raise torch.OutOfMemoryError(
+                    f"CUDA out of memory. Tried to allocate {x.shape[0]} MiB (faked)"
+                )
+        out = self.net(x)
+        if self.nan_in_autocast and autocast:
+            return out * float("nan")
+        if self.garbage_eval_in_autocast and autocast and not self.training:
+            return torch.zeros_like(out)  # always predicts class 0: accuracy collapses
+        return out
+
+
+@pytest.fixture(autouse=True)
+def _clear_recorder():
+    Recorder.seen = []
+    yield
+    Recorder.seen = []
+
+
+@pytest.fixture
+def bf16_capable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend this CPU has native bf16, so the precision knob is searched everywhere."""
+    info = dataclasses.replace(describe_device("cpu"), supports_bf16=True)
+    monkeypatch.setattr(search_mod, "describe_device", lambda device: info)
+
+
+def test_faked_oom_above_a_batch_size(fast_kwargs) -> None:
+    model = Recorder(oom_above=48)
+    result = autotune.find_best(
+        model,
+        tiny_data(),
+        space={"knobs": {"batch_size": [16, 32, 64, 128]}},
+        n_trials=4,
+        sampler=optuna.samplers.BruteForceSampler(seed=0),
+        **fast_kwargs,
+    )
+    sizes = [t.config.batch_size for t in result.trials]
+    # The baseline (32) first, then the first guess (largest <= 4x the baseline), then the rest
+    # of the grid; the baseline is a grid point, so the grid is exhausted after 3 candidates.
+    assert sizes[:2] == [32, 128]
+    assert sorted(sizes) == [16, 32, 64, 128]
+    failed = {t.config.batch_size: t.failure for t in result.trials if t.failure}
+    assert failed == {64: "oom", 128: "oom"}
+    assert result.failures == {"oom": 2}
+    assert result.config.batch_size in (16, 32)
+    # Trials that ran out of memory were recorded, never trained further, never win.
+    assert set(Recorder.seen) == {16, 32, 64, 128}
+    assert all(not t.feasible for t in result.trials if t.failure)
+    data = result.to_dict()
+    assert data["search"]["failures"] == {"oom": 2}
+
+
+def test_oom_trial_releases_its_memory() -> None:
+    refs: list[weakref.ref] = []
+
+    class Hog(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            activations = torch.ones(4_000_000)  # 16 MB held by this frame when it raises
+            refs.append(weakref.ref(activations))
+            refs.append(weakref.ref(self))
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 MiB")
+
+    task = make_task(
+        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
+    )
+    data = tiny_data()
+    workload = Workload(model=Hog(), train=data, val=data, task=task)
+    outcome = run_trial(autotune.TrainingConfig(), workload, FAST_BUDGET)
+    assert outcome.failure is FailureReason.OOM
+    assert "out of memory" in outcome.message
+    assert refs and all(r() is None for r in refs)  # the trial's model and tensors are gone
+
+
+def test_nan_under_reduced_precision_keeps_fp32(fast_kwargs, bf16_capable) -> None:
+    result = autotune.find_best(
+        Recorder(nan_in_autocast=True),
+        tiny_data(),
+        space={"knobs": {"precision": ["fp32", "bf16"], "batch_size": [32, 64]}},
+        n_trials=4,
+        sampler=optuna.samplers.BruteForceSampler(seed=0),
+        **fast_kwargs,
+    )
+    bf16 = [t for t in result.trials if t.config.precision.value == "bf16"]
+    assert bf16 and all(t.failure == "diverged" for t in bf16)
+    assert all("loss became nan" in t.message for t in bf16)
+    assert result.config.precision.value == "fp32"
+    assert result.failures == {"diverged": len(bf16)}
+
+
+def test_accuracy_constraint_rejects_a_candidate_that_drops_too_much(
+    fast_kwargs, bf16_capable
+) -> None:
+    storage = optuna.storages.InMemoryStorage()
+    result = autotune.find_best(
+        Recorder(garbage_eval_in_autocast=True),
+        tiny_data(),
+        space={"knobs": {"precision": ["fp32", "bf16"]}},
+        n_trials=2,
+        storage=storage,
+        study_name="guard",
+        tolerance=0.05,
+        **fast_kwargs,
+    )
+    bf16 = next(t for t in result.trials if t.config.precision.value == "bf16")
+    assert bf16.failure is None and bf16.accuracy_checked
+    assert bf16.metric < result.guard.baseline_metric - 0.05
+    assert not bf16.feasible
+    assert result.config.precision.value == "fp32"
+    # The guard reaches the sampler as an Optuna constraint on the trial.
+    study = optuna.load_study(study_name="guard", storage=storage)
+    frozen = study.trials[bf16.number]
+    assert frozen.constraints["accuracy"] > 0
+    assert frozen.constraints["failed"] == 0
+
+
+def test_baseline_is_measured_first_and_reported(fast_kwargs) -> None:
+    result = autotune.find_best(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
+    first = result.trials[0]
+    assert first.role == "baseline" and first.number == 0
+    assert result.baseline == autotune.TrainingConfig(device="cpu")
+    assert len(result.guard.baseline_runs) == 3  # three data-order seeds
+    assert result.baseline_metrics["throughput"] > 0
+    assert result.speedup == pytest.approx(
+        result.baseline_trial.projected_time / result.winner.projected_time
+    )
+    text = repr(result)
+    assert "faster than the baseline" in text and "accuracy guard" in text
+
+
+def test_user_baseline_dict_is_used(fast_kwargs) -> None:
+    result = autotune.find_best(
+        tiny_model(),
+        tiny_data(),
+        n_trials=1,
+        space="quick",
+        baseline={"batch_size": 16, "lr_schedule": {"peak_lr": 0.01}},
+        **fast_kwargs,
+    )
+    assert result.baseline.batch_size == 16
+    assert result.baseline.lr_schedule.peak_lr == 0.01
+
+
+def test_callers_model_and_rng_are_unchanged(fast_kwargs) -> None:
+    model = autotune.examples.SmallCNN(width=4)
+    before = copy.deepcopy(model.state_dict())
+    rng = torch.random.get_rng_state()
+    data = autotune.examples.AugmentedImages(64)
+    autotune.find_best(
+        model,
+        data,
+        n_trials=2,
+        space={"knobs": {"checkpointing": [0, 1], "channels_last": [False, True]}},
+        **fast_kwargs,
+    )
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert not any(hasattr(m, "_autotune_checkpointed") for m in model.modules())
+    assert not any("forward" in vars(m) for m in model.modules())
+    assert model.blocks[0].conv.weight.is_contiguous()  # not switched to channels_last
+    assert torch.equal(torch.random.get_rng_state(), rng)
+
+
+def test_unreliable_guard_is_said_plainly(fast_kwargs) -> None:
+    def mean_logit(outputs, targets):  # continuous, so seeds always differ a little
+        return outputs.float().mean()
+
+    result = autotune.find_best(
+        tiny_model(),
+        tiny_data(),
+        n_trials=1,
+        space="quick",
+        metric=mean_logit,
+        tolerance=0.0,
+        **fast_kwargs,
+    )
+    assert result.guard.spread > 0
+    assert not result.guard.reliable
+    assert "longer budget" in result.guard.advice()
+    assert "NOT reliable" in result.summary()
+    assert result.to_dict()["accuracy_guard"]["reliable"] is False
+
+
+def test_resume_continues_the_same_study(tmp_path, fast_kwargs) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    kwargs = dict(space="quick", storage=storage, study_name="s", **fast_kwargs)
+    first = autotune.find_best(tiny_model(), tiny_data(), n_trials=2, **kwargs)
+    assert len(first.trials) == 3
+    second = autotune.find_best(tiny_model(), tiny_data(), n_trials=4, **kwargs)
+    assert len(second.trials) == 5
+    assert [t.role for t in second.trials].count("baseline") == 1
+    assert second.trials[0].measurement == first.trials[0].measurement  # not re-measured
+    assert {t.number for t in first.trials} <= {t.number for t in second.trials}
+
+
+def test_save_writes_the_documented_json(tmp_path, fast_kwargs) -> None:
+    result = autotune.find_best(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
+    path = result.save(tmp_path / "out" / "best.json")
+    data = json.loads(path.read_text())
+    for key in (
+        "schema_version",
+        "config",
+        "metrics",
+        "baseline",
+        "speedup",
+        "tolerance",
+        "environment",
+        "search",
+    ):
+        assert key in data
+    assert data["config"] == result.config.to_dict()
+    assert autotune.load_config(path) == result.config
+    assert data["metrics"]["throughput"] == pytest.approx(result.winner.throughput)
+    assert data["environment"]["torch"] == torch.__version__
+    assert data["search"]["trials"] == 2
+    assert list(tmp_path.joinpath("out").iterdir()) == [path]  # no temp file left behind
+
+
+def test_failed_write_keeps_the_previous_file(tmp_path, fast_kwargs, monkeypatch) -> None:
+    result = autotune.find_best(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
+    path = tmp_path / "best.json"
+    path.write_text("previous")
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("autotune.result.os.replace", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        result.save(path)
+    assert path.read_text() == "previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["best.json"]

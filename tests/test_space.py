@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+import pytest
+
+from autotune import SearchSpaceError, TrainingConfig, builtin_spaces, load_space
+from autotune.device import DeviceInfo
+from autotune.space import Choice, FloatRange
+
+CPU = DeviceInfo(
+    device="cpu",
+    type="cpu",
+    name="Test CPU",
+    supports_bf16=False,
+    supports_fp16=False,
+    supports_tf32=False,
+    has_cudnn=False,
+    supports_compile=True,
+    supports_cuda_graphs=False,
+    cpu_count=2,
+    memory_bytes=2**34,
+)
+GPU = dataclasses.replace(
+    CPU,
+    device="cuda:0",
+    type="cuda",
+    name="Test GPU",
+    supports_bf16=True,
+    supports_fp16=True,
+    supports_tf32=True,
+    has_cudnn=True,
+    supports_cuda_graphs=True,
+    cpu_count=16,
+)
+
+
+def restrict(space, info, **kw):
+    args = {"has_conv": True, "n_blocks": 4, "max_batch_size": 10_000, "current_threads": 2}
+    return space.restrict(info, **(args | kw))
+
+
+def test_builtin_spaces_are_shipped_and_valid() -> None:
+    names = builtin_spaces()
+    assert {"default", "quick", "throughput"} <= set(names)
+    for name in names:
+        assert load_space(name).knobs
+
+
+def test_default_space_has_every_knob() -> None:
+    knobs = set(load_space("default").knobs)
+    assert {
+        "batch_size",
+        "num_workers",
+        "persistent_workers",
+        "prefetch_factor",
+        "pin_memory",
+        "precision",
+        "compile_mode",
+        "cudnn_benchmark",
+        "checkpointing",
+        "channels_last",
+        "lr_schedule",
+        "lr_multiplier",
+        "warmup_fraction",
+        "lr_batch_scaling",
+    } <= knobs
+
+
+def test_unknown_space_name_lists_the_builtins() -> None:
+    with pytest.raises(
+        SearchSpaceError,
+        match=r"Unknown search space 'defualt'. Did you mean "
+        r"'default'\? Built-in spaces are: .*default.*Pass a path",
+    ):
+        load_space("defualt")
+
+
+def test_missing_space_file() -> None:
+    with pytest.raises(SearchSpaceError, match=r"Search space file 'nope/x.yaml' does not exist"):
+        load_space("nope/x.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("knobs:\n  batchsize: [32]\n", r"Unknown knob 'batchsize'.*Did you mean 'batch_size'"),
+        ("knobs:\n  batch_size: [32, 'big']\n", r"'batch_size'.*must hold integers, but got 'big'"),
+        ("knobs:\n  batch_size: []\n", r"'batch_size'.*has no values"),
+        ("knobs:\n  pin_memory: [yes, 2]\n", r"'pin_memory'.*true/false values, but got 2"),
+        ("knobs:\n  precision: [fp32, fp8]\n", r"value 'fp8'; allowed values are: fp32, tf32"),
+        ("knobs:\n  lr_multiplier: {low: 2.0, high: 1.0}\n", r"empty range: low=2.0 must be <= "),
+        (
+            "knobs:\n  warmup_fraction: {low: 0, high: 0.1, log: true}\n",
+            r"log-scaled, so low must be",
+        ),
+        ("knobs:\n  warmup_fraction: [0.5, 1.5]\n", r"value 1.5; every value must be in \[0, 1\)"),
+        ("knobs:\n  batch_size: {low: 33, high: 63}\n", r"no power of two in \[33, 63\]"),
+        ("knobs: {}\n", r"`knobs`.*must be a non-empty mapping"),
+        ("just a string\n", r"must be a mapping with a `knobs` key"),
+        ("knobs:\n  batch_size: [32\n", r"is not valid YAML"),
+    ],
+)
+def test_space_file_errors_name_the_problem(tmp_path, text: str, message: str) -> None:
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    with pytest.raises(SearchSpaceError, match=message):
+        load_space(str(path))
+
+
+def test_ranges_expand() -> None:
+    space = load_space(
+        {
+            "knobs": {
+                "batch_size": {"low": 16, "high": 100},
+                "num_workers": {"low": 0, "high": 2},
+                "lr_multiplier": {"low": 0.5, "high": 2.0, "log": True},
+            }
+        }
+    )
+    assert space.knobs["batch_size"] == Choice((16, 32, 64))
+    assert space.knobs["num_workers"] == Choice((0, 1, 2))
+    assert space.knobs["lr_multiplier"] == FloatRange(0.5, 2.0, True)
+
+
+def test_cpu_drops_knobs_that_cannot_matter() -> None:
+    space = restrict(load_space("default"), CPU)
+    assert "pin_memory" not in space.knobs
+    assert "cudnn_benchmark" not in space.knobs
+    assert space.knobs["precision"] == Choice(("fp32",))  # no native bf16/fp16/tf32 here
+    assert space.knobs["num_workers"] == Choice((0, 1, 2))
+    assert space.knobs["compile_mode"] == Choice(("none", "default", "max-autotune-no-cudagraphs"))
+    assert space.knobs["intra_op_threads"] == Choice((None, 1))
+    notes = "\n".join(space.notes)
+    assert "pin_memory: not searched" in notes and "precision: dropped tf32, bf16, fp16" in notes
+
+
+def test_gpu_keeps_them() -> None:
+    space = restrict(load_space("default"), GPU)
+    assert space.knobs["pin_memory"] == Choice((False, True))
+    assert space.knobs["cudnn_benchmark"] == Choice((False, True))
+    assert space.knobs["precision"] == Choice(("fp32", "tf32", "bf16", "fp16"))
+    assert "reduce-overhead" in space.knobs["compile_mode"].values
+    assert "intra_op_threads" not in space.knobs
+
+
+def test_model_facts_restrict_channels_last_checkpointing_and_batch() -> None:
+    space = restrict(load_space("default"), GPU, has_conv=False, n_blocks=0, max_batch_size=100)
+    assert "channels_last" not in space.knobs
+    assert "checkpointing" not in space.knobs
+    assert space.knobs["batch_size"] == Choice((16, 32, 64))
+    two = restrict(load_space("default"), GPU, n_blocks=1)
+    assert two.knobs["checkpointing"] == Choice((0, 1))
+
+
+def test_suggest_builds_a_config_with_scaled_lr() -> None:
+    space = load_space(
+        {
+            "knobs": {
+                "batch_size": [128],
+                "num_workers": [2],
+                "prefetch_factor": [4],
+                "lr_schedule": ["cosine"],
+                "lr_batch_scaling": ["linear"],
+                "lr_multiplier": [1.5],
+            }
+        }
+    )
+    baseline = TrainingConfig()
+    study = optuna.create_study()
+    cfg = space.suggest(study.ask(), baseline)
+    assert cfg.batch_size == 128 and cfg.num_workers == 2
+    assert cfg.persistent_workers is True and cfg.prefetch_factor == 4
+    assert cfg.lr_schedule.kind.value == "cosine"
+    assert cfg.lr_schedule.peak_lr == pytest.approx(1e-3 * 4 * 1.5)
+    assert cfg.lr_schedule.reference_batch_size == 32
+
+
+def test_unchanged_numerics_equal_the_baseline() -> None:
+    space = load_space({"knobs": {"num_workers": [0, 1]}})
+    baseline = TrainingConfig()
+    cfg = space.build({"num_workers": 1}, baseline)
+    assert cfg.numerics_key() == baseline.numerics_key()
+    assert cfg.lr_schedule is baseline.lr_schedule
