@@ -1,10 +1,18 @@
 """The accuracy guard: is a candidate's validation metric within tolerance of the baseline's?
 
 Short-budget metrics are noisy, so the guard first measures the baseline's own run-to-run spread
-over several data-order seeds. A candidate is rejected only for a drop larger than both the
-tolerance and what that spread can resolve; when the spread is wider than the tolerance the guard
-says so plainly (``reliable`` is False, and ``advice`` says what to change) instead of passing or
-failing candidates on noise.
+over several data-order seeds. It then decides in two steps:
+
+- **Screening** (every candidate, one run): a candidate is rejected only for a drop larger than
+  both the tolerance and what one run can resolve against that spread. Cheap, and never rejects
+  on noise; it may let a borderline candidate through.
+- **Confirmation** (the winner, as many runs as the baseline): the means are compared, at the
+  baseline's spread; a candidate whose drop exceeds the tolerance (or, when the noise is wider than
+  the tolerance, what the runs can resolve) does not win.
+
+When even the confirmation cannot resolve a drop of ``tolerance`` the guard says so plainly
+(``reliable`` is False, and ``advice`` says what to change) instead of passing or failing
+candidates on noise.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["AccuracyGuard"]
@@ -34,32 +43,42 @@ class AccuracyGuard:
     accuracy_samples: int
 
     @property
+    def repeats(self) -> int:
+        return len(self.baseline_runs)
+
+    @property
     def baseline_metric(self) -> float:
         return statistics.fmean(self.baseline_runs)
 
     @property
     def spread(self) -> float:
         """Sample standard deviation of the baseline's metric across data-order seeds."""
-        return statistics.stdev(self.baseline_runs) if len(self.baseline_runs) > 1 else 0.0
+        return statistics.stdev(self.baseline_runs) if self.repeats > 1 else 0.0
 
-    @property
-    def noise_margin(self) -> float:
-        """The smallest drop of one candidate run below the baseline mean that is not noise
-        (one-sided, 95%): t * s * sqrt(1 + 1/k) over k baseline runs."""
-        k = len(self.baseline_runs)
+    def noise_margin(self, n: int = 1) -> float:
+        """The smallest drop of a mean of ``n`` candidate runs below the baseline's mean that is
+        not noise (one-sided, 95%): t * s * sqrt(1/k + 1/n), s the baseline's spread, the
+        candidate's runs assumed to scatter alike (dof k + n - 2 when n > 1)."""
+        k = self.repeats
         if k < 2:
             return 0.0
-        return _t_quantile(CONFIDENCE, k - 1) * self.spread * math.sqrt(1 + 1 / k)
+        dof = k + n - 2 if n > 1 else k - 1
+        return _t_quantile(CONFIDENCE, dof) * self.spread * math.sqrt(1 / k + 1 / n)
 
     @property
-    def margin(self) -> float:
-        """The drop a candidate may show and still pass."""
-        return max(self.tolerance, self.noise_margin)
+    def screening_margin(self) -> float:
+        """The drop one candidate run may show and still pass screening."""
+        return max(self.tolerance, self.noise_margin())
+
+    @property
+    def confirmation_resolution(self) -> float:
+        """What a mean of as many runs as the baseline's can resolve, at the baseline's spread."""
+        return self.noise_margin(self.repeats) if self.repeats > 1 else math.inf
 
     @property
     def reliable(self) -> bool:
-        """Whether the guard can resolve a drop of ``tolerance`` at all."""
-        return len(self.baseline_runs) > 1 and self.noise_margin <= self.tolerance
+        """Whether the confirmation can resolve a drop of ``tolerance`` at all."""
+        return self.repeats > 1 and self.confirmation_resolution <= self.tolerance
 
     def drop(self, metric: float) -> float:
         """How much worse than the baseline mean ``metric`` is (negative: better)."""
@@ -67,26 +86,42 @@ class AccuracyGuard:
         return diff if self.higher_is_better else -diff
 
     def violation(self, metric: float) -> float:
-        """Optuna constraint value: <= 0 means within tolerance."""
+        """Screening, as an Optuna constraint value: <= 0 means it may be within tolerance."""
         if not math.isfinite(metric):
             return math.inf
-        return self.drop(metric) - self.margin
+        return self.drop(metric) - self.screening_margin
+
+    def confirm(self, runs: Sequence[float]) -> dict[str, Any]:
+        """Compare the means of ``runs`` (several seeds) and the baseline's."""
+        mean = statistics.fmean(runs)
+        # The noise level is the baseline's: a candidate whose own runs scatter widely is
+        # unstable, and that must not widen the margin it is held to.
+        margin = max(self.tolerance, self.noise_margin(len(runs)))
+        drop = self.drop(mean) if math.isfinite(mean) else math.inf
+        return {
+            "runs": list(runs),
+            "mean": mean,
+            "drop": drop,
+            "margin": margin,
+            "passed": drop <= margin,
+        }
 
     def advice(self) -> str | None:
         if self.reliable:
             return None
-        if len(self.baseline_runs) < 2:
+        if self.repeats < 2:
             return (
                 "The baseline was trained with one data-order seed, so its run-to-run noise is "
                 "unknown; use accuracy_repeats >= 2 for an honest accuracy guard."
             )
         return (
             f"The baseline's {self.metric_name} varies by ±{self.spread:.4f} (std) across "
-            f"{len(self.baseline_runs)} data-order seeds, so a single run cannot resolve a drop "
-            f"of {self.tolerance:g}: candidates were rejected only for drops above "
-            f"{self.margin:.4f}. For a guard at {self.tolerance:g}, give the accuracy check a "
-            f"longer budget (accuracy_samples > {self.accuracy_samples}) or accept a tolerance "
-            f">= {self.margin:.3f}."
+            f"{self.repeats} data-order seeds, so even {self.repeats} runs of a candidate cannot "
+            f"resolve a drop of {self.tolerance:g}: only drops above "
+            f"{self.confirmation_resolution:.4f} can be told from noise. For a guard at "
+            f"{self.tolerance:g}, give the accuracy check a longer budget (accuracy_samples > "
+            f"{self.accuracy_samples}), more repeats (accuracy_repeats > {self.repeats}), or "
+            f"accept a tolerance >= {self.confirmation_resolution:.3f}."
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,8 +132,12 @@ class AccuracyGuard:
             "baseline_runs": list(self.baseline_runs),
             "baseline_metric": self.baseline_metric,
             "baseline_spread": self.spread,
-            "noise_margin": self.noise_margin,
-            "effective_margin": self.margin,
+            "screening_margin": self.screening_margin,
+            "confirmation_resolution": (
+                self.confirmation_resolution
+                if math.isfinite(self.confirmation_resolution)
+                else None
+            ),
             "reliable": self.reliable,
             "accuracy_samples": self.accuracy_samples,
             "advice": self.advice(),

@@ -35,6 +35,14 @@ class TrialRecord:
     message: str | None = None
     seconds: float = 0.0
     reused: bool = False
+    # The winner's accuracy re-checked over as many seeds as the baseline (see AccuracyGuard).
+    confirmation: dict[str, Any] | None = None
+
+    @property
+    def confirmed(self) -> bool | None:
+        """True/False once confirmed/rejected; None when there was nothing (or no time) to
+        confirm."""
+        return None if self.confirmation is None else bool(self.confirmation["passed"])
 
     @property
     def throughput(self) -> float | None:
@@ -44,9 +52,12 @@ class TrialRecord:
         out: dict[str, Any] = {}
         if self.measurement is not None:
             out.update(self.measurement.summary())
-        out["validation_metric"] = self.metric
+        runs = (self.confirmation or {}).get("runs") or []
+        out["validation_metric"] = sum(runs) / len(runs) if runs else self.metric
+        out["validation_metric_runs"] = len(runs) if runs else (1 if self.metric is not None else 0)
         out["metric_name"] = metric_name
         out["accuracy_checked"] = self.accuracy_checked
+        out["accuracy_confirmed"] = self.confirmed
         out["projected_training_time"] = self.projected_time
         out["planned_samples"] = planned_samples
         return out
@@ -65,6 +76,7 @@ class TrialRecord:
             "message": self.message,
             "seconds": self.seconds,
             "reused": self.reused,
+            "confirmation": self.confirmation,
         }
 
 
@@ -256,6 +268,16 @@ def render_summary(data: dict[str, Any]) -> str:
             f"{len(guard['baseline_runs'])} seeds; "
             f"{'reliable' if guard['reliable'] else 'NOT reliable at this tolerance'}"
         )
+        if m.get("accuracy_confirmed"):
+            lines.append(
+                f"  winner's {name} confirmed over {m['validation_metric_runs']} seeds "
+                "(mean within tolerance of the baseline's)"
+            )
+        elif m.get("accuracy_checked") and m.get("accuracy_confirmed") is None:
+            lines.append(
+                f"  ! winner's {name} was screened with one run only (no time was left to "
+                "confirm it over several seeds)"
+            )
         if guard.get("advice"):
             lines.append(f"  ! {guard['advice']}")
     failures = search.get("failures") or {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import logging
 import math
 import statistics
@@ -68,6 +69,7 @@ PENALTY = 10.0  # objective of a failed trial, as a multiple of the baseline's p
 # cost and checkpointing's recompute only pay off in combination with a good config.
 LATE_KNOBS = frozenset({"compile_mode", "checkpointing"})
 STAGE_ONE_SHARE = 0.55
+CONFIRMATIONS = "autotune_confirmations"  # study user attribute: numerics -> confirmation
 
 
 def _keeps_callers_rng(fn: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -383,6 +385,7 @@ class _Search:
         self.baseline_time = math.nan
         self.durations: list[float] = []
         self.exhausted = False
+        self.confirm_reserve = 0.0
 
     # The trial's record lives in its user attributes, so a resumed search rebuilds from storage.
 
@@ -411,6 +414,7 @@ class _Search:
                 self._enqueue_late_variants()
                 while self._has_budget():
                     self._run_candidate(self.space)
+            self._confirm_winner()
         except KeyboardInterrupt:
             self.report("interrupted: finishing with the best config found so far")
             return True
@@ -462,7 +466,8 @@ class _Search:
             return False
         if self.deadline is not None:
             expected = statistics.median(self.durations) if self.durations else 0.0
-            return time.monotonic() + expected <= self.deadline
+            # Keep back what confirming the winner's accuracy will take.
+            return time.monotonic() + expected + self.confirm_reserve <= self.deadline
         return True
 
     def _time_left(self) -> str:
@@ -538,6 +543,10 @@ class _Search:
             accuracy_samples=int(rec["accuracy_samples"]),
         )
         self.baseline_time = float(rec["projected_time"])
+        # Confirming a winner takes (repeats - 1) more accuracy runs; candidates worth
+        # confirming train faster than the baseline, so its own runs bound the time.
+        seconds = [float(r["seconds"]) for r in rec["accuracy_runs"]]
+        self.confirm_reserve = 1.2 * statistics.fmean(seconds) * (len(seconds) - 1)
         if not self.guard.reliable:
             self.report(f"accuracy guard: {self.guard.advice()}")
 
@@ -706,6 +715,9 @@ class _Search:
         if rec["role"] == "baseline" or rec["metric"] is None:
             return True
         assert self.guard is not None
+        confirmation = self._confirmation(rec)
+        if confirmation is not None:
+            return bool(confirmation["passed"])
         return self.guard.violation(float(rec["metric"])) <= 0
 
     def _best(self) -> tuple[FrozenTrial, dict[str, Any]] | None:
@@ -713,6 +725,64 @@ class _Search:
         if not feasible:
             return None
         return min(feasible, key=lambda tr: float(tr[1]["projected_time"]))
+
+    # -- Confirmation: the winner's accuracy over as many seeds as the baseline's ---------------
+
+    @staticmethod
+    def _numerics_id(rec: dict[str, Any]) -> str:
+        cfg = TrainingConfig.from_dict(rec["config"])
+        return json.dumps([cfg.batch_size, cfg.precision.value, cfg.lr_schedule.to_dict()])
+
+    def _confirmations(self) -> dict[str, dict[str, Any]]:
+        stored = self.study.user_attrs.get(CONFIRMATIONS, {})
+        return stored if isinstance(stored, dict) else {}
+
+    def _confirmation(self, rec: dict[str, Any]) -> dict[str, Any] | None:
+        return self._confirmations().get(self._numerics_id(rec))
+
+    def _confirm_winner(self) -> None:
+        """Re-check the leading candidate's accuracy with the baseline's number of seeds and
+        compare means; on failure the next candidate is tried, while the budget lasts."""
+        assert self.guard is not None
+        seeds = tuple(range(1, self.guard.repeats))
+        if not seeds:
+            return
+        for _ in range(3):
+            best = self._best()
+            if best is None:
+                return
+            trial, rec = best
+            if rec["role"] == "baseline" or not rec["accuracy_runs"]:
+                return  # same numerics as the baseline: nothing to confirm
+            if self._confirmation(rec) is not None:
+                return  # already confirmed (passed, or _best would not return it)
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                self.report("no time left to confirm the winner's accuracy over several seeds")
+                return
+            cfg = TrainingConfig.from_dict(rec["config"])
+            measured = Measurement.from_dict(rec["measurement"])
+            outcome = run_trial(
+                cfg, self.workload, self.budget, accuracy_seeds=seeds, measured=measured
+            )
+            if outcome.ok:
+                runs = [float(rec["metric"]), *(r.metric for r in outcome.accuracy)]
+                result = self.guard.confirm(runs)
+            else:
+                result = {"runs": [], "passed": False, "failure": outcome.message}
+            result["trial"] = trial.number
+            confirmations = dict(self._confirmations())
+            confirmations[self._numerics_id(rec)] = result
+            self.study.set_user_attr(CONFIRMATIONS, confirmations)
+            verdict = "confirmed" if result["passed"] else "rejected"
+            detail = (
+                f"mean {result['mean']:.4f} over {len(result['runs'])} seeds, drop "
+                f"{result['drop']:+.4f} vs margin {result['margin']:.4f}"
+                if "mean" in result
+                else str(result.get("failure"))
+            )
+            self.report(f"confirmation of trial #{trial.number}: {verdict} ({detail})")
+            if result["passed"]:
+                return
 
     # -- Result --------------------------------------------------------------------------------
 
@@ -761,6 +831,7 @@ class _Search:
             message=rec["message"],
             seconds=float(rec["seconds"]),
             reused=bool(rec.get("reused")),
+            confirmation=self._confirmation(rec) if rec["accuracy_runs"] else None,
         )
 
 

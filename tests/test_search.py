@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import time
 import weakref
 from typing import ClassVar
 
@@ -34,17 +35,23 @@ class Recorder(nn.Module):
         oom_above: int | None = None,
         nan_in_autocast: bool = False,
         garbage_eval_in_autocast: bool = False,
+        garbage_unless_seed0: bool = False,
+        slow_fp32: bool = False,
     ) -> None:
         super().__init__()
         self.net = tiny_model()
         self.oom_above = oom_above
         self.nan_in_autocast = nan_in_autocast
         self.garbage_eval_in_autocast = garbage_eval_in_autocast
+        self.garbage_unless_seed0 = garbage_unless_seed0
+        self.slow_fp32 = slow_fp32
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         autocast = torch.is_autocast_enabled("cpu")
         if self.training:
             Recorder.seen.append(x.shape[0])
+            if self.slow_fp32 and not autocast:
+                time.sleep(0.003)  # makes bf16 the faster config, whatever this CPU does
             if self.oom_above is not None and x.shape[0] > self.oom_above:
                 raise torch.OutOfMemoryError(
                     f"CUDA out of memory. Tried to allocate {x.shape[0]} MiB (faked)"
@@ -52,7 +59,8 @@ class Recorder(nn.Module):
         out = self.net(x)
         if self.nan_in_autocast and autocast:
             return out * float("nan")
-        if self.garbage_eval_in_autocast and autocast and not self.training:
+        lucky = self.garbage_unless_seed0 and torch.initial_seed() == 0
+        if self.garbage_eval_in_autocast and autocast and not self.training and not lucky:
             return torch.zeros_like(out)  # always predicts class 0: accuracy collapses
         return out
 
@@ -162,6 +170,43 @@ def test_accuracy_constraint_rejects_a_candidate_that_drops_too_much(
     frozen = study.trials[bf16.number]
     assert frozen.constraints["accuracy"] > 0
     assert frozen.constraints["failed"] == 0
+
+
+def test_winner_must_pass_confirmation_over_several_seeds(fast_kwargs, bf16_capable) -> None:
+    """Screening sees one lucky seed; the confirmation over the baseline's seeds rejects it."""
+    result = autotune.find_best(
+        Recorder(garbage_eval_in_autocast=True, garbage_unless_seed0=True, slow_fp32=True),
+        tiny_data(),
+        space={"knobs": {"precision": ["fp32", "bf16"]}},
+        n_trials=1,
+        tolerance=0.05,
+        **(fast_kwargs | {"accuracy_samples": 2048}),  # trained enough to be accurate
+    )
+    assert result.guard.baseline_metric > 0.9
+    bf16 = next(t for t in result.trials if t.config.precision.value == "bf16")
+    assert bf16.metric > result.guard.baseline_metric - 0.05  # passed screening with seed 0
+    assert bf16.confirmed is False and not bf16.feasible
+    assert len(bf16.confirmation["runs"]) == 3
+    assert result.config.precision.value == "fp32"
+    assert result.to_dict()["trials"][bf16.number]["confirmation"]["passed"] is False
+
+
+def test_confirmed_winner_reports_the_mean_over_seeds(fast_kwargs, bf16_capable) -> None:
+    result = autotune.find_best(
+        Recorder(slow_fp32=True),
+        tiny_data(),
+        space={"knobs": {"precision": ["bf16"]}},
+        n_trials=1,
+        tolerance=1.0,
+        **fast_kwargs,
+    )
+    assert result.config.precision.value == "bf16"
+    assert result.winner.confirmed is True
+    runs = result.winner.confirmation["runs"]
+    assert len(runs) == 3 and runs[0] == result.winner.metric
+    assert result.metrics["validation_metric"] == pytest.approx(sum(runs) / 3)
+    assert result.metrics["accuracy_confirmed"] is True
+    assert "confirmed over 3 seeds" in result.summary()
 
 
 def test_baseline_is_measured_first_and_reported(fast_kwargs) -> None:

@@ -1,0 +1,194 @@
+"""Speedup benchmark: search, then re-measure the winner against the baseline side by side.
+
+    python benchmarks/speedup.py --workload cnn --timeout 300
+
+1. ``autotune.find_best`` on the workload with the given budget (or ``--result best.json`` to
+   re-measure a result from elsewhere).
+2. An independent re-measurement in one process: baseline and winner throughput alternated for
+   ``--rounds`` rounds (the order flipping each round), with a larger timing budget than the
+   search used; the ratio's median and range are reported.
+3. Both configs trained for the same number of samples from the same initial weights, over
+   ``--seeds`` data-order seeds; the validation metric's difference is reported.
+
+The table goes to benchmarks/RESULTS.md (between this workload's markers), with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import autotune
+from autotune.data import make_task
+from autotune.device import environment
+from autotune.examples import cnn_data, cnn_model, mlp_data, mlp_model
+from autotune.runner import Budget, Workload, measure_throughput, train_for_accuracy
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+
+
+def workload(name: str) -> tuple[torch.nn.Module, Any, Any]:
+    if name == "cnn":
+        train, val = cnn_data()
+        return cnn_model(), train, val
+    if name == "mlp":
+        from autotune.data import split_dataset
+
+        data = mlp_data()
+        task = make_task(
+            forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
+        )
+        train, val, _ = split_dataset(data, task, val_fraction=0.2, seed=0)
+        return mlp_model(), train, val
+    raise SystemExit(f"unknown workload {name!r}; choose cnn or mlp")
+
+
+def remeasure(
+    result: dict[str, Any], model: torch.nn.Module, train: Any, val: Any, args: argparse.Namespace
+) -> dict[str, Any]:
+    task = make_task(
+        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
+    )
+    work = Workload(model=model, train=train, val=val, task=task)
+    base = autotune.TrainingConfig.from_dict(result["baseline"]["config"])
+    best = autotune.TrainingConfig.from_dict(result["config"])
+    budget = Budget(timed_samples=args.timed_samples, chunks=5)
+    throughput: dict[str, list[float]] = {"baseline": [], "winner": []}
+    for r in range(args.rounds):
+        order = [("baseline", base), ("winner", best)]
+        for name, cfg in order if r % 2 == 0 else order[::-1]:
+            with cfg.backends():
+                m = measure_throughput(cfg, work, budget)
+            throughput[name].append(m.throughput)
+            print(f"round {r + 1}: {name:8} {m!r}", flush=True)
+    ratios = [w / b for w, b in zip(throughput["winner"], throughput["baseline"], strict=True)]
+    samples = args.accuracy_samples or int(result["search"]["accuracy_samples"])
+    metrics: dict[str, list[float]] = {"baseline": [], "winner": []}
+    for seed in range(args.seeds):
+        for name, cfg in (("baseline", base), ("winner", best)):
+            with cfg.backends():
+                run = train_for_accuracy(cfg, work, samples, seed)
+            metrics[name].append(run.metric)
+            print(f"seed {seed}: {name:8} accuracy {run.metric:.4f}", flush=True)
+    return {
+        "throughput": throughput,
+        "ratios": ratios,
+        "metrics": metrics,
+        "accuracy_samples": samples,
+    }
+
+
+def render(name: str, result: dict[str, Any], check: dict[str, Any], command: str) -> str:
+    env = result["environment"]
+    ratios = check["ratios"]
+    tb, tw = check["throughput"]["baseline"], check["throughput"]["winner"]
+    mb, mw = check["metrics"]["baseline"], check["metrics"]["winner"]
+    diff = statistics.fmean(mw) - statistics.fmean(mb)
+    guard = result["accuracy_guard"]
+    today = datetime.date.today().isoformat()
+    return "\n".join(
+        [
+            f"### `{name}` speedup ({today})",
+            "",
+            f"Machine: {env['device_name']} ({env['device']}), {env['cpu_count']} CPUs, "
+            f"torch {env['torch']}, optuna {env['optuna']}, Python {env['python']}.",
+            f"Command: `{command}`",
+            "",
+            f"- Search: {result['search']['trials']} trials in {result['search']['seconds']:.0f} s "
+            f"(timeout {result['search']['timeout']}), failures "
+            f"{result['search']['failures'] or 'none'}.",
+            f"- Winner: `{_describe(result['config'])}`",
+            f"- Baseline: `{_describe(result['baseline']['config'])}`",
+            f"- Speedup the search projected: **{result['speedup']:.2f}x** "
+            f"(throughput ratio {result['throughput_ratio']:.2f}x).",
+            "",
+            "Independent re-measurement, alternated in one process "
+            f"({len(ratios)} rounds, {check['throughput']['baseline'] and len(tb)} each):",
+            "",
+            "| | median | min | max |",
+            "| --- | --- | --- | --- |",
+            _row("baseline samples/s", tb),
+            _row("winner samples/s", tw),
+            f"| ratio (winner/baseline, same round) | **{statistics.median(ratios):.2f}x** | "
+            f"{min(ratios):.2f}x | {max(ratios):.2f}x |",
+            "",
+            f"Accuracy, both trained on {check['accuracy_samples']:,} samples from the same "
+            f"initial weights over {len(mb)} data-order seeds: baseline "
+            f"{statistics.fmean(mb):.4f} ({', '.join(f'{v:.4f}' for v in mb)}), winner "
+            f"{statistics.fmean(mw):.4f} ({', '.join(f'{v:.4f}' for v in mw)}); "
+            f"difference {diff:+.4f} against a tolerance of {result['tolerance']} "
+            f"(guard {'reliable' if guard['reliable'] else 'not reliable'}: baseline spread "
+            f"±{guard['baseline_spread']:.4f}, confirmation resolution "
+            f"{guard['confirmation_resolution']:.4f}).",
+            "",
+        ]
+    )
+
+
+def _describe(cfg: dict[str, Any]) -> str:
+    return autotune.TrainingConfig.from_dict(cfg).describe()
+
+
+def _row(label: str, values: list[float]) -> str:
+    return (
+        f"| {label} | {statistics.median(values):,.0f} | {min(values):,.0f} | {max(values):,.0f} |"
+    )
+
+
+def write_section(name: str, text: str) -> None:
+    start, end = f"<!-- speedup:{name}:start -->", f"<!-- speedup:{name}:end -->"
+    current = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Benchmark results\n"
+    block = f"{start}\n{text}{end}"
+    if start in current and end in current:
+        before, rest = current.split(start, 1)
+        after = rest.split(end, 1)[1]
+        current = before + block + after
+    else:
+        current = current.rstrip("\n") + "\n\n" + block + "\n"
+    RESULTS.write_text(current, encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="cnn", choices=["cnn", "mlp"])
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--space", default="default")
+    parser.add_argument("--result", default=None, help="re-measure this result JSON instead")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--timed-samples", type=int, default=6144)
+    parser.add_argument("--accuracy-samples", type=int, default=None)
+    parser.add_argument("--no-write", action="store_true", help="print, do not edit RESULTS.md")
+    args = parser.parse_args()
+    command = "python " + " ".join(["benchmarks/speedup.py", *sys.argv[1:]])
+    model, train, val = workload(args.workload)
+    if args.result:
+        result = json.loads(Path(args.result).read_text())
+    else:
+        start = time.monotonic()
+        found = autotune.find_best(
+            model, train, val_dataset=val, timeout=args.timeout, space=args.space, progress=True
+        )
+        print(found)
+        print(f"search wall time: {time.monotonic() - start:.0f} s")
+        result = found.to_dict()
+    result.setdefault("environment", environment("cpu"))
+    check = remeasure(result, model, train, val, args)
+    text = render(args.workload, result, check, command)
+    print(text)
+    if not args.no_write:
+        write_section(args.workload, text)
+        print(f"wrote {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
