@@ -9,6 +9,7 @@ validation accuracy.
 
 from __future__ import annotations
 
+from autotune.api import find_best
 from autotune.config import (
     BatchScaling,
     CompileMode,
@@ -29,7 +30,6 @@ from autotune.guard import AccuracyGuard
 from autotune.measure import Measurement
 from autotune.result import SearchResult, TrialRecord, load_config
 from autotune.runner import Budget
-from autotune.search import find_best
 from autotune.space import SearchSpace, builtin_spaces, load_space
 
 __version__ = "0.1.0"

@@ -125,22 +125,32 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr, flush=True)
 
     progress(f"study {study!r} in {storage}; results will be written to {args.out}")
-    result = autotune.find_best(
-        model,
-        train,
-        val_dataset=val,
-        tolerance=args.tolerance,
-        space=args.space,
-        n_trials=args.trials,
-        timeout=args.timeout,
-        device=args.device,
-        storage=storage,
-        study_name=study,
-        seed=args.seed,
-        planned_epochs=args.planned_epochs,
-        accuracy_samples=args.accuracy_samples,
-        progress=progress,
-    )
+    try:
+        result = autotune.find_best(
+            model,
+            train,
+            val_dataset=val,
+            tolerance=args.tolerance,
+            space=args.space,
+            n_trials=args.trials,
+            timeout=args.timeout,
+            device=args.device,
+            storage=storage,
+            study_name=study,
+            seed=args.seed,
+            planned_epochs=args.planned_epochs,
+            accuracy_samples=args.accuracy_samples,
+            isolation=args.isolation,
+            trial_timeout=args.trial_timeout,
+            progress=progress,
+        )
+    except KeyboardInterrupt:
+        print(
+            "Interrupted before the baseline was measured: nothing to write. Run the same "
+            "command again to start over.",
+            file=sys.stderr,
+        )
+        return 130
     result.save(args.out)
     print(result.summary())
     print(f"\nwrote {args.out}")
@@ -261,6 +271,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="samples per accuracy-check run (default: from the time budget)",
+    )
+    s.add_argument(
+        "--isolation",
+        default="auto",
+        choices=["auto", "process", "none"],
+        help="run trials in a worker process (auto: wherever the model and data allow)",
+    )
+    s.add_argument(
+        "--trial-timeout",
+        type=float,
+        default=None,
+        help="seconds before a trial is stopped (default: 5x the baseline's trial)",
     )
     s.add_argument("--out", required=True, help="where to write the result JSON")
     s.add_argument("--quiet", action="store_true", help="no progress lines")

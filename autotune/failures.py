@@ -18,6 +18,7 @@ class FailureReason(str, enum.Enum):
     OOM = "oom"
     DIVERGED = "diverged"  # NaN/inf loss, or a GradScaler that collapsed
     TIMEOUT = "timeout"
+    CRASH = "crashed"  # the trial's worker process died (segfault, OOM-killer, os._exit)
     WORKER = "dataloader_worker"
     ERROR = "error"
 
@@ -69,7 +70,12 @@ def classify(exc: BaseException) -> tuple[FailureReason, str]:
             "docker --shm-size, or use fewer workers / a smaller prefetch_factor)",
         )
     if any(m in text for m in _WORKER_MESSAGES):
-        return FailureReason.WORKER, first
+        # "Caught ValueError in DataLoader worker process 0. Original Traceback ...": the last
+        # line is the dataset's own error, the part a user can act on.
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        origin = lines[-1] if len(lines) > 1 else ""
+        detail = f"{first} -> {origin}" if origin and origin not in first else first
+        return FailureReason.WORKER, f"DataLoader worker failed: {detail[:600]}"
     return FailureReason.ERROR, first
 
 

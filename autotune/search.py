@@ -1,4 +1,5 @@
-"""The search: baseline first, then Optuna-sampled candidates, the accuracy guard as a constraint.
+"""The search loop: baseline first, then Optuna-sampled candidates, the accuracy guard as a
+constraint, and the winner's accuracy confirmed before it is declared.
 
 Data flow: search space -> trial runner -> measurement -> study -> exported config. The study is
 a normal Optuna study: each trial's config, measurement and outcome live in its user attributes,
@@ -7,57 +8,33 @@ so a resumed search (same storage and study name) rebuilds everything from the s
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
 import json
 import logging
 import math
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Mapping
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import optuna
-import torch
 from optuna.trial import FrozenTrial, TrialState
-from torch import nn
-from torch.utils.data import Dataset
 
-from autotune import knobs
 from autotune.config import Precision, ScheduleKind, TrainingConfig
-from autotune.data import (
-    ForwardFn,
-    LossFn,
-    MetricFn,
-    check_dataset,
-    check_model_consumes,
-    make_task,
-    split_dataset,
-)
-from autotune.device import describe_device, environment, resolve_device
-from autotune.errors import AutotuneError, ConfigError, StorageError
+from autotune.device import describe_device
+from autotune.errors import AutotuneError, ConfigError
 from autotune.guard import AccuracyGuard
+from autotune.isolation import TrialExecutor
 from autotune.measure import Measurement
 from autotune.result import SearchResult, TrialRecord
-from autotune.runner import (
-    AccuracyRun,
-    Budget,
-    OptimizerFactory,
-    TrialOutcome,
-    Workload,
-    default_optimizer,
-    preserved_rng,
-    run_trial,
-)
-from autotune.space import Choice, SearchSpace, load_space
+from autotune.runner import AccuracyRun, Budget, TrialOutcome, Workload
+from autotune.space import Choice, SearchSpace
+from autotune.study import heartbeat, mark_owner, reconcile_stale_trials, retry_once
 
-__all__ = ["find_best"]
+__all__ = ["DEFAULT_TIMEOUT", "Search"]
 
 log = logging.getLogger("autotune")
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 DEFAULT_TIMEOUT = 600.0
 ROLE = "autotune_role"
@@ -70,293 +47,19 @@ PENALTY = 10.0  # objective of a failed trial, as a multiple of the baseline's p
 LATE_KNOBS = frozenset({"compile_mode", "checkpointing"})
 STAGE_ONE_SHARE = 0.55
 CONFIRMATIONS = "autotune_confirmations"  # study user attribute: numerics -> confirmation
+MIN_TRIAL_LIMIT = 5.0  # seconds: no trial is cut off sooner than this
+DEADLINE_GRACE = 30.0  # seconds a trial may run past the search's deadline before it is stopped
 
 
-def _keeps_callers_rng(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    """The user's dataset may draw from the global RNGs (augmentation) while autotune validates
-    and splits it: give the caller back the RNG states they had."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with preserved_rng("cuda:0" if torch.cuda.is_available() else "cpu"):
-            return fn(*args, **kwargs)
-
-    return wrapper
-
-
-@_keeps_callers_rng
-def find_best(
-    model: nn.Module,
-    dataset: Dataset[Any],
-    *,
-    val_dataset: Dataset[Any] | None = None,
-    loss_fn: LossFn | None = None,
-    forward: ForwardFn | None = None,
-    metric: str | MetricFn = "accuracy",
-    higher_is_better: bool | None = None,
-    collate_fn: Callable[[list[Any]], Any] | None = None,
-    optimizer: OptimizerFactory | None = None,
-    tolerance: float = 0.01,
-    space: str | SearchSpace | Mapping[str, Any] = "default",
-    baseline: TrainingConfig | Mapping[str, Any] | None = None,
-    n_trials: int | None = None,
-    timeout: float | None = None,
-    device: str | torch.device | None = None,
-    storage: str | optuna.storages.BaseStorage | None = None,
-    study_name: str | None = None,
-    seed: int = 0,
-    planned_epochs: float = 10.0,
-    accuracy_samples: int | None = None,
-    accuracy_repeats: int = 3,
-    val_fraction: float = 0.1,
-    budget: Budget | None = None,
-    sampler: optuna.samplers.BaseSampler | None = None,
-    progress: bool | Callable[[str], None] = False,
-) -> SearchResult:
-    """Find the fastest training config for ``model`` on ``dataset`` on this machine whose
-    validation metric stays within ``tolerance`` of the baseline's.
-
-    ``model`` is never modified: every trial trains a copy of its initial weights. Batches are
-    ``(inputs, targets)`` unless ``forward(model, batch) -> (outputs, targets)`` says otherwise;
-    ``loss_fn(outputs, targets)`` defaults to cross-entropy and ``metric`` to accuracy.
-    ``optimizer(params, lr)`` builds the optimizer (AdamW by default); ``sampler`` replaces the
-    default multivariate TPE sampler (the accuracy guard and failures reach any sampler as Optuna
-    constraints, through ``trial.set_constraint``). The search stops after
-    ``n_trials`` candidates or ``timeout`` seconds (10 minutes when neither is given). Candidates
-    are ranked by projected time to train ``planned_epochs`` epochs of the training set.
-    """
-    started = time.monotonic()
-    _check_arguments(
-        model,
-        tolerance,
-        n_trials,
-        timeout,
-        planned_epochs,
-        accuracy_repeats,
-        val_fraction,
-        accuracy_samples,
-        seed,
-    )
-    if n_trials is None and timeout is None:
-        timeout = DEFAULT_TIMEOUT
-    device_str = resolve_device(device)
-    info = describe_device(device_str)
-    task = make_task(
-        forward=forward,
-        loss_fn=loss_fn,
-        metric=metric,
-        higher_is_better=higher_is_better,
-        collate_fn=collate_fn,
-    )
-    check_dataset(dataset, task)
-    if val_dataset is not None:
-        check_dataset(val_dataset, task, argument="val_dataset")
-        train, val, stratified = dataset, val_dataset, False
-    else:
-        train, val, stratified = split_dataset(dataset, task, val_fraction=val_fraction, seed=seed)
-    check_model_consumes(model, train, task)
-    base_cfg = _baseline_config(baseline, device_str)
-    template = copy.deepcopy(model).cpu()  # the caller's model is never touched again
-    n_train = len(train)  # type: ignore[arg-type]
-    restricted = load_space(space).restrict(
-        info,
-        has_conv=any(isinstance(m, nn.Conv2d | nn.Conv3d) for m in template.modules()),
-        n_blocks=len(knobs.find_repeated_blocks(template)),
-        max_batch_size=n_train,
-        current_threads=torch.get_num_threads(),
-    )
-    restricted = restricted.including(base_cfg, base_cfg)
-    for note in restricted.notes:
-        log.info("space: %s", note)
-    study = _open_study(storage, study_name, seed, sampler)
-    workload = Workload(
-        model=template,
-        train=train,
-        val=val,
-        task=task,
-        optimizer=optimizer if optimizer is not None else default_optimizer,
-    )
-    search = _Search(
-        study=study,
-        space=restricted,
-        workload=workload,
-        baseline=base_cfg,
-        budget=budget or Budget(),
-        tolerance=tolerance,
-        accuracy_samples=accuracy_samples,
-        accuracy_repeats=accuracy_repeats,
-        planned_samples=round(planned_epochs * n_train),
-        planned_epochs=planned_epochs,
-        n_trials=n_trials,
-        deadline=None if timeout is None else started + timeout,
-        report=_reporter(progress),
-    )
-    interrupted = search.run()
-    env = environment(device_str)
-    return search.result(
-        environment=env,
-        seconds=time.monotonic() - started,
-        interrupted=interrupted,
-        extra={
-            "study_name": study.study_name,
-            "storage": _redact(storage),
-            "space": restricted.name,
-            "space_notes": list(restricted.notes),
-            "stratified_split": stratified,
-            "seed": seed,
-            "n_trials": n_trials,
-            "timeout": timeout,
-            "planned_epochs": planned_epochs,
-        },
-    )
-
-
-# -- Arguments --------------------------------------------------------------------------------
-
-
-def _check_arguments(
-    model: Any,
-    tolerance: float,
-    n_trials: int | None,
-    timeout: float | None,
-    planned_epochs: float,
-    accuracy_repeats: int,
-    val_fraction: float,
-    accuracy_samples: int | None,
-    seed: int,
-) -> None:
-    if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"`model` must be a torch.nn.Module, but got {type(model).__name__}. "
-            "Pass the model instance (not its class or a factory)."
-        )
-
-    def number(name: str, value: Any, ok: bool, rule: str) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TypeError(f"`{name}` must be a number, but got {value!r}.")
-        if not ok:
-            raise ValueError(f"`{name}` must be {rule}, but got {value!r}.")
-
-    number(
-        "tolerance",
-        tolerance,
-        tolerance >= 0 if isinstance(tolerance, int | float) else False,
-        ">= 0",
-    )
-    if n_trials is not None and (isinstance(n_trials, bool) or not isinstance(n_trials, int)):
-        raise TypeError(f"`n_trials` must be an int or None, but got {n_trials!r}.")
-    if n_trials is not None and n_trials < 1:
-        raise ValueError(f"`n_trials` must be >= 1, but got {n_trials}.")
-    if timeout is not None:
-        number("timeout", timeout, timeout > 0, "> 0 seconds")
-    number("planned_epochs", planned_epochs, planned_epochs > 0, "> 0")
-    number("val_fraction", val_fraction, 0 < val_fraction < 1, "in (0, 1)")
-    if isinstance(accuracy_repeats, bool) or not isinstance(accuracy_repeats, int):
-        raise TypeError(f"`accuracy_repeats` must be an int, but got {accuracy_repeats!r}.")
-    if accuracy_repeats < 1:
-        raise ValueError(f"`accuracy_repeats` must be >= 1, but got {accuracy_repeats}.")
-    if accuracy_samples is not None and (
-        isinstance(accuracy_samples, bool)
-        or not isinstance(accuracy_samples, int)
-        or accuracy_samples < 1
-    ):
-        raise ValueError(f"`accuracy_samples` must be an int >= 1, but got {accuracy_samples!r}.")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"`seed` must be an int, but got {seed!r}.")
-
-
-def _baseline_config(
-    baseline: TrainingConfig | Mapping[str, Any] | None, device: str
-) -> TrainingConfig:
-    if baseline is None:
-        return TrainingConfig(device=device)
-    if isinstance(baseline, TrainingConfig):
-        return baseline.replace(device=device)
-    if isinstance(baseline, Mapping):
-        try:
-            return TrainingConfig.from_dict({**baseline, "device": device})
-        except ConfigError as exc:
-            raise ConfigError(f"Invalid `baseline`: {exc}") from None
-    raise TypeError(
-        f"`baseline` must be a TrainingConfig, a dict of its fields, or None, "
-        f"but got {type(baseline).__name__}."
-    )
-
-
-def _open_study(
-    storage: str | optuna.storages.BaseStorage | None,
-    study_name: str | None,
-    seed: int,
-    sampler: optuna.samplers.BaseSampler | None = None,
-) -> optuna.Study:
-    if storage is not None and not isinstance(storage, str | optuna.storages.BaseStorage):
-        raise TypeError(
-            f"`storage` must be an Optuna storage URL (e.g. 'sqlite:///autotune.db') or a "
-            f"storage object, but got {type(storage).__name__}."
-        )
-    if isinstance(storage, str) and "://" not in storage:
-        raise StorageError(
-            f"`storage` must be a database URL such as 'sqlite:///autotune.db' or "
-            f"'postgresql://user@host/db', but got {storage!r}."
-        )
-    if sampler is None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.TPESampler(
-                seed=seed,
-                multivariate=True,
-                group=True,
-                constant_liar=True,
-                n_startup_trials=6,
-            )
-    try:
-        return optuna.create_study(
-            storage=storage,
-            study_name=study_name,
-            sampler=sampler,
-            direction="minimize",
-            load_if_exists=True,
-        )
-    except (ValueError, ImportError, RuntimeError) as exc:
-        raise StorageError(f"Cannot open the study in storage {_redact(storage)!r}: {exc}") from exc
-    except Exception as exc:  # SQLAlchemy's errors for unreachable or malformed databases
-        raise StorageError(
-            f"Cannot open the study in storage {_redact(storage)!r}: "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-        ) from exc
-
-
-def _redact(storage: Any) -> str | None:
-    if storage is None:
-        return None
-    if not isinstance(storage, str):
-        return type(storage).__name__
-    scheme, sep, rest = storage.partition("://")
-    if sep and "@" in rest:
-        creds, _, host = rest.rpartition("@")
-        user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}" if ":" in creds else storage
-    return storage
-
-
-def _reporter(progress: bool | Callable[[str], None]) -> Callable[[str], None]:
-    if callable(progress):
-        return progress
-    if progress:
-        return lambda line: print(line, flush=True)
-    return lambda line: log.info("%s", line)
-
-
-# -- The search loop --------------------------------------------------------------------------
-
-
-class _Search:
+class Search:
     def __init__(
         self,
         *,
         study: optuna.Study,
         space: SearchSpace,
         workload: Workload,
+        executor: TrialExecutor,
+        trial_timeout: float | None,
         baseline: TrainingConfig,
         budget: Budget,
         tolerance: float,
@@ -371,6 +74,9 @@ class _Search:
         self.study = study
         self.space = space
         self.workload = workload
+        self.executor = executor
+        self.trial_timeout = trial_timeout
+        self.auto_limit: float | None = None  # set from the baseline's own duration
         self.baseline = baseline
         self.budget = budget
         self.tolerance = tolerance
@@ -399,6 +105,12 @@ class _Search:
 
     def run(self) -> bool:
         """Run baseline and candidates until the budget is spent. Returns True if interrupted."""
+        stale = reconcile_stale_trials(self.study)
+        if stale:
+            self.report(
+                f"trials {', '.join(f'#{n}' for n in stale)} were left running by a process that "
+                "is gone: marked failed, and retried once"
+            )
         try:
             self._ensure_baseline()
             assert self.guard is not None
@@ -416,9 +128,42 @@ class _Search:
                     self._run_candidate(self.space)
             self._confirm_winner()
         except KeyboardInterrupt:
+            if self.guard is None:
+                raise  # no baseline yet: there is nothing to report
             self.report("interrupted: finishing with the best config found so far")
             return True
         return False
+
+    def _ask(self) -> optuna.Trial:
+        with warnings.catch_warnings():
+            # Optuna warns that heartbeats are meant for study.optimize; autotune beats itself
+            # (study.heartbeat) around each trial of its ask-and-tell loop.
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            return self.study.ask()
+
+    def _limit(self) -> float | None:
+        """This trial's wall-clock limit: the user's, or 5x the baseline's trial (at least a
+        minute), and never far past the search's deadline."""
+        limit = self.trial_timeout if self.trial_timeout is not None else self.auto_limit
+        if self.deadline is not None:
+            remaining = self.deadline - time.monotonic() + DEADLINE_GRACE
+            limit = remaining if limit is None else min(limit, remaining)
+        return None if limit is None else max(limit, MIN_TRIAL_LIMIT)
+
+    def _execute(
+        self,
+        cfg: TrainingConfig,
+        *,
+        accuracy_seeds: tuple[int, ...] = (),
+        measured: Measurement | None = None,
+    ) -> TrialOutcome:
+        return self.executor.run(
+            cfg,
+            self.budget,
+            accuracy_seeds=accuracy_seeds,
+            measured=measured,
+            time_limit=self._limit(),
+        )
 
     def _candidates(self) -> int:
         return sum(1 for _, r in self._records() if r["role"] == "candidate")
@@ -486,7 +231,7 @@ class _Search:
         self.report(f"baseline: {self.baseline.describe()}")
         # The accuracy budget is fixed once, from the baseline's speed, so the baseline's
         # repeats take at most ~15% of the time budget; every candidate gets the same budget.
-        probe = run_trial(self.baseline, self.workload, self.budget)
+        probe = self._execute(self.baseline)
         if not probe.ok or probe.measurement is None:
             raise AutotuneError(
                 f"The baseline config failed ({probe.failure}): {probe.message}. Nothing can be "
@@ -495,13 +240,7 @@ class _Search:
         samples = self._accuracy_budget(probe.measurement)
         self.budget = _with_accuracy_samples(self.budget, samples)
         seeds = tuple(range(self.accuracy_repeats))
-        outcome = run_trial(
-            self.baseline,
-            self.workload,
-            self.budget,
-            accuracy_seeds=seeds,
-            measured=probe.measurement,
-        )
+        outcome = self._execute(self.baseline, accuracy_seeds=seeds, measured=probe.measurement)
         outcome = dataclasses.replace(outcome, seconds=outcome.seconds + probe.seconds)
         if not outcome.ok:
             raise AutotuneError(
@@ -511,12 +250,15 @@ class _Search:
         # The baseline is a point of the space (restrict() made sure), so it is stored with its
         # parameters and every sampler, grid samplers included, can place it.
         self.study.enqueue_trial(self.space.params_of(self.baseline, self.baseline))
-        new_trial = self.study.ask()
+        new_trial = self._ask()
         as_sampled = self.space.suggest(new_trial, self.baseline)
         if as_sampled != self.baseline:
             log.debug("baseline parameters do not rebuild it exactly: %s", as_sampled)
         rec = self._record(outcome, role="baseline", reused=False)
         rec["accuracy_samples"] = samples
+        runs = [r.seconds for r in outcome.accuracy]
+        rec["trial_limit"] = max(60.0, 5 * (probe.seconds + statistics.fmean(runs)))
+        mark_owner(new_trial)
         self._adopt_baseline(rec)
         self._tell(new_trial, rec)
 
@@ -543,6 +285,7 @@ class _Search:
             accuracy_samples=int(rec["accuracy_samples"]),
         )
         self.baseline_time = float(rec["projected_time"])
+        self.auto_limit = float(rec.get("trial_limit", 0.0)) or None
         # Confirming a winner takes (repeats - 1) more accuracy runs; candidates worth
         # confirming train faster than the baseline, so its own runs bound the time.
         seconds = [float(r["seconds"]) for r in rec["accuracy_runs"]]
@@ -589,7 +332,8 @@ class _Search:
 
     def _run_candidate(self, space: SearchSpace) -> None:
         assert self.guard is not None
-        trial = self.study.ask()
+        trial = self._ask()
+        mark_owner(trial)
         try:
             cfg = space.suggest(trial, self.baseline)
         except ConfigError as exc:  # a combination the config itself rejects
@@ -608,9 +352,12 @@ class _Search:
         known = self._accuracy_of_same_numerics(cfg) if checked else None
         seeds = (0,) if checked and known is None else ()
         try:
-            outcome = run_trial(cfg, self.workload, self.budget, accuracy_seeds=seeds)
+            with heartbeat(self.study, trial):
+                outcome = self._execute(cfg, accuracy_seeds=seeds)
         except KeyboardInterrupt:
+            # The trial did not finish: fail it and let a resumed search run it again.
             self.study.tell(trial, state=TrialState.FAIL)
+            retry_once(self.study, self.study.trials[trial.number])
             raise
         if known is not None and outcome.ok:
             outcome = dataclasses.replace(outcome, accuracy=known)
@@ -761,9 +508,7 @@ class _Search:
                 return
             cfg = TrainingConfig.from_dict(rec["config"])
             measured = Measurement.from_dict(rec["measurement"])
-            outcome = run_trial(
-                cfg, self.workload, self.budget, accuracy_seeds=seeds, measured=measured
-            )
+            outcome = self._execute(cfg, accuracy_seeds=seeds, measured=measured)
             if outcome.ok:
                 runs = [float(rec["metric"]), *(r.metric for r in outcome.accuracy)]
                 result = self.guard.confirm(runs)

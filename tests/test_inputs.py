@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 import autotune
-from autotune import search as search_mod
+from autotune import api
 from autotune.examples import tiny_data, tiny_model
 
 
@@ -16,7 +16,7 @@ def no_trials(monkeypatch: pytest.MonkeyPatch) -> None:
     def forbidden(*args, **kwargs):
         raise AssertionError("a trial ran before the input was validated")
 
-    monkeypatch.setattr(search_mod, "run_trial", forbidden)
+    monkeypatch.setattr(api, "make_executor", forbidden)
 
 
 class Items(torch.utils.data.Dataset):
@@ -64,6 +64,8 @@ class Items(torch.utils.data.Dataset):
         ({"storage": "sqlite:/bad"}, autotune.StorageError, r"`storage` must be a database URL"),
         ({"storage": "nosuchdb://x/y"}, autotune.StorageError, r"Cannot open the study"),
         ({"metric": "f1"}, ValueError, r"`metric` must be 'accuracy', 'loss' or a callable"),
+        ({"isolation": "thread"}, ValueError, r"`isolation` must be one of auto, process, none"),
+        ({"trial_timeout": -1}, ValueError, r"`trial_timeout` must be > 0 seconds or None"),
         (
             {"baseline": {"batch_size": 0}},
             autotune.ConfigError,

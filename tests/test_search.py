@@ -12,16 +12,17 @@ from typing import ClassVar
 import optuna
 import pytest
 import torch
-from conftest import FAST_BUDGET
 from torch import nn
 
 import autotune
-from autotune import search as search_mod
+from autotune import api
 from autotune.data import make_task
 from autotune.device import describe_device
 from autotune.examples import tiny_data, tiny_model
 from autotune.failures import FailureReason
 from autotune.runner import Workload, run_trial
+
+from conftest import FAST_BUDGET
 
 
 class Recorder(nn.Module):
@@ -76,7 +77,7 @@ def _clear_recorder():
 def bf16_capable(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pretend this CPU has native bf16, so the precision knob is searched everywhere."""
     info = dataclasses.replace(describe_device("cpu"), supports_bf16=True)
-    monkeypatch.setattr(search_mod, "describe_device", lambda device: info)
+    monkeypatch.setattr(api, "describe_device", lambda device: info)
 
 
 def test_faked_oom_above_a_batch_size(fast_kwargs) -> None:

@@ -1,0 +1,93 @@
+"""Models and datasets that fail on purpose, importable by trial worker processes."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset, get_worker_info
+
+from autotune.examples import tiny_data, tiny_model
+
+OOM_MESSAGES = {
+    "cuda": "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.10 GiB total capacity)",
+    "cudnn": "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a "
+    "non-contiguous input.",
+    "cublas": "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "cpu": "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+    "you tried to allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)",
+}
+
+
+class FaultAbove(nn.Module):
+    """A tiny classifier that misbehaves in training when the batch is larger than ``limit``."""
+
+    def __init__(self, fault: str, limit: int = 32) -> None:
+        super().__init__()
+        self.net = tiny_model()
+        self.fault = fault
+        self.limit = limit
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] > self.limit:
+            if self.fault == "hang":
+                time.sleep(3600)
+            elif self.fault == "segfault":
+                ctypes.string_at(0)
+            elif self.fault == "exit":
+                os._exit(3)
+            elif self.fault == "oom-type":
+                raise torch.OutOfMemoryError(OOM_MESSAGES["cuda"])
+            elif self.fault.startswith("oom-"):
+                raise RuntimeError(OOM_MESSAGES[self.fault.removeprefix("oom-")])
+            elif self.fault == "nan":
+                return self.net(x) * float("nan")
+        out: torch.Tensor = self.net(x)
+        return out
+
+
+class FaultyInWorkers(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """tiny_data, except that items read inside a DataLoader worker raise or kill the worker."""
+
+    def __init__(self, fault: str) -> None:
+        self.data = tiny_data()
+        self.targets = self.data.targets
+        self.fault = fault
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if get_worker_info() is not None:
+            if self.fault == "raise":
+                raise ValueError(f"corrupt record #{index}")
+            if self.fault == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+        item: tuple[torch.Tensor, torch.Tensor] = self.data[index]
+        return item
+
+
+class Slow(nn.Module):
+    """tiny_model, 30 ms per training step: slow enough to be interrupted mid-trial."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = tiny_model()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            time.sleep(0.03)
+        out: torch.Tensor = self.net(x)
+        return out
+
+
+def slow_model() -> nn.Module:
+    return Slow()
+
+
+def data() -> Dataset[tuple[torch.Tensor, torch.Tensor]]:
+    return tiny_data()

@@ -1,0 +1,274 @@
+"""Fault injection: whatever a trial does, the search survives, records why, and loses nothing."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+import torch
+from optuna.trial import TrialState
+
+import autotune
+from autotune.data import make_task
+from autotune.examples import tiny_data, tiny_model
+from autotune.failures import FailureReason
+from autotune.runner import Workload, run_trial
+
+from conftest import FAST_BUDGET
+from faulty import FaultAbove, FaultyInWorkers
+
+ONLY_64 = {"knobs": {"batch_size": [64]}}
+
+
+def search(model, data=None, **overrides):
+    options = {
+        "space": ONLY_64,
+        "n_trials": 1,
+        "budget": FAST_BUDGET,
+        "accuracy_samples": 256,
+        "device": "cpu",
+        "isolation": "process",
+    } | overrides
+    return autotune.find_best(model, tiny_data() if data is None else data, **options)
+
+
+def only_failure(result):
+    failed = [t for t in result.trials if t.failure]
+    assert len(failed) == 1, [t.to_dict() for t in result.trials]
+    saved = json.loads(result.to_json())
+    assert saved["search"]["failures"] == {failed[0].failure: 1}
+    assert saved["config"] == result.baseline.to_dict()  # the failure never wins
+    return failed[0]
+
+
+def test_a_hang_in_a_worker_is_stopped_at_the_trial_limit() -> None:
+    start = time.monotonic()
+    result = search(FaultAbove("hang"), trial_timeout=5)
+    failed = only_failure(result)
+    assert failed.failure == "timeout" and failed.config.batch_size == 64
+    assert "ran past its 5 s limit" in failed.message
+    assert result.to_dict()["search"]["isolation"] == "process"
+    assert time.monotonic() - start < 60
+
+
+def test_a_python_hang_in_process_is_interrupted_too() -> None:
+    result = search(FaultAbove("hang"), trial_timeout=5, isolation="none")
+    assert only_failure(result).failure == "timeout"
+
+
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [("segfault", "killed by SIGSEGV"), ("exit", "exited with code 3")],
+)
+def test_a_dying_worker_ends_only_its_trial(fault: str, says: str) -> None:
+    result = search(FaultAbove(fault))
+    failed = only_failure(result)
+    assert failed.failure == "crashed" and says in failed.message
+
+
+def test_the_search_goes_on_after_a_crash_in_a_fresh_worker() -> None:
+    result = search(
+        FaultAbove("segfault"),
+        space={"knobs": {"batch_size": [64, 16]}},
+        n_trials=2,
+        sampler=optuna.samplers.BruteForceSampler(seed=0),
+    )
+    by_size = {t.config.batch_size: t for t in result.trials}
+    assert by_size[64].failure == "crashed"
+    assert by_size[16].failure is None and by_size[16].throughput > 0
+
+
+@pytest.mark.parametrize(
+    ("fault", "isolation"),
+    [
+        ("oom-type", "process"),
+        ("oom-cuda", "none"),
+        ("oom-cudnn", "none"),
+        ("oom-cublas", "none"),
+        ("oom-cpu", "none"),
+    ],
+)
+def test_every_out_of_memory_form_is_an_oom_failure(fault: str, isolation: str) -> None:
+    failed = only_failure(search(FaultAbove(fault), isolation=isolation))
+    assert failed.failure == "oom" and "out of memory" in failed.message
+
+
+def test_nan_loss_is_divergence() -> None:
+    failed = only_failure(search(FaultAbove("nan")))
+    assert failed.failure == "diverged" and "loss became nan" in failed.message
+
+
+def test_a_dataset_item_that_raises_in_a_loader_worker() -> None:
+    result = search(tiny_model(), FaultyInWorkers("raise"), space={"knobs": {"num_workers": [1]}})
+    failed = only_failure(result)
+    assert failed.failure == "dataloader_worker"
+    assert "corrupt record #" in failed.message
+
+
+def test_a_loader_worker_killed_by_a_signal() -> None:
+    result = search(tiny_model(), FaultyInWorkers("kill"), space={"knobs": {"num_workers": [1]}})
+    failed = only_failure(result)
+    assert failed.failure == "dataloader_worker"
+    assert "killed by signal" in failed.message or "exited unexpectedly" in failed.message
+
+
+def test_unpicklable_hooks_fall_back_to_in_process_trials_and_say_so() -> None:
+    lines: list[str] = []
+    result = search(
+        tiny_model(),
+        loss_fn=lambda out, y: torch.nn.functional.cross_entropy(out, y),
+        progress=lines.append,
+        isolation="auto",
+    )
+    note = next(line for line in lines if "trials run in this process" in line)
+    assert "loss_fn" in note and "cannot be pickled" in note
+    assert result.to_dict()["search"]["isolation"] == "in-process"
+    with pytest.raises(ValueError, match=r"`isolation='process'` is impossible: .*loss_fn"):
+        search(tiny_model(), loss_fn=lambda out, y: out.sum(), isolation="process")
+
+
+def test_in_process_oom_trials_give_their_memory_back() -> None:
+    class Hog(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            held = torch.ones(25_000_000)  # 100 MB alive in this frame when it raises
+            held.add_(1)
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 100.00 MiB")
+
+    task = make_task(
+        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
+    )
+    workload = Workload(model=Hog(), train=tiny_data(), val=tiny_data(), task=task)
+    process = psutil.Process()
+    run_trial(autotune.TrainingConfig(), workload, FAST_BUDGET)  # warm the allocator up
+    gc.collect()
+    before = process.memory_info().rss
+    for _ in range(20):
+        outcome = run_trial(autotune.TrainingConfig(), workload, FAST_BUDGET)
+        assert outcome.failure is FailureReason.OOM
+    after = process.memory_info().rss
+    assert after - before < 50 * 2**20, f"RSS grew by {(after - before) / 2**20:.0f} MiB"
+
+
+# -- The search process itself dies or is interrupted -------------------------------------------
+
+
+def _cli(tmp_path: Path, study: str, trials: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "autotune",
+        "search",
+        "--model",
+        "faulty:slow_model",
+        "--data",
+        "faulty:data",
+        "--space",
+        "quick",
+        "--trials",
+        str(trials),
+        "--accuracy-samples",
+        "64",
+        "--storage",
+        f"sqlite:///{tmp_path / 'study.db'}",
+        "--study",
+        study,
+        "--out",
+        str(tmp_path / "best.json"),
+    ]
+
+
+def _env() -> dict[str, str]:
+    here = str(Path(__file__).parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([here, *sys.path])}
+
+
+def _wait_for(predicate, timeout: float = 120.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("timed out waiting for the search to get there")
+
+
+def _trials(tmp_path: Path, study: str) -> list[optuna.trial.FrozenTrial]:
+    try:
+        return optuna.load_study(
+            study_name=study, storage=f"sqlite:///{tmp_path / 'study.db'}"
+        ).trials
+    except Exception:
+        return []
+
+
+def _mid_candidate(tmp_path: Path, study: str) -> bool:
+    trials = _trials(tmp_path, study)
+    done = [t for t in trials if t.state is TrialState.COMPLETE]
+    running = [t for t in trials if t.state is TrialState.RUNNING]
+    return len(done) >= 2 and bool(running)
+
+
+@pytest.mark.slow
+def test_kill_9_then_the_same_command_resumes_and_loses_nothing(tmp_path: Path) -> None:
+    cmd = _cli(tmp_path, "killed", trials=4)
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(lambda: _mid_candidate(tmp_path, "killed"))
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    psutil.wait_procs(workers, timeout=10)  # orphaned trial workers stop by themselves
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+    before = {t.number: t for t in _trials(tmp_path, "killed") if t.state is TrialState.COMPLETE}
+    running = [t.number for t in _trials(tmp_path, "killed") if t.state is TrialState.RUNNING]
+    assert len(running) == 1
+
+    again = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "left running by a process that is gone" in again.stderr
+    after = {t.number: t for t in _trials(tmp_path, "killed")}
+    for number, trial in before.items():  # every finished trial is still there, unchanged
+        assert after[number].state is TrialState.COMPLETE
+        assert after[number].value == trial.value
+    assert after[running[0]].state is TrialState.FAIL
+    retries = [t for t in after.values() if t.user_attrs.get("autotune_retry_of") == running[0]]
+    assert len(retries) == 1 and retries[0].params == after[running[0]].params
+    assert retries[0].state is TrialState.COMPLETE
+    saved = json.loads((tmp_path / "best.json").read_text())
+    assert saved["search"]["trials"] == len(
+        [t for t in after.values() if t.state is TrialState.COMPLETE]
+    )
+
+
+@pytest.mark.slow
+def test_ctrl_c_writes_the_best_so_far_and_says_how_to_resume(tmp_path: Path) -> None:
+    cmd = _cli(tmp_path, "interrupted", trials=20)
+    proc = subprocess.Popen(
+        cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    _wait_for(lambda: _mid_candidate(tmp_path, "interrupted"))
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Run the same command again to resume" in err
+    saved = json.loads((tmp_path / "best.json").read_text())
+    assert saved["search"]["interrupted"] is True
+    trials = _trials(tmp_path, "interrupted")
+    assert not [t for t in trials if t.state is TrialState.RUNNING]
+    # The trial that was running (if the signal did not fall between two trials) ended cleanly
+    # as failed, with a retry waiting for the resumed search.
+    failed = [t for t in trials if t.state is TrialState.FAIL]
+    assert len(failed) <= 1, (err, [(t.number, t.state) for t in trials])
+    for trial in failed:
+        assert any(t.user_attrs.get("autotune_retry_of") == trial.number for t in trials)
