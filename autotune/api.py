@@ -32,7 +32,7 @@ from autotune.data import (
     make_task,
     split_dataset,
 )
-from autotune.device import describe_device, environment, resolve_device
+from autotune.device import cpu_share, describe_device, environment, resolve_device
 from autotune.errors import ConfigError
 from autotune.isolation import ISOLATION_MODES, make_executor
 from autotune.result import SearchResult
@@ -43,11 +43,11 @@ from autotune.runner import (
     default_optimizer,
     preserved_rng,
 )
-from autotune.search import DEFAULT_TIMEOUT, Search
+from autotune.search import DEFAULT_TIMEOUT, SETTINGS, Search
 from autotune.space import Choice, SearchSpace, load_space
 from autotune.study import open_study, redact
 
-__all__ = ["find_best"]
+__all__ = ["find_best", "worker_env"]
 
 log = logging.getLogger("autotune")
 _P = ParamSpec("_P")
@@ -96,6 +96,7 @@ def find_best(
     isolation: str = "auto",
     trial_timeout: float | None = None,
     progress: bool | Callable[[str], None] = False,
+    launcher: Callable[[optuna.Study], None] | None = None,
 ) -> SearchResult:
     """Find the fastest training config for ``model`` on ``dataset`` on this machine whose
     validation metric stays within ``tolerance`` of the baseline's.
@@ -113,8 +114,12 @@ def find_best(
     then ends only that trial) wherever the model and data can be pickled, and says once when
     they cannot; ``"process"`` insists, ``"none"`` runs trials in this process. Each trial is
     stopped after ``trial_timeout`` seconds (default: 5x the baseline's trial, at least a minute).
+
+    ``launcher(study)``, when given, runs the candidates elsewhere: it is called once the
+    baseline is measured and returns when its workers are done (the CLI's ``--workers`` starts
+    ``autotune worker`` processes this way); this process then confirms the winner and exports.
     """
-    started = time.monotonic()
+    started = time.time()
     _check_arguments(
         model,
         tolerance,
@@ -177,7 +182,15 @@ def find_best(
         optimizer=optimizer if optimizer is not None else default_optimizer,
     )
     reporter = _reporter(progress)
-    executor, fallback = make_executor(workload, isolation, env=_worker_env(study.study_name))
+    if launcher is not None and isinstance(study._storage, optuna.storages.InMemoryStorage):
+        raise ValueError(
+            "Workers need a storage they can reach: pass storage= (e.g. 'sqlite:///autotune.db' "
+            "on one host, 'postgresql://...' across hosts)."
+        )
+    settings = dict(study.user_attrs.get(SETTINGS, {}))
+    settings.update({"seed": seed, "val_fraction": val_fraction, "isolation": isolation})
+    study.set_user_attr(SETTINGS, settings)
+    executor, fallback = make_executor(workload, isolation, env=worker_env(study.study_name))
     if fallback:
         reporter(fallback)
     search = Search(
@@ -196,6 +209,8 @@ def find_best(
         n_trials=n_trials,
         deadline=None if timeout is None else started + timeout,
         report=reporter,
+        fingerprint=environment(device_str)["fingerprint"],
+        launcher=launcher,
     )
     try:
         interrupted = search.run()
@@ -204,7 +219,7 @@ def find_best(
     env = environment(device_str)
     return search.result(
         environment=env,
-        seconds=time.monotonic() - started,
+        seconds=time.time() - started,
         interrupted=interrupted,
         extra={
             "study_name": study.study_name,
@@ -326,16 +341,20 @@ def _restrict_workers(space: SearchSpace, train: Any, val: Any, task: Any) -> Se
     return dataclasses.replace(space, knobs=knobs_, notes=(*space.notes, note))
 
 
-def _worker_env(study_name: str) -> dict[str, str]:
-    """Environment for trial workers: this process's import path, and one compiled-kernel cache
-    per study, shared by every worker, so that compile cost is paid once per graph as in a real
-    run, not once per worker process."""
+def worker_env(study_name: str) -> dict[str, str]:
+    """Environment for trial workers: this process's import path and CPU share, and one
+    compiled-kernel cache per study, shared by every worker, so that compile cost is paid once
+    per graph as in a real run, not once per worker process."""
     cache = Path(tempfile.gettempdir()) / f"autotune-inductor-{_slug(study_name)}"
-    return {
+    env = {
         "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path),
         "TORCHINDUCTOR_CACHE_DIR": str(cache),
         "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
     }
+    share = cpu_share()
+    if share < (os.cpu_count() or share):
+        env["OMP_NUM_THREADS"] = str(share)  # the worker inherits the affinity: match threads
+    return env
 
 
 def _slug(text: str) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -114,6 +116,14 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     import autotune
 
+    if args.workers < 1:
+        raise CLIError(f"--workers must be >= 1, but got {args.workers}.")
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    if devices:
+        # Before anything touches CUDA: the coordinator measures the baseline on the first
+        # device, as worker 1 will.
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices[0]
+        args.device = "cuda:0"
     model, train, val = _model_and_data(args)
     storage = args.storage or DEFAULT_STORAGE
     study = args.study or _default_study(args)
@@ -125,25 +135,51 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr, flush=True)
 
     progress(f"study {study!r} in {storage}; results will be written to {args.out}")
-    try:
-        result = autotune.find_best(
-            model,
-            train,
-            val_dataset=val,
-            tolerance=args.tolerance,
-            space=args.space,
-            n_trials=args.trials,
-            timeout=args.timeout,
-            device=args.device,
+    launcher = None
+    pinned: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if args.workers > 1 or devices:
+        from autotune.distributed import cpu_shares, launch_local_workers, restricted_to
+
+        n = len(devices) if devices else args.workers
+        shares = None
+        if not devices:
+            shares = cpu_shares(n)
+            pinned = restricted_to(shares[0])  # baseline timed on one share, like the workers
+            progress(
+                f"{n} workers split this machine's CPU cores ({len(shares[0])} each): every "
+                "trial, the baseline's too, is timed on one share"
+            )
+        launcher = launch_local_workers(
+            n=n,
             storage=storage,
-            study_name=study,
-            seed=args.seed,
-            planned_epochs=args.planned_epochs,
-            accuracy_samples=args.accuracy_samples,
-            isolation=args.isolation,
-            trial_timeout=args.trial_timeout,
-            progress=progress,
+            model_spec=args.model,
+            data_spec=args.data,
+            devices=devices,
+            shares=shares,
+            report=progress,
+            extra_args=["--quiet"] if quiet else [],
         )
+    try:
+        with pinned:
+            result = autotune.find_best(
+                model,
+                train,
+                val_dataset=val,
+                tolerance=args.tolerance,
+                space=args.space,
+                n_trials=args.trials,
+                timeout=args.timeout,
+                device=args.device,
+                storage=storage,
+                study_name=study,
+                seed=args.seed,
+                planned_epochs=args.planned_epochs,
+                accuracy_samples=args.accuracy_samples,
+                isolation=args.isolation,
+                trial_timeout=args.trial_timeout,
+                progress=progress,
+                launcher=launcher,
+            )
     except KeyboardInterrupt:
         print(
             "Interrupted before the baseline was measured: nothing to write. Run the same "
@@ -161,6 +197,34 @@ def cmd_search(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import optuna
+
+    from autotune.distributed import join_search, pin_from_env
+
+    pin_from_env()  # the CPU share a local coordinator gave this worker
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    model, train, val = _model_and_data(args)
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(f"[worker {os.getpid()}] {line}", file=sys.stderr, flush=True)
+
+    ran = join_search(
+        model,
+        train,
+        val_dataset=val,
+        storage=args.storage,
+        study_name=args.study,
+        device=args.device,
+        isolation=args.isolation,
+        seed_offset=args.seed_offset,
+        progress=progress,
+    )
+    progress(f"done: {ran} trials")
     return 0
 
 
@@ -284,9 +348,27 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds before a trial is stopped (default: 5x the baseline's trial)",
     )
+    s.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes sharing the study (on a CPU they split the cores)",
+    )
+    s.add_argument("--devices", default=None, help="GPU indices, one worker each: 0,1,2,3")
     s.add_argument("--out", required=True, help="where to write the result JSON")
     s.add_argument("--quiet", action="store_true", help="no progress lines")
     s.set_defaults(func=cmd_search)
+
+    w = sub.add_parser("worker", help="join a running search's study and run its trials")
+    w.add_argument("--storage", required=True, help="the study's storage URL (postgresql://...)")
+    w.add_argument("--study", required=True, help="the study's name")
+    w.add_argument("--model", required=True, help="MODULE:FUNCTION or file.py:FUNCTION")
+    w.add_argument("--data", required=True, help="MODULE:FUNCTION or file.py:FUNCTION")
+    w.add_argument("--device", default=None)
+    w.add_argument("--isolation", default=None, choices=["auto", "process", "none"])
+    w.add_argument("--seed-offset", type=int, default=1, help="distinct per worker")
+    w.add_argument("--quiet", action="store_true")
+    w.set_defaults(func=cmd_worker)
 
     sh = sub.add_parser("show", help="print a readable summary of a result JSON")
     sh.add_argument("path")

@@ -90,7 +90,7 @@ def _compiler_available() -> bool:
 @functools.cache
 def describe_device(device: str) -> DeviceInfo:
     dev = torch.device(device)
-    cpu_count = psutil.cpu_count(logical=True) or os.cpu_count() or 1
+    cpu_count = cpu_share()  # the cores this process may use, not all the machine's
     compile_ok = _compiler_available() and sys.version_info < (3, 14)
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
@@ -160,7 +160,8 @@ def environment(device: str) -> dict[str, Any]:
         "device_name": info.name,
         "device_memory_bytes": info.memory_bytes,
         "cpu_model": _cpu_model(),
-        "cpu_count": info.cpu_count,
+        "cpu_count": psutil.cpu_count(logical=True) or os.cpu_count() or 1,
+        "cpu_share": cpu_share(),
         "memory_bytes": int(psutil.virtual_memory().total),
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -174,8 +175,15 @@ def environment(device: str) -> dict[str, Any]:
     return env
 
 
+def cpu_share() -> int:
+    """CPU cores this process may run on (its affinity), which timings on a CPU depend on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return psutil.cpu_count(logical=True) or os.cpu_count() or 1
+
+
 def fingerprint(env: dict[str, Any]) -> str:
     """A short hash of the hardware and software that decide timings; equal means comparable."""
-    keys = ("device_name", "cpu_model", "cpu_count", "torch", "cuda", "driver")
+    keys = ("device_name", "cpu_model", "cpu_count", "cpu_share", "torch", "cuda", "driver")
     text = "|".join(str(env.get(k)) for k in keys)
     return hashlib.sha256(text.encode()).hexdigest()[:12]

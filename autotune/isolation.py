@@ -183,8 +183,8 @@ class WorkerStartError(RuntimeError):
 
 
 class ProcessExecutor:
-    """Runs trials in a worker process (``python -m autotune._worker``), replaced after a crash
-    or a timeout.
+    """Runs trials in a worker process (``python -m autotune._trial_worker``), replaced after a
+    crash or a timeout.
 
     The worker is a fresh interpreter, not a fork and not ``multiprocessing``'s spawn, so a
     user's script without an ``if __name__ == "__main__"`` guard is never re-run in it. Modules
@@ -211,7 +211,7 @@ class ProcessExecutor:
         env = {**os.environ, **self._env}
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "autotune._worker", str(theirs.fileno())],
+                [sys.executable, "-m", "autotune._trial_worker", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -35,6 +35,7 @@ class TrialRecord:
     message: str | None = None
     seconds: float = 0.0
     reused: bool = False
+    fingerprint: str | None = None  # of the machine that measured it (see device.fingerprint)
     # The winner's accuracy re-checked over as many seeds as the baseline (see AccuracyGuard).
     confirmation: dict[str, Any] | None = None
 
@@ -76,6 +77,7 @@ class TrialRecord:
             "message": self.message,
             "seconds": self.seconds,
             "reused": self.reused,
+            "fingerprint": self.fingerprint,
             "confirmation": self.confirmation,
         }
 

@@ -32,7 +32,7 @@ from autotune.runner import AccuracyRun, Budget, TrialOutcome, Workload
 from autotune.space import Choice, SearchSpace
 from autotune.study import heartbeat, mark_owner, reconcile_stale_trials, retry_once
 
-__all__ = ["DEFAULT_TIMEOUT", "Search"]
+__all__ = ["DEFAULT_TIMEOUT", "SETTINGS", "Search"]
 
 log = logging.getLogger("autotune")
 
@@ -47,6 +47,7 @@ PENALTY = 10.0  # objective of a failed trial, as a multiple of the baseline's p
 LATE_KNOBS = frozenset({"compile_mode", "checkpointing"})
 STAGE_ONE_SHARE = 0.55
 CONFIRMATIONS = "autotune_confirmations"  # study user attribute: numerics -> confirmation
+SETTINGS = "autotune_settings"  # study user attribute: what workers need to join the search
 MIN_TRIAL_LIMIT = 5.0  # seconds: no trial is cut off sooner than this
 DEADLINE_GRACE = 30.0  # seconds a trial may run past the search's deadline before it is stopped
 
@@ -70,6 +71,8 @@ class Search:
         n_trials: int | None,
         deadline: float | None,
         report: Callable[[str], None],
+        fingerprint: str = "",
+        launcher: Callable[[optuna.Study], None] | None = None,
     ) -> None:
         self.study = study
         self.space = space
@@ -85,8 +88,12 @@ class Search:
         self.planned_samples = planned_samples
         self.planned_epochs = planned_epochs
         self.n_trials = n_trials
-        self.deadline = deadline
+        self.deadline = deadline  # wall-clock (time.time()), shared with workers on other hosts
         self.report = report
+        self.fingerprint = fingerprint
+        self.launcher = launcher
+        self.stage_split_at: float | None = None
+        self.baseline_fingerprint = ""
         self.guard: AccuracyGuard | None = None
         self.baseline_time = math.nan
         self.durations: list[float] = []
@@ -105,27 +112,17 @@ class Search:
 
     def run(self) -> bool:
         """Run baseline and candidates until the budget is spent. Returns True if interrupted."""
-        stale = reconcile_stale_trials(self.study)
-        if stale:
-            self.report(
-                f"trials {', '.join(f'#{n}' for n in stale)} were left running by a process that "
-                "is gone: marked failed, and retried once"
-            )
+        self._reconcile()
         try:
             self._ensure_baseline()
             assert self.guard is not None
+            self._publish_settings()
             self._enqueue_first_guess()
-            # Stage 1: everything but the knobs that only pay on top of a good config (compile's
-            # one-time cost, checkpointing's recompute). Stage 2: those, on the best so far.
-            # Then the whole space, for what budget is left.
-            first = self.space.without(LATE_KNOBS)
-            split = self._stage_split()
-            while self._has_budget() and not split():
-                self._run_candidate(first)
-            if first.knobs != self.space.knobs and self._has_budget():
-                self._enqueue_late_variants()
-                while self._has_budget():
-                    self._run_candidate(self.space)
+            if self.launcher is not None:
+                self.launcher(self.study)  # workers run the candidates; back when they are done
+                self._reconcile()
+            else:
+                self.candidate_loop()
             self._confirm_winner()
         except KeyboardInterrupt:
             if self.guard is None:
@@ -133,6 +130,80 @@ class Search:
             self.report("interrupted: finishing with the best config found so far")
             return True
         return False
+
+    def candidate_loop(self) -> None:
+        """Stage 1: everything but the knobs that only pay on top of a good config (compile's
+        one-time cost, checkpointing's recompute). Stage 2: those, on the best so far. Then the
+        whole space, for what budget is left. Workers on other processes run this too."""
+        first = self.space.without(LATE_KNOBS)
+        if first.knobs != self.space.knobs:
+            split = self._stage_split()
+            while self._has_budget() and not split():
+                self._run_candidate(first)
+            if self._has_budget():
+                self._enqueue_late_variants()
+        while self._has_budget():
+            self._run_candidate(self.space)
+
+    def run_worker(self) -> None:
+        """Join the study as a worker: the coordinator measured the baseline; run candidates."""
+        self._reconcile()
+        for _, rec in self._records():
+            if rec["role"] == "baseline":
+                self._adopt_baseline(rec)
+                break
+        else:
+            raise AutotuneError(
+                f"Study {self.study.study_name!r} has no baseline yet: start the search with "
+                "`autotune search` first, then add workers with `autotune worker`."
+            )
+        expected = rec.get("fingerprint")
+        if expected and self.fingerprint and expected != self.fingerprint:
+            raise AutotuneError(
+                f"This worker's hardware and software (fingerprint {self.fingerprint}) differ "
+                f"from those the study's baseline was measured on ({expected}): its timings "
+                "could not be ranked against the baseline. Run workers on identical machines "
+                "(same device, CPU share, torch and driver), or start a separate study here."
+            )
+        settings = self.study.user_attrs.get(SETTINGS, {})
+        self.stage_split_at = settings.get("stage_split_at")
+        try:
+            self.candidate_loop()
+        except KeyboardInterrupt:
+            self.report("worker interrupted")
+
+    def _reconcile(self) -> None:
+        stale = reconcile_stale_trials(self.study)
+        if stale:
+            self.report(
+                f"trials {', '.join(f'#{n}' for n in stale)} were left running by a process that "
+                "is gone: marked failed, and retried once"
+            )
+
+    def _publish_settings(self) -> None:
+        """What workers need to join: the stage schedule (wall clock) and the budget."""
+        assert self.guard is not None
+        settings = dict(self.study.user_attrs.get(SETTINGS, {}))
+        if self.deadline is not None and "stage_split_at" not in settings:
+            now = time.time()
+            settings["stage_split_at"] = now + STAGE_ONE_SHARE * (self.deadline - now)
+        self.stage_split_at = settings.get("stage_split_at")
+        settings.update(
+            {
+                "space": self.space.to_dict(),
+                "baseline": self.baseline.to_dict(),
+                "budget": dataclasses.asdict(self.budget),
+                "tolerance": self.tolerance,
+                "accuracy_repeats": self.accuracy_repeats,
+                "planned_samples": self.planned_samples,
+                "planned_epochs": self.planned_epochs,
+                "n_trials": self.n_trials,
+                "deadline": self.deadline,
+                "trial_timeout": self.trial_timeout,
+                "fingerprint": self.fingerprint,
+            }
+        )
+        self.study.set_user_attr(SETTINGS, settings)
 
     def _ask(self) -> optuna.Trial:
         with warnings.catch_warnings():
@@ -146,7 +217,7 @@ class Search:
         minute), and never far past the search's deadline."""
         limit = self.trial_timeout if self.trial_timeout is not None else self.auto_limit
         if self.deadline is not None:
-            remaining = self.deadline - time.monotonic() + DEADLINE_GRACE
+            remaining = self.deadline - time.time() + DEADLINE_GRACE
             limit = remaining if limit is None else min(limit, remaining)
         return None if limit is None else max(limit, MIN_TRIAL_LIMIT)
 
@@ -171,9 +242,9 @@ class Search:
     def _stage_split(self) -> Callable[[], bool]:
         """A test for 'stage 1 has had its share': 55% of the time or 60% of the trials left."""
         if self.deadline is not None:
-            now = time.monotonic()
-            at = now + STAGE_ONE_SHARE * (self.deadline - now)
-            return lambda: time.monotonic() >= at
+            now = time.time()
+            at = self.stage_split_at or now + STAGE_ONE_SHARE * (self.deadline - now)
+            return lambda: time.time() >= at
         assert self.n_trials is not None
         start = self._candidates()
         quota = math.ceil(0.6 * max(0, self.n_trials - start))
@@ -212,13 +283,13 @@ class Search:
         if self.deadline is not None:
             expected = statistics.median(self.durations) if self.durations else 0.0
             # Keep back what confirming the winner's accuracy will take.
-            return time.monotonic() + expected + self.confirm_reserve <= self.deadline
+            return time.time() + expected + self.confirm_reserve <= self.deadline
         return True
 
     def _time_left(self) -> str:
         if self.deadline is None:
             return "no time limit"
-        return f"{max(0.0, self.deadline - time.monotonic()):.0f} s left"
+        return f"{max(0.0, self.deadline - time.time()):.0f} s left"
 
     # -- Baseline ------------------------------------------------------------------------------
 
@@ -269,7 +340,7 @@ class Search:
         # Three epochs, but at least ~64 baseline steps so small datasets reach a stable point.
         samples = max(3 * n_train, 64 * self.baseline.batch_size)
         if self.deadline is not None:
-            left = max(1.0, self.deadline - time.monotonic())
+            left = max(1.0, self.deadline - time.time())
             samples = min(samples, int(0.15 * left * m.throughput / self.accuracy_repeats))
         floor = min(n_train, 20 * self.baseline.batch_size)
         return max(samples, floor)
@@ -285,6 +356,7 @@ class Search:
             accuracy_samples=int(rec["accuracy_samples"]),
         )
         self.baseline_time = float(rec["projected_time"])
+        self.baseline_fingerprint = rec.get("fingerprint") or ""
         self.auto_limit = float(rec.get("trial_limit", 0.0)) or None
         # Confirming a winner takes (repeats - 1) more accuracy runs; candidates worth
         # confirming train faster than the baseline, so its own runs bound the time.
@@ -332,6 +404,8 @@ class Search:
 
     def _run_candidate(self, space: SearchSpace) -> None:
         assert self.guard is not None
+        if self.launcher is None and SETTINGS in self.study.user_attrs:
+            reconcile_stale_trials(self.study)  # a worker elsewhere may have died mid-trial
         trial = self._ask()
         mark_owner(trial)
         try:
@@ -400,6 +474,7 @@ class Search:
             "seconds": outcome.seconds,
             "projected_time": projected,
             "reused": reused,
+            "fingerprint": self.fingerprint,
         }
 
     def _tell(self, trial: optuna.Trial, rec: dict[str, Any]) -> None:
@@ -456,8 +531,15 @@ class Search:
             f"{best_text} | {self._time_left()}"
         )
 
+    def _comparable(self, rec: dict[str, Any]) -> bool:
+        """Timings compare only between identical hardware and software (the fingerprint)."""
+        theirs = rec.get("fingerprint")
+        return not (theirs and self.baseline_fingerprint and theirs != self.baseline_fingerprint)
+
     def _feasible(self, rec: dict[str, Any]) -> bool:
         if rec["failure"] is not None or rec["projected_time"] is None:
+            return False
+        if not self._comparable(rec):
             return False
         if rec["role"] == "baseline" or rec["metric"] is None:
             return True
@@ -503,7 +585,7 @@ class Search:
                 return  # same numerics as the baseline: nothing to confirm
             if self._confirmation(rec) is not None:
                 return  # already confirmed (passed, or _best would not return it)
-            if self.deadline is not None and time.monotonic() >= self.deadline:
+            if self.deadline is not None and time.time() >= self.deadline:
                 self.report("no time left to confirm the winner's accuracy over several seeds")
                 return
             cfg = TrainingConfig.from_dict(rec["config"])
@@ -550,6 +632,13 @@ class Search:
         search = dict(extra)
         search["seconds"] = seconds
         search["accuracy_samples"] = self.guard.accuracy_samples
+        foreign = [t.number for t, r in records if not self._comparable(r)]
+        if foreign:
+            search["not_ranked"] = {
+                "trials": foreign,
+                "reason": "measured on hardware or software other than the baseline's "
+                f"(fingerprint {self.baseline_fingerprint}); timings do not compare",
+            }
         return SearchResult(
             winner=winner,
             baseline_trial=baseline,
@@ -576,6 +665,7 @@ class Search:
             message=rec["message"],
             seconds=float(rec["seconds"]),
             reused=bool(rec.get("reused")),
+            fingerprint=rec.get("fingerprint"),
             confirmation=self._confirmation(rec) if rec["accuracy_runs"] else None,
         )
 

@@ -329,6 +329,16 @@ class SearchSpace:
             del values["persistent_workers"], values["prefetch_factor"]
         return values
 
+    def to_dict(self) -> dict[str, Any]:
+        """The space as a space file holds it (parse_space reads it back)."""
+        knobs: dict[str, Any] = {}
+        for name, knob in self.knobs.items():
+            if isinstance(knob, Choice):
+                knobs[name] = list(knob.values)
+            else:
+                knobs[name] = {"low": knob.low, "high": knob.high, "log": knob.log}
+        return {"name": self.name, "description": self.description, "knobs": knobs}
+
     def searched(self) -> list[str]:
         """Names of the knobs with more than one possible value."""
         return [

@@ -64,10 +64,20 @@ def _storage(storage: str | optuna.storages.BaseStorage | None) -> Any:
             f"`storage` must be an Optuna storage URL (e.g. 'sqlite:///autotune.db') or a "
             f"storage object, but got {type(storage).__name__}."
         )
+    if storage.startswith("journal://"):
+        # A file journal where a database is not wanted (one host, many processes).
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        path = storage.removeprefix("journal://")
+        if not path:
+            raise StorageError(
+                f"`storage` {storage!r} names no file: use journal:///path/to/study.log."
+            )
+        return JournalStorage(JournalFileBackend(path))
     if "://" not in storage:
         raise StorageError(
             f"`storage` must be a database URL such as 'sqlite:///autotune.db' or "
-            f"'postgresql://user@host/db', but got {storage!r}."
+            f"'postgresql://user@host/db' (or journal:///path/to/file), but got {storage!r}."
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -114,9 +124,15 @@ def open_study(
         ) from exc
 
 
+def _host() -> str:
+    # AUTOTUNE_HOST names the host where hostnames are not unique (containers started from
+    # one image); pids are only compared between processes of the same host name.
+    return os.environ.get("AUTOTUNE_HOST") or socket.gethostname()
+
+
 def _owner() -> dict[str, Any]:
     me = psutil.Process()
-    return {"host": socket.gethostname(), "pid": me.pid, "started": me.create_time()}
+    return {"host": _host(), "pid": me.pid, "started": me.create_time()}
 
 
 def mark_owner(trial: optuna.Trial) -> None:
@@ -136,7 +152,7 @@ def reconcile_stale_trials(study: optuna.Study) -> list[int]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)  # heartbeat storages: other hosts too
-    host = socket.gethostname()
+    host = _host()
     failed = []
     for trial in study.get_trials(deepcopy=False, states=[TrialState.RUNNING]):
         owner = trial.user_attrs.get(OWNER)

@@ -210,6 +210,11 @@ def test_confirmed_winner_reports_the_mean_over_seeds(fast_kwargs, bf16_capable)
     assert "confirmed over 3 seeds" in result.summary()
 
 
+def test_n_trials_counts_the_candidates(fast_kwargs) -> None:
+    result = autotune.find_best(tiny_model(), tiny_data(), n_trials=7, space="quick", **fast_kwargs)
+    assert [t.role for t in result.trials].count("candidate") == 7
+
+
 def test_baseline_is_measured_first_and_reported(fast_kwargs) -> None:
     result = autotune.find_best(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
     first = result.trials[0]

@@ -1,4 +1,4 @@
-"""A trial worker: ``python -m autotune._worker FD`` (started by isolation.ProcessExecutor).
+"""A trial worker: ``python -m autotune._trial_worker FD`` (started by isolation.ProcessExecutor).
 
 It receives the pickled workload over the socket ``FD``, then runs one trial per message and
 sends back its outcome. It never runs the user's ``__main__`` and stops when its parent dies.
