@@ -48,6 +48,11 @@ LATE_KNOBS = frozenset({"compile_mode", "checkpointing"})
 STAGE_ONE_SHARE = 0.55
 CONFIRMATIONS = "autotune_confirmations"  # study user attribute: numerics -> confirmation
 SETTINGS = "autotune_settings"  # study user attribute: what workers need to join the search
+REMEASURED = "autotune_remeasured"  # study user attribute: trial -> re-measured projected times
+PRUNE_MARGIN = 1.10  # prune only candidates >10% slower than the best (beyond timing noise)
+RERANK_TOP = 3  # candidates re-measured, with the baseline, before a winner is declared
+TIE = 0.03  # relative difference below which two configs count as equally fast (at least)
+MAX_NOISE = 0.25
 MIN_TRIAL_LIMIT = 5.0  # seconds: no trial is cut off sooner than this
 DEADLINE_GRACE = 30.0  # seconds a trial may run past the search's deadline before it is stopped
 
@@ -104,7 +109,8 @@ class Search:
 
     def _records(self) -> list[tuple[FrozenTrial, dict[str, Any]]]:
         out = []
-        for t in self.study.get_trials(deepcopy=False, states=[TrialState.COMPLETE]):
+        states = [TrialState.COMPLETE, TrialState.PRUNED]
+        for t in self.study.get_trials(deepcopy=False, states=states):
             rec = t.user_attrs.get(ATTR)
             if isinstance(rec, dict):
                 out.append((t, rec))
@@ -123,6 +129,7 @@ class Search:
                 self._reconcile()
             else:
                 self.candidate_loop()
+            self._rerank()
             self._confirm_winner()
         except KeyboardInterrupt:
             if self.guard is None:
@@ -329,6 +336,7 @@ class Search:
         rec["accuracy_samples"] = samples
         runs = [r.seconds for r in outcome.accuracy]
         rec["trial_limit"] = max(60.0, 5 * (probe.seconds + statistics.fmean(runs)))
+        rec["throughput_seconds"] = probe.seconds
         mark_owner(new_trial)
         self._adopt_baseline(rec)
         self._tell(new_trial, rec)
@@ -362,6 +370,8 @@ class Search:
         # confirming train faster than the baseline, so its own runs bound the time.
         seconds = [float(r["seconds"]) for r in rec["accuracy_runs"]]
         self.confirm_reserve = 1.2 * statistics.fmean(seconds) * (len(seconds) - 1)
+        # ... and re-measuring the leaders with the baseline (throughput only).
+        self.confirm_reserve += (RERANK_TOP + 1) * float(rec.get("throughput_seconds", 0.0))
         if not self.guard.reliable:
             self.report(f"accuracy guard: {self.guard.advice()}")
 
@@ -425,9 +435,19 @@ class Search:
         # Same batch size, precision and schedule train the same model: reuse its accuracy runs.
         known = self._accuracy_of_same_numerics(cfg) if checked else None
         seeds = (0,) if checked and known is None else ()
+        pruned = False
         try:
             with heartbeat(self.study, trial):
-                outcome = self._execute(cfg, accuracy_seeds=seeds)
+                # Throughput first: a clearly slower candidate does not pay for accuracy runs.
+                outcome = self._execute(cfg)
+                if outcome.ok and seeds:
+                    pruned = self._should_prune(trial, outcome)
+                    if not pruned:
+                        timed = outcome.seconds
+                        outcome = self._execute(
+                            cfg, accuracy_seeds=seeds, measured=outcome.measurement
+                        )
+                        outcome = dataclasses.replace(outcome, seconds=outcome.seconds + timed)
         except KeyboardInterrupt:
             # The trial did not finish: fail it and let a resumed search run it again.
             self.study.tell(trial, state=TrialState.FAIL)
@@ -437,8 +457,20 @@ class Search:
             outcome = dataclasses.replace(outcome, accuracy=known)
         self.durations.append(outcome.seconds)
         rec = self._record(outcome, role="candidate", reused=False)
+        rec["pruned"] = pruned
         self._tell(trial, rec)
         self._announce(trial.number, rec)
+
+    def _should_prune(self, trial: optuna.Trial, outcome: TrialOutcome) -> bool:
+        """Optuna's pruner on the throughput phase's projected time, and clearly (beyond noise)
+        slower than the best feasible config so far."""
+        assert outcome.measurement is not None
+        projected = outcome.measurement.projected_time(self.planned_samples, self.planned_epochs)
+        trial.report(projected, step=0)
+        best = self._best()
+        if best is None:
+            return False
+        return trial.should_prune() and projected > PRUNE_MARGIN * self._projected(*best)
 
     def _accuracy_of_same_numerics(self, cfg: TrainingConfig) -> tuple[AccuracyRun, ...] | None:
         key = cfg.numerics_key()
@@ -496,7 +528,10 @@ class Search:
         else:
             value = PENALTY * (self.baseline_time if math.isfinite(self.baseline_time) else 1.0)
         try:
-            self.study.tell(trial, value)
+            if rec.get("pruned"):
+                self.study.tell(trial, state=TrialState.PRUNED)
+            else:
+                self.study.tell(trial, value)
         except RuntimeError as exc:
             # A sampler that has covered its whole grid (BruteForceSampler) calls study.stop(),
             # which Optuna only allows inside study.optimize; the trial is already stored.
@@ -513,6 +548,9 @@ class Search:
         cfg = TrainingConfig.from_dict(rec["config"])
         if rec["failure"] is not None:
             outcome = f"failed ({rec['failure']}): {rec['message']}"
+        elif rec.get("pruned"):
+            speed = self.baseline_time / float(rec["projected_time"])
+            outcome = f"{speed:.2f}x, pruned: clearly slower than the best, no accuracy run"
         else:
             speed = self.baseline_time / float(rec["projected_time"])
             metric = rec["metric"]
@@ -539,7 +577,7 @@ class Search:
     def _feasible(self, rec: dict[str, Any]) -> bool:
         if rec["failure"] is not None or rec["projected_time"] is None:
             return False
-        if not self._comparable(rec):
+        if not self._comparable(rec) or rec.get("pruned"):
             return False
         if rec["role"] == "baseline" or rec["metric"] is None:
             return True
@@ -550,10 +588,83 @@ class Search:
         return self.guard.violation(float(rec["metric"])) <= 0
 
     def _best(self) -> tuple[FrozenTrial, dict[str, Any]] | None:
+        """The fastest feasible config; between configs whose difference is within their
+        measured noise, the simpler one (no compile beats compile, fewer workers beat more)."""
         feasible = [(t, r) for t, r in self._records() if self._feasible(r)]
         if not feasible:
             return None
-        return min(feasible, key=lambda tr: float(tr[1]["projected_time"]))
+        fastest = min(feasible, key=lambda tr: self._projected(*tr))
+        floor = self._projected(*fastest)
+        equals = [
+            tr
+            for tr in feasible
+            if self._projected(*tr) <= floor * (1 + max(self._noise(*fastest), self._noise(*tr)))
+        ]
+        return min(
+            equals,
+            key=lambda tr: (_complexity(tr[1]["config"], self.baseline), self._projected(*tr)),
+        )
+
+    # -- Noise-aware ranking: the leaders are measured again before one is declared ------------
+
+    def _remeasured(self) -> dict[str, list[float]]:
+        stored = self.study.user_attrs.get(REMEASURED, {})
+        return stored if isinstance(stored, dict) else {}
+
+    def _times(self, trial: FrozenTrial, rec: dict[str, Any]) -> list[float]:
+        return [float(rec["projected_time"]), *self._remeasured().get(str(trial.number), [])]
+
+    def _projected(self, trial: FrozenTrial, rec: dict[str, Any]) -> float:
+        """Projected training time: the median over the trial's measurement and re-measurements."""
+        return statistics.median(self._times(trial, rec))
+
+    def _noise(self, trial: FrozenTrial, rec: dict[str, Any]) -> float:
+        """Relative timing noise of a trial: the range of its repeated measurements (at least
+        TIE, at most MAX_NOISE: a wild outlier must not make every config 'equal')."""
+        times = self._times(trial, rec)
+        between = (max(times) - min(times)) / statistics.median(times) if len(times) > 1 else 0
+        return min(MAX_NOISE, max(TIE, between))
+
+    def _rerank(self) -> None:
+        """Measure the baseline and the leading candidates again, side by side, so the winner is
+        not simply the luckiest single measurement."""
+        assert self.guard is not None
+        ranked = sorted(
+            ((t, r) for t, r in self._records() if self._feasible(r) and r["role"] == "candidate"),
+            key=lambda tr: self._projected(*tr),
+        )
+        seen: set[str] = set()
+        leaders = []
+        for t, r in ranked:
+            key = json.dumps(r["config"], sort_keys=True)
+            if key not in seen and not r.get("reused"):
+                seen.add(key)
+                leaders.append((t, r))
+        leaders = leaders[:RERANK_TOP]
+        done = self._remeasured()
+        baseline = next((t, r) for t, r in self._records() if r["role"] == "baseline")
+        plan = [tr for tr in [baseline, *leaders] if str(tr[0].number) not in done]
+        if not leaders or not plan:
+            return
+        remeasured = dict(done)
+        for trial, rec in plan:
+            if self.deadline is not None and time.time() >= self.deadline:
+                break
+            outcome = self._execute(TrainingConfig.from_dict(rec["config"]))
+            if outcome.ok and outcome.measurement is not None:
+                projected = outcome.measurement.projected_time(
+                    self.planned_samples, self.planned_epochs
+                )
+                remeasured.setdefault(str(trial.number), []).append(projected)
+        self.study.set_user_attr(REMEASURED, remeasured)
+        self.baseline_time = self._projected(*baseline)
+        best = self._best()
+        if best is not None:
+            self.report(
+                f"re-measured the baseline and the {len(leaders)} fastest candidates: best "
+                f"{self.baseline_time / self._projected(*best):.2f}x (trial #{best[0].number}, "
+                f"noise ±{self._noise(*best):.0%})"
+            )
 
     # -- Confirmation: the winner's accuracy over as many seeds as the baseline's ---------------
 
@@ -659,7 +770,7 @@ class Search:
             measurement=Measurement.from_dict(m) if m else None,
             metric=rec["metric"],
             accuracy_checked=bool(rec["accuracy_runs"]),
-            projected_time=rec["projected_time"],
+            projected_time=self._projected(trial, rec) if rec["projected_time"] else None,
             feasible=self._feasible(rec),
             failure=rec["failure"],
             message=rec["message"],
@@ -672,3 +783,19 @@ class Search:
 
 def _with_accuracy_samples(budget: Budget, samples: int) -> Budget:
     return dataclasses.replace(budget, accuracy_samples=samples)
+
+
+def _complexity(config: dict[str, Any], baseline: TrainingConfig) -> tuple[Any, ...]:
+    """How far a config is from plain eager training: smaller is simpler."""
+    cfg = TrainingConfig.from_dict(config)
+    return (
+        cfg.compile_mode.value != "none",
+        cfg.checkpointing > 0,
+        cfg.num_workers,
+        cfg.intra_op_threads is not None,
+        cfg.pin_memory,
+        cfg.cudnn_benchmark,
+        cfg.channels_last,
+        cfg.precision != baseline.precision,
+        cfg.batch_size != baseline.batch_size,
+    )

@@ -112,6 +112,9 @@ def open_study(
             storage=backend,
             study_name=study_name,
             sampler=sampler,
+            # A candidate slower than most trials so far (at its throughput phase) skips its
+            # accuracy runs; the search also requires it to be clearly slower than the best.
+            pruner=optuna.pruners.PercentilePruner(50.0, n_startup_trials=4, n_warmup_steps=0),
             direction="minimize",
             load_if_exists=True,
         )

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
+# One intra-op thread per test process (and the trial workers it starts): on a busy 2-core
+# machine OpenMP threads that spin-wait for each other make tiny steps 100x slower at random,
+# which would turn timing-based assertions into coin flips.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import pytest
 import torch
 
 import autotune
 from autotune.examples import tiny_data, tiny_model
+
+torch.set_num_threads(1)
 
 FAST_BUDGET = autotune.Budget(
     warmup_steps=1, timed_samples=64, min_timed_steps=3, chunks=3, accuracy_repeats=3
