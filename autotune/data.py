@@ -35,6 +35,8 @@ def default_forward(model: nn.Module, batch: Any) -> tuple[Any, Any]:
 def default_loss(outputs: Any, targets: Any) -> torch.Tensor:
     if isinstance(targets, torch.Tensor) and targets.is_floating_point():
         return F.mse_loss(outputs.float(), targets)
+    if outputs.dim() > 2:  # per-position logits (batch, ..., classes), as a language model's
+        return F.cross_entropy(outputs.float().flatten(0, -2), targets.flatten())
     return F.cross_entropy(outputs.float(), targets)
 
 

@@ -5,6 +5,8 @@
 - ``cnn``: a small CNN on 32x32 synthetic images with CPU-side augmentation (random crop, flip,
   colour jitter, noise), the case where DataLoader workers, batch size and precision all matter.
 - ``mlp``: an MLP on scikit-learn's bundled 8x8 digits.
+- ``lm``: a small causal transformer language model on token sequences from a synthetic
+  order-2 Markov "language" (next-token accuracy), with repeated layers to checkpoint.
 - ``tiny``: a very small MLP on separable synthetic data, for tests and quick demos.
 """
 
@@ -17,9 +19,13 @@ from torch.utils.data import Dataset, TensorDataset
 
 __all__ = [
     "AugmentedImages",
+    "MarkovText",
     "SmallCNN",
+    "TinyLM",
     "cnn_data",
     "cnn_model",
+    "lm_data",
+    "lm_model",
     "mlp_data",
     "mlp_model",
     "tiny_data",
@@ -95,6 +101,69 @@ def cnn_data(
 ) -> tuple[Dataset[tuple[torch.Tensor, int]], Dataset[tuple[torch.Tensor, int]]]:
     """(augmented training set, plain validation set)."""
     return AugmentedImages(n, seed=0), AugmentedImages(max(256, n // 4), seed=1, augment=False)
+
+
+class TinyLM(nn.Module):
+    """A pre-norm causal transformer: embedding, ``layers`` encoder layers, a vocabulary head."""
+
+    def __init__(
+        self, vocab: int = 64, width: int = 128, heads: int = 4, layers: int = 4, seq: int = 64
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.pos = nn.Parameter(0.02 * torch.randn(seq, width))
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(
+                width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True
+            )
+            for _ in range(layers)
+        )
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        steps = tokens.shape[1]
+        x = self.embed(tokens) + self.pos[:steps]
+        mask = nn.Transformer.generate_square_subsequent_mask(steps, device=tokens.device)
+        for layer in self.layers:
+            x = layer(x, src_mask=mask, is_causal=True)
+        logits: torch.Tensor = self.head(self.norm(x))
+        return logits  # (batch, steps, vocab): the default loss and accuracy take it per token
+
+
+class MarkovText(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Sequences from an order-2 Markov chain in which each context has a few likely next
+    tokens: learnable, but never perfectly predictable. Items are (tokens, next tokens)."""
+
+    def __init__(self, n: int = 4096, *, vocab: int = 64, seq: int = 64, seed: int = 0) -> None:
+        rules = torch.Generator().manual_seed(4321)
+        choices = torch.randint(0, vocab, (vocab, vocab, 3), generator=rules)
+        g = torch.Generator().manual_seed(seed)
+        tokens = torch.empty(n, seq + 1, dtype=torch.long)
+        tokens[:, :2] = torch.randint(0, vocab, (n, 2), generator=g)
+        for t in range(2, seq + 1):
+            pick = torch.multinomial(
+                torch.tensor([0.7, 0.2, 0.1]).expand(n, 3), 1, generator=g
+            ).squeeze(1)
+            tokens[:, t] = choices[tokens[:, t - 2], tokens[:, t - 1], pick]
+        self.tokens = tokens
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        row = self.tokens[index]
+        return row[:-1], row[1:]
+
+
+def lm_model() -> nn.Module:
+    torch.manual_seed(0)
+    return TinyLM()
+
+
+def lm_data(n: int = 4096) -> tuple[MarkovText, MarkovText]:
+    """(training sequences, validation sequences)."""
+    return MarkovText(n, seed=0), MarkovText(max(256, n // 8), seed=1)
 
 
 def mlp_model() -> nn.Module:

@@ -60,6 +60,7 @@ class Budget:
     chunks: int = 3
     accuracy_samples: int = 8192
     accuracy_repeats: int = 3  # data-order seeds the baseline is trained with
+    eval_peak: bool = True  # include a validation batch in the peak memory
 
     def timed_steps(self, batch_size: int) -> int:
         steps = max(self.min_timed_steps, math.ceil(self.timed_samples / batch_size))
@@ -242,6 +243,10 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
             _synchronize(device)
             chunk_times.append(time.perf_counter() - chunk_start)
             trainer.check(losses)
+    if budget.eval_peak:
+        # A validation batch of the same size: its peak counts too (after the timed region).
+        _eval_batch(trainer, cfg, workload)
+        memory.sample()
     return Measurement(
         batch_size=cfg.batch_size,
         chunk_steps=chunk_steps,
@@ -255,6 +260,23 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
         memory_kind=memory.kind,
         gpu_utilization=utilization.mean,
     )
+
+
+def _eval_batch(trainer: _Trainer, cfg: TrainingConfig, workload: Workload) -> None:
+    eager = knobs.unwrap_compiled(trainer.model)
+    loader = cfg.replace(num_workers=0, persistent_workers=False, prefetch_factor=None).dataloader(
+        workload.val, shuffle=False, collate_fn=workload.task.collate_fn
+    )
+    batch = next(iter(loader), None)
+    if batch is None:
+        return
+    eager.eval()
+    try:
+        with torch.no_grad(), cfg.autocast():
+            workload.task.forward(eager, cfg.to_device(batch))
+        _synchronize(cfg.device)
+    finally:
+        eager.train()
 
 
 def evaluate(model: nn.Module, cfg: TrainingConfig, workload: Workload) -> float:

@@ -24,9 +24,11 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import Precision, ScheduleKind, TrainingConfig
 from autotune.device import describe_device
 from autotune.errors import AutotuneError, ConfigError
+from autotune.failures import FailureReason
 from autotune.guard import AccuracyGuard
 from autotune.isolation import TrialExecutor
 from autotune.measure import Measurement
+from autotune.probe import MemoryLimits, probe_memory, usable_memory
 from autotune.result import SearchResult, TrialRecord
 from autotune.runner import AccuracyRun, Budget, TrialOutcome, Workload
 from autotune.space import Choice, SearchSpace
@@ -48,6 +50,9 @@ LATE_KNOBS = frozenset({"compile_mode", "checkpointing"})
 STAGE_ONE_SHARE = 0.55
 CONFIRMATIONS = "autotune_confirmations"  # study user attribute: numerics -> confirmation
 SETTINGS = "autotune_settings"  # study user attribute: what workers need to join the search
+MEMORY = "autotune_memory"  # study user attribute: the memory probe's findings
+MAX_REPEATS = 25  # consecutive proposals of measured configs before the space counts as exhausted
+PROBE_LIMIT = 120.0  # seconds a memory-probe run may take (a few steps) unless trial_timeout
 REMEASURED = "autotune_remeasured"  # study user attribute: trial -> re-measured projected times
 PRUNE_MARGIN = 1.10  # prune only candidates >10% slower than the best (beyond timing noise)
 RERANK_TOP = 3  # candidates re-measured, with the baseline, before a winner is declared
@@ -99,10 +104,12 @@ class Search:
         self.launcher = launcher
         self.stage_split_at: float | None = None
         self.baseline_fingerprint = ""
+        self.memory: MemoryLimits | None = None
         self.guard: AccuracyGuard | None = None
         self.baseline_time = math.nan
         self.durations: list[float] = []
         self.exhausted = False
+        self.repeats = 0  # consecutive trials that repeated a measured config
         self.confirm_reserve = 0.0
 
     # The trial's record lives in its user attributes, so a resumed search rebuilds from storage.
@@ -120,6 +127,9 @@ class Search:
         """Run baseline and candidates until the budget is spent. Returns True if interrupted."""
         self._reconcile()
         try:
+            # Before any trial enters the study: Optuna's categorical distributions are fixed
+            # once used, so the batch sizes that cannot fit are removed first.
+            self._probe_memory()
             self._ensure_baseline()
             assert self.guard is not None
             self._publish_settings()
@@ -138,10 +148,58 @@ class Search:
             return True
         return False
 
+    def _probe_memory(self) -> None:
+        """Find the largest batch that fits per precision and checkpointing (once per study)."""
+        stored = self.study.user_attrs.get(MEMORY)
+        if isinstance(stored, dict):
+            self.memory = MemoryLimits.from_dict(stored)
+        else:
+            self.memory = probe_memory(
+                self.executor,
+                self.baseline,
+                self.space,
+                capacity=usable_memory(self.baseline.device),
+                report=self.report,
+                time_limit=self.trial_timeout or PROBE_LIMIT,
+            )
+            if self.memory is not None:
+                self.study.set_user_attr(MEMORY, self.memory.to_dict())
+        self._apply_memory_limits()
+
+    def _apply_memory_limits(self) -> None:
+        knob = self.space.knobs.get("batch_size")
+        if self.memory is None or not self.memory.limits or not isinstance(knob, Choice):
+            return
+        top = max(self.memory.limits.values())
+        kept = tuple(v for v in knob.values if int(v) <= top or v == self.baseline.batch_size)  # type: ignore[arg-type]
+        if kept != knob.values:
+            knobs_ = dict(self.space.knobs)
+            knobs_["batch_size"] = Choice(kept)
+            self.space = dataclasses.replace(self.space, knobs=knobs_)
+
+    def _predicted_oom(self, cfg: TrainingConfig) -> TrialOutcome | None:
+        if self.memory is None or self.memory.allows(cfg):
+            return None
+        peak = self.memory.predicted_peak(cfg)
+        need = f" (needs ~{peak / 2**30:.2f} GiB" if peak else " ("
+        return TrialOutcome(
+            config=cfg,
+            failure=FailureReason.OOM,
+            message=(
+                f"out of memory, predicted by the memory probe: batch {cfg.batch_size} is above "
+                f"{self.memory.limit(cfg)}, the largest that fits with {cfg.precision.value} and "
+                f"checkpointing={cfg.checkpointing}{need} of "
+                f"{self.memory.capacity / 2**30:.2f} GiB usable); not run"
+            ),
+        )
+
     def candidate_loop(self) -> None:
         """Stage 1: everything but the knobs that only pay on top of a good config (compile's
         one-time cost, checkpointing's recompute). Stage 2: those, on the best so far. Then the
         whole space, for what budget is left. Workers on other processes run this too."""
+        if not self.space.searched():
+            self.report("the space has a single config (the baseline's): nothing to search")
+            return
         first = self.space.without(LATE_KNOBS)
         if first.knobs != self.space.knobs:
             split = self._stage_split()
@@ -174,6 +232,9 @@ class Search:
             )
         settings = self.study.user_attrs.get(SETTINGS, {})
         self.stage_split_at = settings.get("stage_split_at")
+        stored = self.study.user_attrs.get(MEMORY)
+        self.memory = MemoryLimits.from_dict(stored) if isinstance(stored, dict) else None
+        self._apply_memory_limits()
         try:
             self.candidate_loop()
         except KeyboardInterrupt:
@@ -428,6 +489,21 @@ class Search:
         if previous is not None:
             rec = dict(previous)
             rec["reused"] = True
+            rec["role"] = "candidate"  # even when it repeats the baseline's config
+            self._tell(trial, rec)
+            self._announce(trial.number, rec)
+            self.repeats += 1
+            if self.repeats >= MAX_REPEATS:
+                self.exhausted = True
+                self.report(
+                    f"the sampler proposed {MAX_REPEATS} configs in a row that were already "
+                    "measured: the space looks exhausted"
+                )
+            return
+        self.repeats = 0
+        predicted = self._predicted_oom(cfg)
+        if predicted is not None:
+            rec = self._record(predicted, role="candidate", reused=False)
             self._tell(trial, rec)
             self._announce(trial.number, rec)
             return
@@ -743,6 +819,8 @@ class Search:
         search = dict(extra)
         search["seconds"] = seconds
         search["accuracy_samples"] = self.guard.accuracy_samples
+        if self.memory is not None:
+            search["memory_probe"] = self.memory.to_dict()
         foreign = [t.number for t, r in records if not self._comparable(r)]
         if foreign:
             search["not_ranked"] = {

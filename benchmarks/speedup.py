@@ -29,7 +29,7 @@ import torch
 import autotune
 from autotune.data import make_task
 from autotune.device import environment
-from autotune.examples import cnn_data, cnn_model, mlp_data, mlp_model
+from autotune.examples import cnn_data, cnn_model, lm_data, lm_model, mlp_data, mlp_model
 from autotune.runner import Budget, Workload, measure_throughput, train_for_accuracy
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -39,6 +39,9 @@ def workload(name: str) -> tuple[torch.nn.Module, Any, Any]:
     if name == "cnn":
         train, val = cnn_data()
         return cnn_model(), train, val
+    if name == "lm":
+        train, val = lm_data()
+        return lm_model(), train, val
     if name == "mlp":
         from autotune.data import split_dataset
 
@@ -48,7 +51,7 @@ def workload(name: str) -> tuple[torch.nn.Module, Any, Any]:
         )
         train, val, _ = split_dataset(data, task, val_fraction=0.2, seed=0)
         return mlp_model(), train, val
-    raise SystemExit(f"unknown workload {name!r}; choose cnn or mlp")
+    raise SystemExit(f"unknown workload {name!r}; choose cnn, lm or mlp")
 
 
 def remeasure(
@@ -158,7 +161,7 @@ def write_section(name: str, text: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", default="cnn", choices=["cnn", "mlp"])
+    parser.add_argument("--workload", default="cnn", choices=["cnn", "lm", "mlp"])
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--space", default="default")
     parser.add_argument("--result", default=None, help="re-measure this result JSON instead")

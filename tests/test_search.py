@@ -334,3 +334,39 @@ def test_failed_write_keeps_the_previous_file(tmp_path, fast_kwargs, monkeypatch
         result.save(path)
     assert path.read_text() == "previous"
     assert [p.name for p in tmp_path.iterdir()] == ["best.json"]
+
+
+@pytest.mark.parametrize(
+    ("room", "asked", "limit"),
+    [
+        (10**6, [16, 32], 128),  # 2x headroom even at the largest batch: nothing more tried
+        (100, [16, 32, 64], 64),  # the fitted line predicts 64; verified
+        (200, [16, 32, 128, 64], 64),  # predicted 128, which runs out of memory: step down
+    ],
+)
+def test_memory_probe_limits_the_batch_sizes_trials_try(
+    fast_kwargs, monkeypatch, room: int, asked: list[int], limit: int
+) -> None:
+    """A fake device whose peak is 1 GB + 1 MB per sample and that runs out above 64 samples."""
+    from autotune import probe, search
+
+    peaks_asked: list[int] = []
+
+    def fake_peak(executor, cfg, time_limit):
+        peaks_asked.append(cfg.batch_size)
+        return None if cfg.batch_size > 64 else 10**9 + 10**6 * cfg.batch_size
+
+    monkeypatch.setattr(probe, "_peak", fake_peak)
+    monkeypatch.setattr(search, "usable_memory", lambda device: 10**9 + 10**6 * room)
+    result = autotune.find_best(
+        Recorder(),
+        tiny_data(),
+        space={"knobs": {"batch_size": [16, 32, 64, 128]}},
+        n_trials=3,
+        **fast_kwargs,
+    )
+    assert peaks_asked == asked
+    info = result.to_dict()["search"]["memory_probe"]
+    assert info["limits"] == {"fp32/ckpt0": limit}
+    assert all(t.config.batch_size <= limit for t in result.trials)
+    assert max(Recorder.seen) <= limit  # no trial ever trained a batch that cannot fit

@@ -1,0 +1,165 @@
+"""Search-efficiency benchmark: autotune and random search against the exhaustive grid.
+
+    python benchmarks/efficiency.py --workload cnn --seeds 2 --share 0.15
+
+1. The exhaustive grid of a reduced discrete space (Optuna's BruteForceSampler through
+   ``find_best``, so every config is measured the same way, accuracy guard included). Its table
+   of projected training times is the ground truth; its fastest feasible config the optimum.
+2. For each seed, autotune (its default sampler and stages) and plain random search (Optuna's
+   RandomSampler, same pipeline otherwise), each given ``--share`` of the grid's wall time.
+3. Each method's winner is looked up in the grid's table, so all three are scored on the same
+   measurements: the fraction of the optimum's speed reached (optimum time / winner's time),
+   and the wall time spent.
+
+The table goes to benchmarks/RESULTS.md, with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+import autotune
+from autotune.device import environment
+
+sys.path.insert(0, str(Path(__file__).parent))
+from speedup import workload, write_section
+
+SPACES: dict[str, dict[str, Any]] = {
+    "cnn": {
+        "batch_size": [32, 64, 128, 256],
+        "num_workers": [0, 1],
+        "precision": ["fp32", "bf16"],
+        "channels_last": [False, True],
+        "lr_schedule": ["constant", "cosine"],
+    },
+    "mlp": {
+        "batch_size": [32, 64, 128, 256],
+        "num_workers": [0, 1],
+        "precision": ["fp32", "bf16"],
+        "lr_schedule": ["constant", "cosine"],
+    },
+    "lm": {
+        "batch_size": [16, 32, 64],
+        "precision": ["fp32", "bf16"],
+        "checkpointing": [0, 1],
+        "lr_schedule": ["constant", "cosine"],
+    },
+}
+
+
+def key(cfg: dict[str, Any]) -> str:
+    return json.dumps(cfg, sort_keys=True)
+
+
+def run(name: str, args: argparse.Namespace, **options: Any) -> tuple[dict[str, Any], float]:
+    model, train, val = workload(name)
+    start = time.monotonic()
+    result = autotune.find_best(
+        model,
+        train,
+        val_dataset=val,
+        space={"knobs": SPACES[name]},
+        progress=lambda line: print(f"  {line}", flush=True),
+        **options,
+    )
+    return result.to_dict(), time.monotonic() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="cnn", choices=sorted(SPACES))
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--share", type=float, default=0.15)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    command = "python " + " ".join(["benchmarks/efficiency.py", *sys.argv[1:]])
+    name = args.workload
+    size = 1
+    for values in SPACES[name].values():
+        size *= len(values)
+
+    print(f"grid: {size} configs", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        grid, grid_seconds = run(
+            name,
+            args,
+            sampler=optuna.samplers.BruteForceSampler(seed=0),
+            n_trials=size,
+            storage=f"sqlite:///{tmp}/grid.db",
+            study_name="grid",
+        )
+    table = {
+        key(t["config"]): t["projected_training_time"]
+        for t in grid["trials"]
+        if t["feasible"] and t["projected_training_time"]
+    }
+    optimum = min(table.values())
+    best_cfg = min(table, key=lambda k: table[k])
+    budget = args.share * grid_seconds
+    rows: dict[str, list[tuple[float, float, bool]]] = {"autotune": [], "random": []}
+    for seed in range(args.seeds):
+        for method in rows:
+            sampler = optuna.samplers.RandomSampler(seed=seed) if method == "random" else None
+            print(f"{method}, seed {seed}, {budget:.0f} s", flush=True)
+            found, seconds = run(name, args, timeout=budget, seed=seed, sampler=sampler)
+            winner = key(found["config"])
+            feasible_in_grid = winner in table
+            time_in_grid = table.get(winner)
+            if time_in_grid is None:  # infeasible in the grid's own runs: score its raw time
+                time_in_grid = next(
+                    (t["projected_training_time"] for t in grid["trials"]
+                     if key(t["config"]) == winner and t["projected_training_time"]),
+                    float("inf"),
+                )  # fmt: skip
+            rows[method].append((optimum / time_in_grid, seconds, feasible_in_grid))
+
+    env = environment("cpu")
+    lines = [
+        f"### `{name}` search efficiency ({datetime.date.today().isoformat()})",
+        "",
+        f"Machine: {env['device_name']} ({env['device']}), {env['cpu_count']} CPUs, torch "
+        f"{env['torch']}, optuna {env['optuna']}. Command: `{command}`",
+        "",
+        f"Space: {', '.join(f'{k} {v}' for k, v in SPACES[name].items())} ({size} configs). "
+        f"The exhaustive grid took {grid_seconds:.0f} s; its optimum is "
+        f"`{autotune.TrainingConfig.from_dict(json.loads(best_cfg)).describe()}` at "
+        f"{grid['baseline']['metrics']['projected_training_time'] / optimum:.2f}x the baseline. "
+        f"autotune and random search each got {args.share:.0%} of the grid's time "
+        f"({budget:.0f} s) per seed; winners are scored on the grid's own measurements.",
+        "",
+        "| method | seed | fraction of the grid optimum | wall time | share of grid time | "
+        "winner feasible in the grid |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| grid (BruteForceSampler) | - | 100% | {grid_seconds:.0f} s | 100% | yes |",
+    ]
+    for method, results in rows.items():
+        for seed, (fraction, seconds, ok) in enumerate(results):
+            lines.append(
+                f"| {method} | {seed} | {fraction:.1%} | {seconds:.0f} s | "
+                f"{seconds / grid_seconds:.0%} | {'yes' if ok else 'no'} |"
+            )
+    for method, results in rows.items():
+        fractions = [r[0] for r in results]
+        lines.append(
+            f"\n{method}: median {statistics.median(fractions):.1%} of the optimum "
+            f"(min {min(fractions):.1%}) over {len(fractions)} seeds."
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.no_write:
+        write_section(f"efficiency-{name}", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
