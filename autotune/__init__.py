@@ -5,6 +5,7 @@ validation accuracy.
     result = autotune.find_best(model, train_dataset, tolerance=0.01, timeout=600)
     result.save("best.json")
     cfg = autotune.load_config("best.json")
+    report = autotune.train(model, train_dataset, cfg, epochs=10, val_dataset=val_dataset)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from autotune.measure import Measurement
 from autotune.result import SearchResult, TrialRecord, load_config
 from autotune.runner import Budget
 from autotune.space import SearchSpace, builtin_spaces, load_space
+from autotune.training import EpochStats, TrainReport, train
 
 __version__ = "0.1.0"
 
@@ -42,6 +44,7 @@ __all__ = [
     "CompileMode",
     "ConfigError",
     "DataError",
+    "EpochStats",
     "LRSchedule",
     "Measurement",
     "ModelError",
@@ -51,6 +54,7 @@ __all__ = [
     "SearchSpace",
     "SearchSpaceError",
     "StorageError",
+    "TrainReport",
     "TrainingConfig",
     "TrialRecord",
     "__version__",
@@ -58,4 +62,5 @@ __all__ = [
     "find_best",
     "load_config",
     "load_space",
+    "train",
 ]
