@@ -28,11 +28,13 @@ from autotune.errors import (
     StorageError,
 )
 from autotune.guard import AccuracyGuard
+from autotune.integrations import LightningSettings
 from autotune.measure import Measurement
 from autotune.result import SearchResult, TrialRecord, load_config
 from autotune.runner import Budget
 from autotune.space import SearchSpace, builtin_spaces, load_space
 from autotune.training import EpochStats, TrainReport, train
+from autotune.verification import VerifyReport, verify
 
 __version__ = "0.1.0"
 
@@ -46,6 +48,7 @@ __all__ = [
     "DataError",
     "EpochStats",
     "LRSchedule",
+    "LightningSettings",
     "Measurement",
     "ModelError",
     "Precision",
@@ -57,10 +60,12 @@ __all__ = [
     "TrainReport",
     "TrainingConfig",
     "TrialRecord",
+    "VerifyReport",
     "__version__",
     "builtin_spaces",
     "find_best",
     "load_config",
     "load_space",
     "train",
+    "verify",
 ]
