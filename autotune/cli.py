@@ -269,6 +269,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.faster_here else 1
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from autotune.result import SearchResult
+
+    result = SearchResult.from_study(
+        args.storage,
+        args.study,
+        tolerance=args.tolerance,
+        metric_name=args.metric,
+        higher_is_better=False if args.lower_is_better else None,
+    )
+    path = result.report(args.out)
+    print(
+        f"wrote {path} ({len(result.trials)} trials; winner #{result.winner.number}, "
+        f"{result.speedup:.2f}x)"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autotune",
@@ -358,6 +376,31 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="print the comparison as JSON")
     v.add_argument("--quiet", action="store_true", help="no progress lines")
     v.set_defaults(func=cmd_verify)
+
+    r = sub.add_parser(
+        "report",
+        help="write a self-contained HTML report of a study",
+        description="Read a search's study from its Optuna storage and write one HTML file "
+        "that opens offline.",
+    )
+    r.add_argument(
+        "--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL ({DEFAULT_STORAGE})"
+    )
+    r.add_argument(
+        "--study", default=None, help="study name (may be left out if the storage holds one)"
+    )
+    r.add_argument("--out", default="report.html", help="where to write the HTML (report.html)")
+    r.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="the search's tolerance, where the study cannot tell",
+    )
+    r.add_argument("--metric", default=None, help="the validation metric's name (accuracy)")
+    r.add_argument(
+        "--lower-is-better", action="store_true", help="the metric is a loss (lower is better)"
+    )
+    r.set_defaults(func=cmd_report)
 
     e = sub.add_parser("env", help="print the environment, for bug reports")
     e.add_argument("--device", default=None)
