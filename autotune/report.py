@@ -46,7 +46,9 @@ _COLORS = {
 
 def write_report(result: SearchResult, path: str | os.PathLike[str]) -> Path:
     """Write the HTML report of ``result`` to ``path`` (atomically) and return the path."""
-    return write_json_atomic(path, render_report(result))  # any text, atomically
+    target = write_json_atomic(path, render_report(result))  # any text, atomically
+    target.chmod(0o644)  # a report is for sharing; the atomic temp file was owner-only
+    return target
 
 
 def render_report(result: SearchResult) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -38,6 +39,14 @@ def load_study(storage: str | optuna.storages.BaseStorage, study_name: str | Non
             f"`storage` must be a database URL such as 'sqlite:///autotune.db', but got "
             f"{storage!r}."
         )
+    if isinstance(storage, str) and storage.startswith("sqlite:///"):
+        # SQLAlchemy would create an empty database file at a mistyped path.
+        path = Path(storage.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise StorageError(
+                f"No SQLite database at {str(path)!r} (from storage {storage!r}). Run the command "
+                "where the search ran, or pass the storage URL it used."
+            )
     try:
         names = optuna.get_all_study_names(storage=storage)
     except Exception as exc:  # SQLAlchemy's errors for unreachable or malformed databases

@@ -68,6 +68,7 @@ def test_report_is_one_self_contained_file_with_every_section(searched, tmp_path
     path = result.report(tmp_path / "report.html")
     text = path.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>")
+    assert path.stat().st_mode & 0o044 == 0o044  # readable by others: it is meant to be shared
     # plotly.js is inside, once; nothing is fetched from anywhere.
     assert text.count("window.PlotlyConfig") == 1 and "plotly.js v" in text
     assert not re.search(r"<script[^>]*\bsrc=", text) and not re.search(r"<link\b", text)
@@ -101,6 +102,10 @@ def test_cli_report(searched, tmp_path, capsys) -> None:
     assert main(["report", "--storage", storage, "--study", "nope", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "No study 'nope'" in err and "Studies there: report-test" in err
+    missing = tmp_path / "typo.db"
+    assert main(["report", "--storage", f"sqlite:///{missing}", "--out", str(out)]) == 2
+    assert "No SQLite database at" in capsys.readouterr().err
+    assert not missing.exists()  # a mistyped path does not leave an empty database behind
 
 
 def test_a_study_too_small_for_importance_says_so(searched) -> None:
