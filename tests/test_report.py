@@ -205,3 +205,23 @@ def test_the_report_draws_offline_in_a_headless_browser(searched, tmp_path, chro
     for name, fig in parser.figures.items():
         assert fig["rendered"], f"plotly did not render {name}"
         assert int(fig["svgs"]) >= 1, f"{name} drew no SVG"
+
+
+def test_what_a_study_says_about_itself_is_used(searched, tmp_path) -> None:
+    """A search that stores `autotune_search` (tolerance, metric, environment) needs no flags."""
+    _, storage = searched
+    copy = tmp_path / "copy.db"
+    shutil.copy(storage.removeprefix("sqlite:///"), copy)
+    url = f"sqlite:///{copy}"
+    study = optuna.load_study(study_name="report-test", storage=url)
+    env = {"device": "cpu", "device_name": "Test CPU 9000", "torch": "2.13.0", "cpu_count": 2}
+    study.set_user_attr(
+        "autotune_search",
+        {"tolerance": 0.5, "metric_name": "top1", "higher_is_better": True, "environment": env},
+    )
+    result = autotune.SearchResult.from_study(url)  # the only study there: no name needed
+    assert result.tolerance == 0.5 and result.guard.metric_name == "top1"
+    assert result.environment == env
+    text = render_report(result)
+    assert "measured on Test CPU 9000 (cpu)" in text and "val top1" in text
+    assert autotune.SearchResult.from_study(url, tolerance=0.2).tolerance == 0.2  # flags win
