@@ -10,6 +10,7 @@ back from a storage give the same report.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import html
 import logging
@@ -51,74 +52,83 @@ def write_report(result: SearchResult, path: str | os.PathLike[str]) -> Path:
     return target
 
 
+@dataclasses.dataclass(frozen=True)
+class _Section:
+    key: str
+    title: str
+    figure: go.Figure | None = None
+    caption: str = ""
+    before: str = ""  # HTML between the title and the figure
+    after: str = ""  # HTML after the figure
+
+
 def render_report(result: SearchResult) -> str:
     """The report as one HTML document (a few MB: plotly.js is inside)."""
-    figures: list[tuple[str, str, go.Figure | None, str]] = []
-    figures.append(("winner", "Winner against baseline", _headline_figure(result), ""))
-    figures.append(
-        (
+    study = _analysis_study(result)
+    importance, why_not = _importance_figure(study)
+    sections = [
+        _Section(
+            "winner",
+            "Winner against baseline",
+            _headline_figure(result),
+            before=_headline_html(result),
+        ),
+        _Section(
             "tradeoff",
             "Throughput against validation metric",
             _tradeoff_figure(result),
             _tradeoff_caption(result),
-        )
-    )
-    study = _analysis_study(result)
-    figures.append(
-        (
+        ),
+        _Section(
             "history",
             "Optimisation history",
             _history_figure(study),
             "Projected training time of each trial (lower is better); infeasible trials "
             "(failed, or outside the accuracy tolerance) are marked, the line is the best "
             "feasible so far.",
-        )
-    )
-    importance, why = _importance_figure(study)
-    figures.append(
-        (
+        ),
+        _Section(
             "importance",
             "Which knobs mattered",
             importance,
-            why
+            why_not
             or "Importance of each knob for the (log) projected training time, by Optuna's "
-            "importance evaluator over the completed trials.",
-        )
-    )
-    figures.append(
-        (
+            "fANOVA evaluator over the completed trials.",
+        ),
+        _Section(
             "time",
             "Where the time goes",
             _time_split_figure(result),
             "Projected training time of each completed trial, split into one-time cost "
             "(warm-up: compilation, cuDNN autotuning, worker start-up) and steady state, the "
             "latter split by the measured fraction spent waiting for data.",
-        )
-    )
-    sections = []
+        ),
+        _Section("trials", "Every trial", after=_trial_table(result)),
+    ]
+    parts = []
     first = True
-    for key, title, fig, caption in figures:
+    for sec in sections:
         body = ""
-        if fig is not None:
-            body = fig.to_html(
+        if sec.figure is not None:
+            body = sec.figure.to_html(
                 include_plotlyjs=first,  # the whole plotly.js bundle, inline, once
                 full_html=False,
-                div_id=f"fig-{key}",
+                div_id=f"fig-{sec.key}",
                 config={"displaylogo": False, "responsive": True},
             )
             first = False
-        note = f'<p class="caption">{html.escape(caption)}</p>' if caption else ""
-        sections.append(f'<section id="{key}"><h2>{html.escape(title)}</h2>{note}{body}</section>')
-        if key == "winner":
-            sections[-1] = sections[-1].replace("</h2>", f"</h2>{_headline_html(result)}", 1)
-    sections.append(f'<section id="trials"><h2>Every trial</h2>{_trial_table(result)}</section>')
+        caption = f'<p class="caption">{html.escape(sec.caption)}</p>' if sec.caption else ""
+        parts.append(
+            f'<section id="{sec.key}"><h2>{html.escape(sec.title)}</h2>'
+            f"{sec.before}{caption}{body}{sec.after}</section>"
+        )
     name = result.search.get("study_name") or "autotune search"
     generated = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     return _PAGE.format(
         title=html.escape(f"autotune report: {name}"),
         heading=html.escape(f"autotune report — {name}"),
         meta=_meta_html(result, generated),
-        sections="\n".join(sections),
+        sections="\n".join(parts),
     )
 
 
