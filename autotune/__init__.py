@@ -5,6 +5,7 @@ validation accuracy.
     result = autotune.find_best(model, train_dataset, tolerance=0.01, timeout=600)
     result.save("best.json")
     cfg = autotune.load_config("best.json")
+    report = autotune.train(model, train_dataset, cfg, epochs=10, val_dataset=val_dataset)
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ from autotune.errors import (
     StorageError,
 )
 from autotune.guard import AccuracyGuard
+from autotune.integrations import LightningSettings
 from autotune.measure import Measurement
 from autotune.result import SearchResult, TrialRecord, load_config
 from autotune.runner import Budget
 from autotune.space import SearchSpace, builtin_spaces, load_space
+from autotune.training import EpochStats, TrainReport, train
+from autotune.verification import VerifyReport, verify
 
 __version__ = "0.1.0"
 
@@ -42,7 +46,9 @@ __all__ = [
     "CompileMode",
     "ConfigError",
     "DataError",
+    "EpochStats",
     "LRSchedule",
+    "LightningSettings",
     "Measurement",
     "ModelError",
     "Precision",
@@ -51,11 +57,15 @@ __all__ = [
     "SearchSpace",
     "SearchSpaceError",
     "StorageError",
+    "TrainReport",
     "TrainingConfig",
     "TrialRecord",
+    "VerifyReport",
     "__version__",
     "builtin_spaces",
     "find_best",
     "load_config",
     "load_space",
+    "train",
+    "verify",
 ]

@@ -188,7 +188,16 @@ def find_best(
             "on one host, 'postgresql://...' across hosts)."
         )
     settings = dict(study.user_attrs.get(SETTINGS, {}))
-    settings.update({"seed": seed, "val_fraction": val_fraction, "isolation": isolation})
+    settings.update(
+        {
+            "seed": seed,
+            "val_fraction": val_fraction,
+            "isolation": isolation,
+            "metric_name": task.metric_name,
+            "higher_is_better": task.higher_is_better,
+            "environment": environment(device_str),
+        }
+    )
     study.set_user_attr(SETTINGS, settings)
     executor, fallback = make_executor(workload, isolation, env=worker_env(study.study_name))
     if fallback:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -299,6 +300,57 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    import autotune
+
+    model, train, val = _model_and_data(args)
+    quiet = args.quiet or args.json
+
+    def progress(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    budget = None
+    if args.timed_samples is not None:
+        from autotune.verification import DEFAULT_BUDGET
+
+        budget = dataclasses.replace(DEFAULT_BUDGET, timed_samples=args.timed_samples)
+    report = autotune.verify(
+        args.path,
+        model,
+        train,
+        val_dataset=val,
+        rounds=args.rounds,
+        budget=budget,
+        device=args.device,
+        accuracy_seeds=args.accuracy_seeds,
+        progress=progress,
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.summary())
+    return 0 if report.faster_here else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from autotune.result import SearchResult
+
+    result = SearchResult.from_study(
+        args.storage,
+        args.study,
+        tolerance=args.tolerance,
+        metric_name=args.metric,
+        higher_is_better=False if args.lower_is_better else None,
+    )
+    path = result.report(args.out)
+    print(
+        f"wrote {path} ({len(result.trials)} trials; winner #{result.winner.number}, "
+        f"{result.speedup:.2f}x)"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autotune",
@@ -378,6 +430,59 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("spaces", help="list the built-in search spaces")
     sp.add_argument("name", nargs="?", default=None, help="show one space's knobs")
     sp.set_defaults(func=cmd_spaces)
+
+    v = sub.add_parser(
+        "verify",
+        help="re-measure a result's winner against its baseline on this machine",
+        description="Measure the winner and its baseline side by side in alternating rounds and "
+        "compare with what the result recorded; warns where this machine differs from the one "
+        "the result was measured on. Exit status 1 when the winner is not faster here.",
+    )
+    v.add_argument("path", help="result JSON written by `autotune search` / result.save()")
+    v.add_argument("--model", required=True, help="the model factory the search used")
+    v.add_argument("--data", required=True, help="the data factory the search used")
+    v.add_argument("--rounds", type=int, default=6, help="alternating rounds (6)")
+    v.add_argument(
+        "--timed-samples",
+        type=int,
+        default=None,
+        help="samples timed per measurement (4096)",
+    )
+    v.add_argument(
+        "--accuracy-seeds",
+        type=int,
+        default=0,
+        help="also train both on the search's accuracy budget over this many seeds (0)",
+    )
+    v.add_argument("--device", default=None, help="measure here instead of the result's device")
+    v.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    v.add_argument("--quiet", action="store_true", help="no progress lines")
+    v.set_defaults(func=cmd_verify)
+
+    r = sub.add_parser(
+        "report",
+        help="write a self-contained HTML report of a study",
+        description="Read a search's study from its Optuna storage and write one HTML file "
+        "that opens offline.",
+    )
+    r.add_argument(
+        "--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL ({DEFAULT_STORAGE})"
+    )
+    r.add_argument(
+        "--study", default=None, help="study name (may be left out if the storage holds one)"
+    )
+    r.add_argument("--out", default="report.html", help="where to write the HTML (report.html)")
+    r.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="the search's tolerance, where the study cannot tell",
+    )
+    r.add_argument("--metric", default=None, help="the validation metric's name (accuracy)")
+    r.add_argument(
+        "--lower-is-better", action="store_true", help="the metric is a loss (lower is better)"
+    )
+    r.set_defaults(func=cmd_report)
 
     e = sub.add_parser("env", help="print the environment, for bug reports")
     e.add_argument("--device", default=None)

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from torch import nn
     from torch.utils.data import DataLoader, Dataset
 
+    from autotune.integrations import LightningSettings
+
 __all__ = [
     "BatchScaling",
     "CompileMode",
@@ -404,3 +406,39 @@ class TrainingConfig:
 
         moved = knobs.to_device(batch, self.device, non_blocking=self.pin_memory)
         return knobs.to_channels_last(moved) if self.channels_last else moved
+
+    # -- Other trainers -----------------------------------------------------------------------
+
+    def to_transformers(self) -> dict[str, Any]:
+        """Keyword arguments for ``transformers.TrainingArguments``::
+
+            args = TrainingArguments(output_dir="out", **cfg.to_transformers())
+
+        Batch size, DataLoader workers / pinning / persistence / prefetch, precision
+        (``bf16``/``fp16``/``tf32``), ``torch_compile`` and its mode, checkpointing (every k-th
+        layer), peak learning rate, schedule and warm-up map directly; ``use_cpu`` is set for a
+        config measured on the CPU. Schedules: ``constant`` -> ``"constant"`` (or
+        ``"constant_with_warmup"``), ``cosine`` -> ``"cosine"``, ``one_cycle`` -> ``"cosine"``
+        with a warm-up of OneCycleLR's warm-up share (0.05-0.5), its nearest Hugging Face shape
+        (HF warms up from 0 rather than peak/25 and does not cycle momentum).
+
+        Not TrainingArguments fields, to apply yourself: ``cudnn_benchmark`` and
+        ``intra_op_threads`` (``with cfg.backends(): trainer.train()``), ``channels_last``
+        (``model.to(memory_format=torch.channels_last)``), the CUDA device index (run with
+        ``CUDA_VISIBLE_DEVICES``), and the optimizer the search tuned the LR for (AdamW, unless
+        ``find_best(optimizer=...)`` said otherwise: set ``optim``/``weight_decay`` to match).
+        """
+        from autotune.integrations import transformers_kwargs
+
+        return transformers_kwargs(self)
+
+    def to_lightning(self) -> LightningSettings:
+        """``lightning.pytorch.Trainer`` arguments (``.trainer``: accelerator, devices,
+        precision such as ``"bf16-mixed"``, cuDNN ``benchmark``), the ``DataLoader`` arguments
+        Lightning leaves to you (``.dataloader``), and ``.notes`` on applying the rest (model
+        knobs through :meth:`prepare`, the LR schedule in ``configure_optimizers``, TF32 and
+        threads through :meth:`backends`). See :class:`autotune.integrations.LightningSettings`.
+        """
+        from autotune.integrations import lightning_settings
+
+        return lightning_settings(self)

@@ -194,7 +194,10 @@ def join_search(
     me = os.getpid()
     return sum(
         1
-        for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE])
+        for t in study.get_trials(
+            deepcopy=False,
+            states=[optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED],
+        )
         if t.user_attrs.get("autotune_owner", {}).get("pid") == me
     )
 

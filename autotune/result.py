@@ -164,6 +164,37 @@ class SearchResult:
     def summary(self) -> str:
         return render_summary(self.to_dict())
 
+    def report(self, path: str | os.PathLike[str]) -> Path:
+        """Write a self-contained HTML report (opens offline): winner against baseline,
+        throughput against the validation metric with the tolerance, optimisation history,
+        which knobs mattered, where the time goes, and every trial with its failure reason."""
+        from autotune.report import write_report
+
+        return write_report(self, path)
+
+    @classmethod
+    def from_study(
+        cls,
+        storage: str | Any,
+        study_name: str | None = None,
+        *,
+        tolerance: float | None = None,
+        metric_name: str | None = None,
+        higher_is_better: bool | None = None,
+    ) -> SearchResult:
+        """The result of the search stored as ``study_name`` in ``storage`` (an Optuna storage
+        URL or object; the name may be left out when the storage holds one study), without the
+        model or the data. The tolerance is read from the study where it can be; pass it where
+        it cannot."""
+        from autotune.stored import load_study, result_from_study
+
+        return result_from_study(
+            load_study(storage, study_name),
+            tolerance=tolerance,
+            metric_name=metric_name,
+            higher_is_better=higher_is_better,
+        )
+
     def __repr__(self) -> str:
         return self.summary()
 

@@ -35,6 +35,7 @@ from autotune.measure import Measurement, MemoryTracker, UtilizationSampler
 __all__ = [
     "AccuracyRun",
     "Budget",
+    "Trainer",
     "TrialOutcome",
     "Workload",
     "evaluate",
@@ -152,7 +153,7 @@ def _endless(loader: DataLoader[Any]) -> Iterator[Any]:
             )
 
 
-class _Trainer:
+class Trainer:
     """One model, optimizer, scaler and scheduler set up from a config; steps on demand."""
 
     def __init__(self, cfg: TrainingConfig, workload: Workload, total_steps: int) -> None:
@@ -205,7 +206,7 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
     """Warm-up, then ``budget.chunks`` synchronised chunks of steady-state training steps."""
     timed = budget.timed_steps(cfg.batch_size)
     chunk_steps = timed // budget.chunks
-    trainer = _Trainer(cfg, workload, budget.warmup_steps + timed)
+    trainer = Trainer(cfg, workload, budget.warmup_steps + timed)
     loader = cfg.dataloader(
         workload.train,
         shuffle=True,
@@ -262,7 +263,7 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
     )
 
 
-def _eval_batch(trainer: _Trainer, cfg: TrainingConfig, workload: Workload) -> None:
+def _eval_batch(trainer: Trainer, cfg: TrainingConfig, workload: Workload) -> None:
     eager = knobs.unwrap_compiled(trainer.model)
     loader = cfg.replace(num_workers=0, persistent_workers=False, prefetch_factor=None).dataloader(
         workload.val, shuffle=False, collate_fn=workload.task.collate_fn
@@ -311,7 +312,7 @@ def train_for_accuracy(
     steps = max(1, math.ceil(samples / cfg.batch_size))
     start = time.perf_counter()
     with seeded(seed, cfg.device):
-        trainer = _Trainer(cfg, workload, steps)
+        trainer = Trainer(cfg, workload, steps)
         drop_last = len(workload.train) >= cfg.batch_size  # type: ignore[arg-type]
         loader = cfg.dataloader(
             workload.train,

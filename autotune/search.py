@@ -50,6 +50,7 @@ LATE_KNOBS = frozenset({"compile_mode", "checkpointing"})
 STAGE_ONE_SHARE = 0.55
 CONFIRMATIONS = "autotune_confirmations"  # study user attribute: numerics -> confirmation
 SETTINGS = "autotune_settings"  # study user attribute: what workers need to join the search
+WINNER = "autotune_winner"  # study user attribute: the winning trial's number
 MEMORY = "autotune_memory"  # study user attribute: the memory probe's findings
 MAX_REPEATS = 25  # consecutive proposals of measured configs before the space counts as exhausted
 PROBE_LIMIT = 120.0  # seconds a memory-probe run may take (a few steps) unless trial_timeout
@@ -546,7 +547,7 @@ class Search:
         best = self._best()
         if best is None:
             return False
-        return trial.should_prune() and projected > PRUNE_MARGIN * self._projected(*best)
+        return bool(trial.should_prune()) and projected > PRUNE_MARGIN * self._projected(*best)
 
     def _accuracy_of_same_numerics(self, cfg: TrainingConfig) -> tuple[AccuracyRun, ...] | None:
         key = cfg.numerics_key()
@@ -816,6 +817,7 @@ class Search:
         winner = baseline
         if best is not None:
             winner = next(tr for tr in trials if tr.number == best[0].number)
+        self.study.set_user_attr(WINNER, winner.number)  # for reports read from the storage
         search = dict(extra)
         search["seconds"] = seconds
         search["accuracy_samples"] = self.guard.accuracy_samples

@@ -1,0 +1,227 @@
+"""The HTML report: one self-contained file, drawn by a real headless browser offline."""
+
+from __future__ import annotations
+
+import dataclasses
+import html.parser
+import os
+import re
+import shutil
+import subprocess
+import warnings
+
+import optuna
+import pytest
+
+import autotune
+from autotune.cli import main
+from autotune.examples import tiny_data
+from autotune.report import render_report
+
+from conftest import FAST_BUDGET
+from steady import PerStepCost
+
+SECTIONS = (
+    "Winner against baseline",
+    "Throughput against validation metric",
+    "Optimisation history",
+    "Which knobs mattered",
+    "Where the time goes",
+    "Every trial",
+)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory) -> tuple[autotune.SearchResult, str]:
+    """A real search stored in SQLite, made deterministic: a grid walked by a brute-force
+    sampler, a model with a fixed cost per step (batch 64 beats 32 on any machine) whose
+    batches above 64 run out of memory (a failure the report must explain), and tolerance 1.0
+    so accuracy does not decide."""
+    db = tmp_path_factory.mktemp("report") / "study.db"
+    storage = f"sqlite:///{db}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.BruteForceSampler(seed=0)
+    result = autotune.find_best(
+        PerStepCost(oom_above=64),
+        tiny_data(),
+        n_trials=8,
+        space={"knobs": {"batch_size": [32, 64, 128], "lr_schedule": ["constant", "cosine"]}},
+        sampler=sampler,
+        tolerance=1.0,
+        # One thread: a busy neighbour on a small machine cannot stall an OpenMP barrier.
+        baseline={"intra_op_threads": 1},
+        budget=FAST_BUDGET,
+        accuracy_samples=256,
+        device="cpu",
+        isolation="none",
+        storage=storage,
+        study_name="report-test",
+    )
+    assert result.failures.get("oom"), "the fixture needs a failed trial"
+    assert result.config.batch_size == 64, "the fixture needs a winner that is not the baseline"
+    return result, storage
+
+
+def test_report_is_one_self_contained_file_with_every_section(searched, tmp_path) -> None:
+    result, _ = searched
+    path = result.report(tmp_path / "report.html")
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    assert path.stat().st_mode & 0o044 == 0o044  # readable by others: it is meant to be shared
+    # plotly.js is inside, once; nothing is fetched from anywhere.
+    assert text.count("window.PlotlyConfig") == 1 and "plotly.js v" in text
+    assert not re.search(r"<script[^>]*\bsrc=", text) and not re.search(r"<link\b", text)
+    for title in SECTIONS:
+        assert f"<h2>{title}</h2>" in text
+    assert f"{result.speedup:.2f}x faster than the baseline" in text
+    assert f"tolerance ({result.tolerance:g})" in text  # the tolerance line is labelled
+    # The trial table: one row per trial, the failure's reason and message spelled out.
+    assert text.count("<tr class=") == len(result.trials)
+    assert "failed: oom" in text and "out of memory" in text
+
+
+def test_report_from_the_storage_matches_the_search(searched, tmp_path) -> None:
+    result, storage = searched
+    stored = autotune.SearchResult.from_study(storage, "report-test")
+    assert stored.winner.number == result.winner.number
+    assert stored.tolerance == result.tolerance  # read back from the trials' constraints
+    assert stored.planned_samples == result.planned_samples
+    assert [t.number for t in stored.trials] == [t.number for t in result.trials]
+    assert [t.feasible for t in stored.trials] == [t.feasible for t in result.trials]
+    assert stored.failures == result.failures
+    assert stored.speedup == pytest.approx(result.speedup)
+
+
+def test_cli_report(searched, tmp_path, capsys) -> None:
+    _, storage = searched
+    out = tmp_path / "r.html"
+    assert main(["report", "--storage", storage, "--study", "report-test", "--out", str(out)]) == 0
+    assert "<h2>Every trial</h2>" in out.read_text(encoding="utf-8")
+    assert f"wrote {out}" in capsys.readouterr().out
+    assert main(["report", "--storage", storage, "--study", "nope", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "No study 'nope'" in err and "Studies there: report-test" in err
+    missing = tmp_path / "typo.db"
+    assert main(["report", "--storage", f"sqlite:///{missing}", "--out", str(out)]) == 2
+    assert "No SQLite database at" in capsys.readouterr().err
+    assert not missing.exists()  # a mistyped path does not leave an empty database behind
+
+
+def test_a_study_too_small_for_importance_says_so(searched) -> None:
+    result, _ = searched
+    small = dataclasses.replace(result, trials=(result.baseline_trial,))
+    text = render_report(small)
+    assert "Not enough trials to tell which knobs mattered" in text
+    assert "<h2>Every trial</h2>" in text
+
+
+# -- In a real browser --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium; installed with apt where missing and this runs as root."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("needs a headless chromium: `apt-get install chromium` (not root here)")
+    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            timeout=900,
+        )
+        if proc.returncode != 0:
+            pytest.skip(f"could not install chromium ({' '.join(cmd)}): {proc.stderr[-300:]}")
+    found = shutil.which("chromium")
+    if not found:
+        pytest.skip("apt-get installed chromium but no `chromium` is on PATH")
+    return found
+
+
+class _Figures(html.parser.HTMLParser):
+    """Per plotly figure div: whether plotly rendered it and how many SVG layers it drew."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.figures: dict[str, dict[str, int | bool]] = {}
+        self._stack: list[str | None] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        classes = (a.get("class") or "").split()
+        current = next((f for f in reversed(self._stack) if f), None)
+        if tag == "div" and "plotly-graph-div" in classes:
+            current = a.get("id") or f"figure-{len(self.figures)}"
+            self.figures[current] = {"rendered": "js-plotly-plot" in classes, "svgs": 0}
+            self._stack.append(current)
+            return
+        if tag == "svg" and "main-svg" in classes and current:
+            self.figures[current]["svgs"] = int(self.figures[current]["svgs"]) + 1
+        if tag not in ("br", "img", "input", "meta", "link", "path", "rect", "line", "circle"):
+            self._stack.append(None)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._stack:
+            self._stack.pop()
+
+
+@pytest.mark.slow
+def test_the_report_draws_offline_in_a_headless_browser(searched, tmp_path, chromium) -> None:
+    result, _ = searched
+    path = result.report(tmp_path / "report.html")
+    proc = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            # No network at all: anything the page needed from outside would fail to load.
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--proxy-server=127.0.0.1:9",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    parser = _Figures()
+    parser.feed(proc.stdout)
+    expected = {"fig-winner", "fig-tradeoff", "fig-history", "fig-importance", "fig-time"}
+    assert set(parser.figures) == expected
+    for name, fig in parser.figures.items():
+        assert fig["rendered"], f"plotly did not render {name}"
+        assert int(fig["svgs"]) >= 1, f"{name} drew no SVG"
+
+
+def test_what_a_study_says_about_itself_is_used(searched, tmp_path) -> None:
+    """A search that stores `autotune_search` (tolerance, metric, environment) needs no flags."""
+    _, storage = searched
+    copy = tmp_path / "copy.db"
+    shutil.copy(storage.removeprefix("sqlite:///"), copy)
+    url = f"sqlite:///{copy}"
+    study = optuna.load_study(study_name="report-test", storage=url)
+    env = {"device": "cpu", "device_name": "Test CPU 9000", "torch": "2.13.0", "cpu_count": 2}
+    study.set_user_attr(
+        "autotune_search",
+        {"tolerance": 0.5, "metric_name": "top1", "higher_is_better": True, "environment": env},
+    )
+    result = autotune.SearchResult.from_study(url)  # the only study there: no name needed
+    assert result.tolerance == 0.5 and result.guard.metric_name == "top1"
+    assert result.environment == env
+    text = render_report(result)
+    assert "measured on Test CPU 9000 (cpu)" in text and "val top1" in text
+    assert autotune.SearchResult.from_study(url, tolerance=0.2).tolerance == 0.2  # flags win

@@ -1,0 +1,152 @@
+"""autotune.verify / `autotune verify`: the winner re-measured against its baseline here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import autotune
+from autotune.cli import main
+from autotune.errors import ConfigError
+from autotune.examples import tiny_data, tiny_model
+from autotune.verification import compare_environments
+
+from conftest import FAST_BUDGET
+from steady import PerStepCost
+
+STEADY = ["--model", "steady:per_step_model", "--data", "autotune.examples:tiny_data"]
+
+
+@pytest.fixture(scope="module")
+def result_file(tmp_path_factory) -> str:
+    """A real result from a fast search. The model costs a fixed time per step and tolerance 1.0
+    takes accuracy out of it, so the winner is a bigger batch, never the baseline."""
+    result = autotune.find_best(
+        PerStepCost(),
+        tiny_data(),
+        n_trials=2,
+        space="quick",
+        tolerance=1.0,
+        # One thread: a busy neighbour on a small machine cannot stall an OpenMP barrier.
+        baseline={"intra_op_threads": 1},
+        budget=FAST_BUDGET,
+        accuracy_samples=256,
+        device="cpu",
+        isolation="none",
+    )
+    assert result.config != result.baseline, "the fixture needs a winner that is not the baseline"
+    path = tmp_path_factory.mktemp("verify") / "best.json"
+    result.save(path)
+    return str(path)
+
+
+def _edited(result_file: str, tmp_path, **env_changes) -> str:
+    data = json.loads(Path(result_file).read_text())
+    data["environment"].update(env_changes)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_winner_and_baseline_are_measured_side_by_side_in_alternating_rounds(result_file):
+    lines: list[str] = []
+    report = autotune.verify(
+        result_file, PerStepCost(), tiny_data(), rounds=3, budget=FAST_BUDGET, progress=lines.append
+    )
+    order = [line.split()[2] for line in lines if line.startswith("round")]
+    assert order == ["baseline", "winner", "winner", "baseline", "baseline", "winner"]
+    assert len(report.baseline_measurements) == len(report.winner_measurements) == 3
+    ratios = report.throughput_ratios
+    assert ratios == [
+        w.throughput / b.throughput
+        for b, w in zip(report.baseline_measurements, report.winner_measurements, strict=True)
+    ]
+    recorded = json.loads(Path(result_file).read_text())
+    assert report.recorded_speedup == pytest.approx(recorded["speedup"])
+    assert report.winner.to_dict() == recorded["config"]
+    assert report.environment_warnings == ()  # measured on this very machine
+    text = report.summary()
+    assert "3 alternating rounds" in text and "recorded" in text
+    assert f"{recorded['speedup']:.2f}x" in text
+    # Four times fewer 2 ms steps per sample: the winner wins here too, in every round.
+    assert report.faster_here and min(ratios) > 1.5 and "verdict: the winner is faster" in text
+
+
+def test_a_different_environment_is_flagged_field_by_field(result_file, tmp_path):
+    path = _edited(
+        result_file, tmp_path, torch="1.0.0", device_name="NVIDIA Z100", fingerprint="abc"
+    )
+    report = autotune.verify(path, PerStepCost(), tiny_data(), rounds=1, budget=FAST_BUDGET)
+    warnings = "\n".join(report.warnings)
+    assert "torch version differs: the result was measured with '1.0.0'" in warnings
+    assert f"here it is {torch.__version__!r}" in warnings
+    assert "device differs: the result was measured with 'NVIDIA Z100'" in warnings
+    assert "! torch version differs" in report.summary()
+
+
+def test_fingerprint_alone_and_a_missing_environment_are_flagged():
+    env = {"device_name": "cpu x", "torch": "2.13.0", "fingerprint": "aaa"}
+    assert compare_environments(env, dict(env)) == []
+    assert "fingerprint differs" in compare_environments(env, {**env, "fingerprint": "bbb"})[0]
+    assert "no `environment` record" in compare_environments(None, env)[0]
+
+
+def test_cli_verify_prints_the_comparison_and_the_warnings(result_file, tmp_path, capsys):
+    path = _edited(result_file, tmp_path, cpu_count=512)
+    code = main(["verify", path, *STEADY, "--rounds", "2", "--timed-samples", "64", "--quiet"])
+    out = capsys.readouterr().out
+    assert "autotune verify on cpu" in out and "2 alternating rounds" in out
+    assert "CPU count differs: the result was measured with 512" in out
+    assert "verdict: the winner is faster here" in out and code == 0
+
+    assert main(["verify", path, *STEADY, "--rounds", "1", "--timed-samples", "64", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["rounds"] == 1 and len(data["speedups"]) == 1
+    assert any("CPU count differs" in w for w in data["warnings"])
+
+
+def test_accuracy_seeds_train_both_on_the_searchs_budget(result_file):
+    report = autotune.verify(
+        result_file,
+        PerStepCost(),
+        tiny_data(),
+        rounds=1,
+        budget=FAST_BUDGET,
+        accuracy_seeds=2,
+    )
+    assert report.accuracy is not None and report.accuracy["samples"] == 256
+    assert len(report.accuracy["baseline"]) == len(report.accuracy["winner"]) == 2
+    assert "val accuracy on 256 samples over 2 seeds" in report.summary()
+
+
+def test_a_winner_that_does_not_fit_here_is_reported_not_raised(result_file):
+    winner = json.loads(Path(result_file).read_text())["config"]
+    assert winner["batch_size"] > 64
+    model = PerStepCost(oom_above=64)  # as on a machine with less memory
+    report = autotune.verify(result_file, model, tiny_data(), rounds=2, budget=FAST_BUDGET)
+    assert "winner" in report.failures and "out of memory" in report.failures["winner"]
+    assert not report.faster_here
+    assert any("the winner config failed here: oom" in w for w in report.warnings)
+
+
+def test_bad_inputs(result_file, tmp_path):
+    bare = tmp_path / "config.json"
+    bare.write_text(autotune.TrainingConfig().to_json())
+    with pytest.raises(ConfigError, match="needs `config` and `baseline`"):
+        autotune.verify(str(bare), tiny_model(), tiny_data())
+    with pytest.raises(ValueError, match="`rounds` must be an int >= 1, but got 0"):
+        autotune.verify(result_file, tiny_model(), tiny_data(), rounds=0)
+    if not torch.cuda.is_available():
+        data = json.loads(Path(result_file).read_text())
+        data["config"]["device"] = "cuda:0"
+        gpu = tmp_path / "gpu.json"
+        gpu.write_text(json.dumps(data))
+        with pytest.raises(ValueError, match="pass device='cpu'"):
+            autotune.verify(str(gpu), tiny_model(), tiny_data())
+        report = autotune.verify(
+            str(gpu), PerStepCost(), tiny_data(), device="cpu", rounds=1, budget=FAST_BUDGET
+        )
+        assert report.device == "cpu" and len(report.speedups) == 1
