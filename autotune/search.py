@@ -111,6 +111,7 @@ class Search:
         self.durations: list[float] = []
         self.exhausted = False
         self.repeats = 0  # consecutive trials that repeated a measured config
+        self.stage = "sampling"
         self.confirm_reserve = 0.0
 
     # The trial's record lives in its user attributes, so a resumed search rebuilds from storage.
@@ -203,13 +204,17 @@ class Search:
             return
         first = self.space.without(LATE_KNOBS)
         if first.knobs != self.space.knobs:
+            self.stage = "stage 1: sampling"
             split = self._stage_split()
             while self._has_budget() and not split():
                 self._run_candidate(first)
             if self._has_budget():
+                self.stage = "stage 2: compile/checkpointing on the best"
                 self._enqueue_late_variants()
         while self._has_budget():
             self._run_candidate(self.space)
+            if self.stage.startswith("stage 2") and not self._waiting():
+                self.stage = "stage 3: whole space"
 
     def run_worker(self) -> None:
         """Join the study as a worker: the coordinator measured the baseline; run candidates."""
@@ -474,6 +479,10 @@ class Search:
 
     # -- Candidates ----------------------------------------------------------------------------
 
+    def _waiting(self) -> bool:
+        """Whether enqueued trials (first guesses, late variants, retries) are still waiting."""
+        return bool(self.study.get_trials(deepcopy=False, states=[TrialState.WAITING]))
+
     def _run_candidate(self, space: SearchSpace) -> None:
         assert self.guard is not None
         if self.launcher is None and SETTINGS in self.study.user_attrs:
@@ -636,14 +645,19 @@ class Search:
             outcome = f"{speed:.2f}x{acc}{'' if ok else ' (outside tolerance)'}"
         best = self._best()
         best_text = (
-            f"best {self.baseline_time / float(best[1]['projected_time']):.2f}x"
+            f"best {self.baseline_time / float(best[1]['projected_time']):.2f}x (#{best[0].number})"
             if best is not None
             else "no feasible candidate yet"
         )
+        failures: dict[str, int] = {}
+        for _, r in self._records():
+            if r["failure"] is not None:
+                failures[r["failure"]] = failures.get(r["failure"], 0) + 1
+        failed = ", ".join(f"{k} {v}" for k, v in sorted(failures.items())) or "none"
         reused = " (same config as an earlier trial: reused)" if rec.get("reused") else ""
         self.report(
-            f"trial {n_done}{total} [#{number}] {cfg.describe()}: {outcome}{reused} | "
-            f"{best_text} | {self._time_left()}"
+            f"trial {n_done}{total} [#{number}, {self.stage}] {cfg.describe()}: {outcome}"
+            f"{reused} | {best_text} | failures: {failed} | {self._time_left()}"
         )
 
     def _comparable(self, rec: dict[str, Any]) -> bool:

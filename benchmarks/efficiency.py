@@ -37,7 +37,6 @@ from speedup import workload, write_section
 SPACES: dict[str, dict[str, Any]] = {
     "cnn": {
         "batch_size": [32, 64, 128, 256],
-        "num_workers": [0, 1],
         "precision": ["fp32", "bf16"],
         "channels_last": [False, True],
         "lr_schedule": ["constant", "cosine"],
