@@ -215,6 +215,10 @@ def write_json_atomic(path: str | os.PathLike[str], text: str) -> Path:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes the file owner-only; give it the mode a plain open() would have.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

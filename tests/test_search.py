@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import time
 import weakref
 from typing import ClassVar
@@ -319,6 +320,9 @@ def test_save_writes_the_documented_json(tmp_path, fast_kwargs) -> None:
     assert data["environment"]["torch"] == torch.__version__
     assert data["search"]["trials"] == 2
     assert list(tmp_path.joinpath("out").iterdir()) == [path]  # no temp file left behind
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # readable like any written file
 
 
 def test_failed_write_keeps_the_previous_file(tmp_path, fast_kwargs, monkeypatch) -> None:
