@@ -27,9 +27,8 @@ from autotune.data import (
     ForwardFn,
     LossFn,
     MetricFn,
-    check_dataset,
     check_model_consumes,
-    make_task,
+    checked_task,
     split_dataset,
 )
 from autotune.device import cpu_share, describe_device, environment, resolve_device
@@ -145,16 +144,16 @@ def find_best(
         timeout = DEFAULT_TIMEOUT
     device_str = resolve_device(device)
     info = describe_device(device_str)
-    task = make_task(
+    task = checked_task(
+        dataset,
+        val_dataset,
         forward=forward,
         loss_fn=loss_fn,
         metric=metric,
         higher_is_better=higher_is_better,
         collate_fn=collate_fn,
     )
-    check_dataset(dataset, task)
     if val_dataset is not None:
-        check_dataset(val_dataset, task, argument="val_dataset")
         train, val, stratified = dataset, val_dataset, False
     else:
         train, val, stratified = split_dataset(dataset, task, val_fraction=val_fraction, seed=seed)

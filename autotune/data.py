@@ -20,7 +20,14 @@ from torch.utils.data import Dataset, IterableDataset, Subset, default_collate
 
 from autotune.errors import DataError, ModelError
 
-__all__ = ["Task", "check_dataset", "check_model_consumes", "make_task", "split_dataset"]
+__all__ = [
+    "Task",
+    "check_dataset",
+    "check_model_consumes",
+    "checked_task",
+    "make_task",
+    "split_dataset",
+]
 
 ForwardFn = Callable[[nn.Module, Any], tuple[Any, Any]]
 LossFn = Callable[[Any, Any], torch.Tensor]
@@ -128,6 +135,30 @@ def check_dataset(dataset: Any, task: Task, *, argument: str = "dataset") -> Non
                 "For other item structures pass forward=lambda model, batch: (outputs, targets) "
                 "(and a loss_fn/metric that understand them)."
             )
+
+
+def checked_task(
+    dataset: Any,
+    val_dataset: Any | None,
+    *,
+    forward: ForwardFn | None,
+    loss_fn: LossFn | None,
+    metric: str | MetricFn,
+    higher_is_better: bool | None,
+    collate_fn: Callable[[list[Any]], Any] | None,
+) -> Task:
+    """The task from the user's hooks, with the dataset (and validation set) checked against it."""
+    task = make_task(
+        forward=forward,
+        loss_fn=loss_fn,
+        metric=metric,
+        higher_is_better=higher_is_better,
+        collate_fn=collate_fn,
+    )
+    check_dataset(dataset, task)
+    if val_dataset is not None:
+        check_dataset(val_dataset, task, argument="val_dataset")
+    return task
 
 
 def describe_batch(batch: Any) -> str:

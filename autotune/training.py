@@ -25,9 +25,8 @@ from autotune.data import (
     ForwardFn,
     LossFn,
     MetricFn,
-    check_dataset,
     check_model_consumes,
-    make_task,
+    checked_task,
 )
 from autotune.device import resolve_device
 from autotune.result import load_config
@@ -195,16 +194,15 @@ def train(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise TypeError(f"`seed` must be an int or None, but got {seed!r}.")
     cfg = cfg.replace(device=resolve_device(cfg.device))
-    task = make_task(
+    task = checked_task(
+        dataset,
+        val_dataset,
         forward=forward,
         loss_fn=loss_fn,
         metric=metric,
         higher_is_better=higher_is_better,
         collate_fn=collate_fn,
     )
-    check_dataset(dataset, task)
-    if val_dataset is not None:
-        check_dataset(val_dataset, task, argument="val_dataset")
     check_model_consumes(model, dataset, task)
     workload = Workload(
         model=model,

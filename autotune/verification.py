@@ -26,9 +26,8 @@ from autotune.data import (
     ForwardFn,
     LossFn,
     MetricFn,
-    check_dataset,
     check_model_consumes,
-    make_task,
+    checked_task,
     split_dataset,
 )
 from autotune.device import environment, resolve_device
@@ -335,19 +334,18 @@ def verify(
     for line in env_warnings:
         report(f"warning: {line}")
 
-    task = make_task(
+    task = checked_task(
+        dataset,
+        val_dataset,
         forward=forward,
         loss_fn=loss_fn,
         metric=metric,
         higher_is_better=higher_is_better,
         collate_fn=collate_fn,
     )
-    check_dataset(dataset, task)
     search = data.get("search") or {}
     train, val = dataset, val_dataset
-    if val is not None:
-        check_dataset(val, task, argument="val_dataset")
-    elif accuracy_seeds:
+    if val is None and accuracy_seeds:
         # The split find_best made by default, so the accuracy check validates on the same items.
         seed = int(search.get("seed", 0) or 0)
         train, val, _ = split_dataset(dataset, task, val_fraction=0.1, seed=seed)
