@@ -10,7 +10,6 @@ wrote it, from the caller, or is inferred from the trials' constraints (the tole
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -22,17 +21,21 @@ from autotune.config import TrainingConfig
 from autotune.errors import StorageError
 from autotune.guard import AccuracyGuard
 from autotune.measure import Measurement
+from autotune.records import (
+    ACCURACY_CONSTRAINT,
+    CONFIRMATIONS,
+    RECORD,
+    REMEASURED,
+    SEARCH_META,
+    SETTINGS,
+    WINNER,
+    feasible,
+    median_time,
+    numerics_id,
+)
 from autotune.result import SearchResult, TrialRecord
 
 __all__ = ["load_study", "result_from_study"]
-
-RECORD = "autotune"  # trial user attribute with the trial's record
-CONFIRMATIONS = "autotune_confirmations"  # study user attribute
-SEARCH_META = "autotune_search"  # study user attribute: tolerance, metric, environment, ...
-SETTINGS = "autotune_settings"  # study user attribute the search publishes (search.SETTINGS)
-WINNER = "autotune_winner"  # study user attribute: the winning trial's number (search.WINNER)
-REMEASURED = "autotune_remeasured"  # study user attribute: re-measured projected times
-ACCURACY_CONSTRAINT = "accuracy"
 
 
 def load_study(storage: str | optuna.storages.BaseStorage, study_name: str | None) -> optuna.Study:
@@ -71,12 +74,6 @@ def load_study(storage: str | optuna.storages.BaseStorage, study_name: str | Non
             f"{', '.join(names) or 'none'}."
         )
     return optuna.load_study(study_name=study_name, storage=storage)
-
-
-def _numerics_id(config: dict[str, Any]) -> str:
-    # The key search.py files confirmations under: batch size, precision and LR schedule.
-    cfg = TrainingConfig.from_dict(config)
-    return json.dumps([cfg.batch_size, cfg.precision.value, cfg.lr_schedule.to_dict()])
 
 
 def _infer_tolerance(
@@ -120,10 +117,7 @@ def _projected(study: optuna.Study, number: int, first: float | None) -> float |
     """The median of a trial's measurement and its re-measurements, as the search ranks."""
     if first is None:
         return None
-    again = study.user_attrs.get(REMEASURED, {}).get(str(number), [])
-    times = sorted([float(first), *(float(t) for t in again)])
-    mid = len(times) // 2
-    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+    return median_time(first, study.user_attrs.get(REMEASURED, {}).get(str(number), []))
 
 
 def result_from_study(
@@ -189,20 +183,8 @@ def result_from_study(
     def confirmation(rec: dict[str, Any]) -> dict[str, Any] | None:
         if not rec["accuracy_runs"]:
             return None
-        found = confirmations.get(_numerics_id(rec["config"]))
+        found = confirmations.get(numerics_id(rec["config"]))
         return found if isinstance(found, dict) else None
-
-    def feasible(rec: dict[str, Any]) -> bool:
-        # As the search decides: no failure; the baseline and unchecked numerics pass; a
-        # confirmation, where there is one, overrides the one-run screening.
-        if rec["failure"] is not None or rec["projected_time"] is None or rec.get("pruned"):
-            return False
-        if rec["role"] == "baseline" or rec["metric"] is None:
-            return True
-        confirmed = confirmation(rec)
-        if confirmed is not None:
-            return bool(confirmed["passed"])
-        return guard.violation(float(rec["metric"])) <= 0
 
     trials = tuple(
         TrialRecord(
@@ -213,7 +195,7 @@ def result_from_study(
             metric=rec["metric"],
             accuracy_checked=bool(rec["accuracy_runs"]),
             projected_time=_projected(study, t.number, rec["projected_time"]),
-            feasible=feasible(rec),
+            feasible=feasible(rec, guard, confirmation(rec)),
             failure=rec["failure"],
             message=rec["message"],
             seconds=float(rec["seconds"]),
