@@ -34,6 +34,7 @@ from autotune.data import (
 from autotune.device import cpu_share, describe_device, environment, resolve_device
 from autotune.errors import ConfigError
 from autotune.isolation import ISOLATION_MODES, make_executor
+from autotune.records import SETTINGS
 from autotune.result import SearchResult
 from autotune.runner import (
     Budget,
@@ -42,7 +43,7 @@ from autotune.runner import (
     default_optimizer,
     preserved_rng,
 )
-from autotune.search import DEFAULT_TIMEOUT, SETTINGS, Search
+from autotune.search import DEFAULT_TIMEOUT, Search
 from autotune.space import Choice, SearchSpace, load_space
 from autotune.study import open_study, redact
 
@@ -96,6 +97,7 @@ def find_best(
     trial_timeout: float | None = None,
     progress: bool | Callable[[str], None] = False,
     launcher: Callable[[optuna.Study], None] | None = None,
+    guided: bool = True,
 ) -> SearchResult:
     """Find the fastest training config for ``model`` on ``dataset`` on this machine whose
     validation metric stays within ``tolerance`` of the baseline's.
@@ -114,6 +116,12 @@ def find_best(
     they cannot; ``"process"`` insists, ``"none"`` runs trials in this process. Each trial is
     stopped after ``trial_timeout`` seconds (default: 5x the baseline's trial, at least a minute).
 
+    ``guided=False`` turns off what autotune adds to the sampler (the rules-of-thumb first
+    guess, trying compile and checkpointing on top of the best config, pruning clearly slower
+    candidates before their accuracy runs): every candidate is then what the sampler proposes,
+    measured in full. For exhaustive grids (``optuna.samplers.BruteForceSampler``) and for
+    comparing against plain random search.
+
     ``launcher(study)``, when given, runs the candidates elsewhere: it is called once the
     baseline is measured and returns when its workers are done (the CLI's ``--workers`` starts
     ``autotune worker`` processes this way); this process then confirms the winner and exports.
@@ -130,6 +138,8 @@ def find_best(
         accuracy_samples,
         seed,
     )
+    if not isinstance(guided, bool):
+        raise ValueError(f"`guided` must be True or False, but got {guided!r}.")
     if isolation not in ISOLATION_MODES:
         raise ValueError(
             f"`isolation` must be one of {', '.join(ISOLATION_MODES)}, but got {isolation!r}."
@@ -219,6 +229,7 @@ def find_best(
         report=reporter,
         fingerprint=environment(device_str)["fingerprint"],
         launcher=launcher,
+        guided=guided,
     )
     try:
         interrupted = search.run()

@@ -29,8 +29,9 @@ from autotune.data import check_dataset, make_task, split_dataset
 from autotune.device import describe_device, environment, resolve_device
 from autotune.errors import AutotuneError
 from autotune.isolation import make_executor
+from autotune.records import SETTINGS
 from autotune.runner import Budget, Workload
-from autotune.search import SETTINGS, Search
+from autotune.search import Search
 from autotune.space import parse_space
 from autotune.study import open_study
 
@@ -184,6 +185,7 @@ def join_search(
         planned_epochs=float(settings["planned_epochs"]),
         n_trials=settings.get("n_trials"),
         deadline=settings.get("deadline"),
+        guided=bool(settings.get("guided", True)),
         report=report,
         fingerprint=environment(device_str)["fingerprint"],
     )

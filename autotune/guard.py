@@ -23,9 +23,13 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["AccuracyGuard"]
+__all__ = ["AccuracyGuard", "AccuracyPlan", "plan_accuracy_budget", "worth_growing"]
 
 CONFIDENCE = 0.95
+ACCURACY_SHARE = 0.15  # of the time left, for the baseline's accuracy runs
+FLOOR_STEPS = 128  # baseline steps (at most one epoch) below which an accuracy run says little
+TARGET_EPOCHS = 3  # the accuracy budget when time allows: three epochs (and >= 64 steps)
+GROWTH_SHARE = 0.3  # of the time left, the most a re-measurement at a doubled budget may take
 
 
 def _t_quantile(q: float, dof: int) -> float:
@@ -142,3 +146,65 @@ class AccuracyGuard:
             "accuracy_samples": self.accuracy_samples,
             "advice": self.advice(),
         }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AccuracyPlan:
+    """How many training samples each accuracy run gets: ``first`` to start with, growing
+    (doubling) towards ``most`` while the baseline's own spread hides a drop of the tolerance.
+    ``note`` says when the time budget cannot hold even ``floor`` in its share."""
+
+    first: int
+    most: int
+    floor: int
+    note: str | None = None
+
+    def grown(self, samples: int) -> int:
+        return min(self.most, 2 * samples)
+
+
+def plan_accuracy_budget(
+    *,
+    n_train: int,
+    batch_size: int,
+    throughput: float,
+    repeats: int,
+    seconds_left: float | None,
+) -> AccuracyPlan:
+    """The baseline's accuracy budget: three epochs (at least 64 steps) when time allows; with a
+    deadline, what fits in ``ACCURACY_SHARE`` of the time left; never below one epoch or
+    ``FLOOR_STEPS`` baseline steps, whichever is fewer, because a shorter run measures noise
+    (large batches get a handful of steps and look as good as any). When the floor does not fit
+    its share, the plan says so up front, with the timeout that would hold it."""
+    most = max(TARGET_EPOCHS * n_train, 64 * batch_size)
+    floor = min(n_train, FLOOR_STEPS * batch_size)
+    if seconds_left is None:
+        return AccuracyPlan(first=most, most=most, floor=floor)
+    share = int(ACCURACY_SHARE * seconds_left * throughput / repeats)
+    first = max(floor, min(most, share))
+    note = None
+    if share < floor:
+        need = repeats * floor / throughput
+        what = "one epoch" if floor == n_train else f"{FLOOR_STEPS} baseline steps"
+        note = (
+            f"the time budget is short for an honest accuracy check: {ACCURACY_SHARE:.0%} of the "
+            f"{seconds_left:.0f} s left is {ACCURACY_SHARE * seconds_left:.0f} s for the "
+            f"baseline's {repeats} accuracy runs, but each needs at least {floor} samples "
+            f"({what}), about {need:.0f} s in all. The check takes that, leaving less time for "
+            f"candidates; a timeout of {need / ACCURACY_SHARE:.0f} s or more holds it in its "
+            "share (or pass accuracy_samples= to choose the budget yourself)."
+        )
+    return AccuracyPlan(first=first, most=most, floor=floor, note=note)
+
+
+def worth_growing(
+    guard: AccuracyGuard, plan: AccuracyPlan, *, run_seconds: float, seconds_left: float | None
+) -> bool:
+    """Whether to measure the baseline again at a doubled budget: the guard cannot resolve the
+    tolerance, the plan allows more, and (with a deadline) the doubled runs, about twice
+    ``run_seconds``, fit in ``GROWTH_SHARE`` of the time left."""
+    if guard.reliable or guard.repeats < 2 or guard.accuracy_samples >= plan.most:
+        return False
+    grown = plan.grown(guard.accuracy_samples)
+    cost = run_seconds * grown / guard.accuracy_samples
+    return seconds_left is None or cost <= GROWTH_SHARE * seconds_left

@@ -264,9 +264,16 @@ def render_summary(data: dict[str, Any]) -> str:
     guard = data.get("accuracy_guard", {})
     search = data.get("search", {})
     env = data.get("environment", {})
+    kept = data["config"] == data["baseline"]["config"]
+    headline = (
+        "autotune result: no config was measured faster than the baseline within the tolerance; "
+        "keep the baseline's settings"
+        if kept
+        else f"autotune result: {data['speedup']:.2f}x faster than the baseline "
+        f"(projected for {m.get('planned_samples', 0):,} training samples)"
+    )
     lines = [
-        f"autotune result: {data['speedup']:.2f}x faster than the baseline "
-        f"(projected for {m.get('planned_samples', 0):,} training samples)",
+        headline,
         "",
         f"  winner:   {_describe(data['config'])}",
         f"  baseline: {_describe(data['baseline']['config'])}",
@@ -310,7 +317,7 @@ def render_summary(data: dict[str, Any]) -> str:
                 f"  winner's {name} confirmed over {m['validation_metric_runs']} seeds "
                 "(mean within tolerance of the baseline's)"
             )
-        elif m.get("accuracy_checked") and m.get("accuracy_confirmed") is None:
+        elif m.get("accuracy_checked") and m.get("accuracy_confirmed") is None and not kept:
             lines.append(
                 f"  ! winner's {name} was screened with one run only (no time was left to "
                 "confirm it over several seeds)"

@@ -25,36 +25,41 @@ from autotune.config import Precision, ScheduleKind, TrainingConfig
 from autotune.device import describe_device
 from autotune.errors import AutotuneError, ConfigError
 from autotune.failures import FailureReason
-from autotune.guard import AccuracyGuard
+from autotune.guard import AccuracyGuard, AccuracyPlan, plan_accuracy_budget, worth_growing
 from autotune.isolation import TrialExecutor
 from autotune.measure import Measurement
 from autotune.probe import MemoryLimits, probe_memory, usable_memory
+from autotune.records import (
+    ACCURACY_CONSTRAINT,
+    CONFIRMATIONS,
+    FAILED_CONSTRAINT,
+    MEMORY,
+    RECORD,
+    REMEASURED,
+    ROLE,
+    SETTINGS,
+    WINNER,
+    feasible,
+    median_time,
+    numerics_id,
+)
 from autotune.result import SearchResult, TrialRecord
 from autotune.runner import AccuracyRun, Budget, TrialOutcome, Workload
 from autotune.space import Choice, SearchSpace
 from autotune.study import heartbeat, mark_owner, reconcile_stale_trials, retry_once
 
-__all__ = ["DEFAULT_TIMEOUT", "SETTINGS", "Search"]
+__all__ = ["DEFAULT_TIMEOUT", "Search"]
 
 log = logging.getLogger("autotune")
 
 DEFAULT_TIMEOUT = 600.0
-ROLE = "autotune_role"
-ATTR = "autotune"  # user attribute holding a trial's record
-FAILED_CONSTRAINT = "failed"
-ACCURACY_CONSTRAINT = "accuracy"
 PENALTY = 10.0  # objective of a failed trial, as a multiple of the baseline's projected time
 # Knobs tried on top of the best config rather than sampled from the start: compile's one-time
 # cost and checkpointing's recompute only pay off in combination with a good config.
 LATE_KNOBS = frozenset({"compile_mode", "checkpointing"})
 STAGE_ONE_SHARE = 0.55
-CONFIRMATIONS = "autotune_confirmations"  # study user attribute: numerics -> confirmation
-SETTINGS = "autotune_settings"  # study user attribute: what workers need to join the search
-WINNER = "autotune_winner"  # study user attribute: the winning trial's number
-MEMORY = "autotune_memory"  # study user attribute: the memory probe's findings
 MAX_REPEATS = 25  # consecutive proposals of measured configs before the space counts as exhausted
 PROBE_LIMIT = 120.0  # seconds a memory-probe run may take (a few steps) unless trial_timeout
-REMEASURED = "autotune_remeasured"  # study user attribute: trial -> re-measured projected times
 PRUNE_MARGIN = 1.10  # prune only candidates >10% slower than the best (beyond timing noise)
 RERANK_TOP = 3  # candidates re-measured, with the baseline, before a winner is declared
 TIE = 0.03  # relative difference below which two configs count as equally fast (at least)
@@ -84,8 +89,12 @@ class Search:
         report: Callable[[str], None],
         fingerprint: str = "",
         launcher: Callable[[optuna.Study], None] | None = None,
+        guided: bool = True,
     ) -> None:
         self.study = study
+        # Unguided: no first guess, no stages, no pruning; every candidate is what the sampler
+        # proposes, measured in full (exhaustive grids, plain random search for comparison).
+        self.guided = guided
         self.space = space
         self.workload = workload
         self.executor = executor
@@ -120,7 +129,7 @@ class Search:
         out = []
         states = [TrialState.COMPLETE, TrialState.PRUNED]
         for t in self.study.get_trials(deepcopy=False, states=states):
-            rec = t.user_attrs.get(ATTR)
+            rec = t.user_attrs.get(RECORD)
             if isinstance(rec, dict):
                 out.append((t, rec))
         return out
@@ -135,7 +144,8 @@ class Search:
             self._ensure_baseline()
             assert self.guard is not None
             self._publish_settings()
-            self._enqueue_first_guess()
+            if self.guided:
+                self._enqueue_first_guess()
             if self.launcher is not None:
                 self.launcher(self.study)  # workers run the candidates; back when they are done
                 self._reconcile()
@@ -203,7 +213,7 @@ class Search:
             self.report("the space has a single config (the baseline's): nothing to search")
             return
         first = self.space.without(LATE_KNOBS)
-        if first.knobs != self.space.knobs:
+        if self.guided and first.knobs != self.space.knobs:
             self.stage = "stage 1: sampling"
             split = self._stage_split()
             while self._has_budget() and not split():
@@ -275,6 +285,7 @@ class Search:
                 "deadline": self.deadline,
                 "trial_timeout": self.trial_timeout,
                 "fingerprint": self.fingerprint,
+                "guided": self.guided,
             }
         )
         self.study.set_user_attr(SETTINGS, settings)
@@ -374,24 +385,16 @@ class Search:
                 self.report(f"baseline: reusing trial {trial.number} from the study")
                 return
         self.report(f"baseline: {self.baseline.describe()}")
-        # The accuracy budget is fixed once, from the baseline's speed, so the baseline's
-        # repeats take at most ~15% of the time budget; every candidate gets the same budget.
+        # The accuracy budget is fixed once, from the baseline's speed and spread (the guard's
+        # plan), and every candidate gets the same budget.
         probe = self._execute(self.baseline)
         if not probe.ok or probe.measurement is None:
             raise AutotuneError(
                 f"The baseline config failed ({probe.failure}): {probe.message}. Nothing can be "
                 "compared against it: fix the model/data, or pass a baseline= that runs."
             )
-        samples = self._accuracy_budget(probe.measurement)
-        self.budget = _with_accuracy_samples(self.budget, samples)
-        seeds = tuple(range(self.accuracy_repeats))
-        outcome = self._execute(self.baseline, accuracy_seeds=seeds, measured=probe.measurement)
+        samples, outcome = self._measure_baseline_accuracy(probe.measurement)
         outcome = dataclasses.replace(outcome, seconds=outcome.seconds + probe.seconds)
-        if not outcome.ok:
-            raise AutotuneError(
-                f"The baseline config failed its accuracy runs ({outcome.failure}): "
-                f"{outcome.message}."
-            )
         # The baseline is a point of the space (restrict() made sure), so it is stored with its
         # parameters and every sampler, grid samplers included, can place it.
         self.study.enqueue_trial(self.space.params_of(self.baseline, self.baseline))
@@ -408,28 +411,65 @@ class Search:
         self._adopt_baseline(rec)
         self._tell(new_trial, rec)
 
-    def _accuracy_budget(self, m: Measurement) -> int:
+    def _measure_baseline_accuracy(self, m: Measurement) -> tuple[int, TrialOutcome]:
+        """The baseline's accuracy runs over ``accuracy_repeats`` seeds. Unless the caller fixed
+        ``accuracy_samples``, the budget starts from the plan (time share, floor) and doubles
+        while the baseline's own spread hides a drop of the tolerance and time allows."""
+        seeds = tuple(range(self.accuracy_repeats))
+        plan = plan_accuracy_budget(
+            n_train=len(self.workload.train),  # type: ignore[arg-type]
+            batch_size=self.baseline.batch_size,
+            throughput=m.throughput,
+            repeats=self.accuracy_repeats,
+            seconds_left=self._seconds_left(),
+        )
         if self.accuracy_samples is not None:
-            return self.accuracy_samples
-        n_train = len(self.workload.train)  # type: ignore[arg-type]
-        # Three epochs, but at least ~64 baseline steps so small datasets reach a stable point.
-        samples = max(3 * n_train, 64 * self.baseline.batch_size)
-        if self.deadline is not None:
-            left = max(1.0, self.deadline - time.time())
-            samples = min(samples, int(0.15 * left * m.throughput / self.accuracy_repeats))
-        floor = min(n_train, 20 * self.baseline.batch_size)
-        return max(samples, floor)
+            plan = AccuracyPlan(
+                first=self.accuracy_samples, most=self.accuracy_samples, floor=plan.floor
+            )
+        elif plan.note is not None:
+            self.report(f"accuracy guard: {plan.note}")
+        samples = plan.first
+        spent = 0.0
+        while True:
+            self.budget = _with_accuracy_samples(self.budget, samples)
+            outcome = self._execute(self.baseline, accuracy_seeds=seeds, measured=m)
+            if not outcome.ok:
+                raise AutotuneError(
+                    f"The baseline config failed its accuracy runs ({outcome.failure}): "
+                    f"{outcome.message}."
+                )
+            spent += outcome.seconds
+            guard = self._guard(tuple(r.metric for r in outcome.accuracy), samples)
+            run_seconds = sum(r.seconds for r in outcome.accuracy)
+            if not worth_growing(
+                guard, plan, run_seconds=run_seconds, seconds_left=self._seconds_left()
+            ):
+                return samples, dataclasses.replace(outcome, seconds=spent)
+            grown = plan.grown(samples)
+            self.report(
+                f"accuracy guard: at {samples} samples per run the baseline's "
+                f"{guard.metric_name} varies by ±{guard.spread:.4f} over {guard.repeats} seeds, "
+                f"too much to resolve a drop of {self.tolerance:g}: measuring again at {grown}"
+            )
+            samples = grown
 
-    def _adopt_baseline(self, rec: dict[str, Any]) -> None:
-        runs = tuple(float(r["metric"]) for r in rec["accuracy_runs"])
-        self.budget = _with_accuracy_samples(self.budget, int(rec["accuracy_samples"]))
-        self.guard = AccuracyGuard(
+    def _seconds_left(self) -> float | None:
+        return None if self.deadline is None else max(1.0, self.deadline - time.time())
+
+    def _guard(self, runs: tuple[float, ...], samples: int) -> AccuracyGuard:
+        return AccuracyGuard(
             metric_name=self.workload.task.metric_name,
             higher_is_better=self.workload.task.higher_is_better,
             tolerance=self.tolerance,
             baseline_runs=runs,
-            accuracy_samples=int(rec["accuracy_samples"]),
+            accuracy_samples=samples,
         )
+
+    def _adopt_baseline(self, rec: dict[str, Any]) -> None:
+        runs = tuple(float(r["metric"]) for r in rec["accuracy_runs"])
+        self.budget = _with_accuracy_samples(self.budget, int(rec["accuracy_samples"]))
+        self.guard = self._guard(runs, int(rec["accuracy_samples"]))
         self.baseline_time = float(rec["projected_time"])
         self.baseline_fingerprint = rec.get("fingerprint") or ""
         self.auto_limit = float(rec.get("trial_limit", 0.0)) or None
@@ -476,6 +516,16 @@ class Search:
         if params.get("num_workers") and isinstance(workers, Choice) and 0 in workers.values:
             # With few cores, loader workers compete with the model for them: try without too.
             self.study.enqueue_trial({**params, "num_workers": 0}, skip_if_exists=True)
+        # The safe speedup: the baseline's batch and schedule (the same optimizer steps), only
+        # precision and memory format changed. Where fewer, larger steps cost accuracy within
+        # the accuracy budget (language models early in training), this is what still wins.
+        safe = self.baseline
+        if "precision" in params:
+            safe = safe.replace(precision=Precision(params["precision"]))
+        if params.get("channels_last"):
+            safe = safe.replace(channels_last=True)
+        if safe != self.baseline:
+            self.study.enqueue_trial(self.space.params_of(safe, self.baseline), skip_if_exists=True)
 
     # -- Candidates ----------------------------------------------------------------------------
 
@@ -527,7 +577,7 @@ class Search:
                 # Throughput first: a clearly slower candidate does not pay for accuracy runs.
                 outcome = self._execute(cfg)
                 if outcome.ok and seeds:
-                    pruned = self._should_prune(trial, outcome)
+                    pruned = self.guided and self._should_prune(trial, outcome)
                     if not pruned:
                         timed = outcome.seconds
                         outcome = self._execute(
@@ -605,7 +655,7 @@ class Search:
             violation = 0.0 if rec["role"] == "baseline" else -self.tolerance
         if failed:
             violation = max(violation, 1.0)
-        trial.set_user_attr(ATTR, rec)
+        trial.set_user_attr(RECORD, rec)
         trial.set_user_attr(ROLE, rec["role"])
         trial.set_constraint(FAILED_CONSTRAINT, 1.0 if failed else 0.0)
         trial.set_constraint(ACCURACY_CONSTRAINT, min(violation, 1e9))
@@ -666,17 +716,9 @@ class Search:
         return not (theirs and self.baseline_fingerprint and theirs != self.baseline_fingerprint)
 
     def _feasible(self, rec: dict[str, Any]) -> bool:
-        if rec["failure"] is not None or rec["projected_time"] is None:
-            return False
-        if not self._comparable(rec) or rec.get("pruned"):
-            return False
-        if rec["role"] == "baseline" or rec["metric"] is None:
-            return True
         assert self.guard is not None
-        confirmation = self._confirmation(rec)
-        if confirmation is not None:
-            return bool(confirmation["passed"])
-        return self.guard.violation(float(rec["metric"])) <= 0
+        confirmation = self._confirmation(rec) if rec["accuracy_runs"] else None
+        return feasible(rec, self.guard, confirmation, comparable=self._comparable(rec))
 
     def _best(self) -> tuple[FrozenTrial, dict[str, Any]] | None:
         """The fastest feasible config; between configs whose difference is within their
@@ -707,7 +749,8 @@ class Search:
 
     def _projected(self, trial: FrozenTrial, rec: dict[str, Any]) -> float:
         """Projected training time: the median over the trial's measurement and re-measurements."""
-        return statistics.median(self._times(trial, rec))
+        times = self._times(trial, rec)
+        return median_time(times[0], times[1:])
 
     def _noise(self, trial: FrozenTrial, rec: dict[str, Any]) -> float:
         """Relative timing noise of a trial: the range of its repeated measurements (at least
@@ -759,17 +802,12 @@ class Search:
 
     # -- Confirmation: the winner's accuracy over as many seeds as the baseline's ---------------
 
-    @staticmethod
-    def _numerics_id(rec: dict[str, Any]) -> str:
-        cfg = TrainingConfig.from_dict(rec["config"])
-        return json.dumps([cfg.batch_size, cfg.precision.value, cfg.lr_schedule.to_dict()])
-
     def _confirmations(self) -> dict[str, dict[str, Any]]:
         stored = self.study.user_attrs.get(CONFIRMATIONS, {})
         return stored if isinstance(stored, dict) else {}
 
     def _confirmation(self, rec: dict[str, Any]) -> dict[str, Any] | None:
-        return self._confirmations().get(self._numerics_id(rec))
+        return self._confirmations().get(numerics_id(rec["config"]))
 
     def _confirm_winner(self) -> None:
         """Re-check the leading candidate's accuracy with the baseline's number of seeds and
@@ -800,7 +838,7 @@ class Search:
                 result = {"runs": [], "passed": False, "failure": outcome.message}
             result["trial"] = trial.number
             confirmations = dict(self._confirmations())
-            confirmations[self._numerics_id(rec)] = result
+            confirmations[numerics_id(rec["config"])] = result
             self.study.set_user_attr(CONFIRMATIONS, confirmations)
             verdict = "confirmed" if result["passed"] else "rejected"
             detail = (

@@ -3,10 +3,12 @@
     python benchmarks/efficiency.py --workload cnn --seeds 2 --share 0.15
 
 1. The exhaustive grid of a reduced discrete space (Optuna's BruteForceSampler through
-   ``find_best``, so every config is measured the same way, accuracy guard included). Its table
-   of projected training times is the ground truth; its fastest feasible config the optimum.
-2. For each seed, autotune (its default sampler and stages) and plain random search (Optuna's
-   RandomSampler, same pipeline otherwise), each given ``--share`` of the grid's wall time.
+   ``find_best(guided=False)``: every config measured in full, accuracy check included, nothing
+   pruned). Its table of projected training times is the ground truth; its fastest feasible
+   config the optimum.
+2. For each seed, autotune (its default sampler, first guess, stages and pruning) and plain
+   random search (Optuna's RandomSampler with ``guided=False``: same measurements and accuracy
+   guard, none of autotune's guidance), each given ``--share`` of the grid's wall time.
 3. Each method's winner is looked up in the grid's table, so all three are scored on the same
    measurements: the fraction of the optimum's speed reached (optimum time / winner's time),
    and the wall time spent.
@@ -37,6 +39,7 @@ from speedup import workload, write_section
 SPACES: dict[str, dict[str, Any]] = {
     "cnn": {
         "batch_size": [32, 64, 128, 256],
+        "num_workers": [0, 1],
         "precision": ["fp32", "bf16"],
         "channels_last": [False, True],
         "lr_schedule": ["constant", "cosine"],
@@ -93,6 +96,7 @@ def main() -> int:
             name,
             args,
             sampler=optuna.samplers.BruteForceSampler(seed=0),
+            guided=False,
             n_trials=size,
             storage=f"sqlite:///{tmp}/grid.db",
             study_name="grid",
@@ -105,12 +109,15 @@ def main() -> int:
     optimum = min(table.values())
     best_cfg = min(table, key=lambda k: table[k])
     budget = args.share * grid_seconds
-    rows: dict[str, list[tuple[float, float, bool]]] = {"autotune": [], "random": []}
+    rows: dict[str, list[tuple[float, float, bool, str, bool]]] = {"autotune": [], "random": []}
     for seed in range(args.seeds):
         for method in rows:
-            sampler = optuna.samplers.RandomSampler(seed=seed) if method == "random" else None
+            plain = method == "random"
+            sampler = optuna.samplers.RandomSampler(seed=seed) if plain else None
             print(f"{method}, seed {seed}, {budget:.0f} s", flush=True)
-            found, seconds = run(name, args, timeout=budget, seed=seed, sampler=sampler)
+            found, seconds = run(
+                name, args, timeout=budget, seed=seed, sampler=sampler, guided=not plain
+            )
             winner = key(found["config"])
             feasible_in_grid = winner in table
             time_in_grid = table.get(winner)
@@ -118,7 +125,9 @@ def main() -> int:
                 time_in_grid = float("inf")
             # A winner the grid found outside the tolerance reached nothing usable: score 0.
             fraction = optimum / time_in_grid if feasible_in_grid else 0.0
-            rows[method].append((fraction, seconds, feasible_in_grid))
+            described = autotune.TrainingConfig.from_dict(found["config"]).describe()
+            reliable = bool(found["accuracy_guard"]["reliable"])
+            rows[method].append((fraction, seconds, feasible_in_grid, described, reliable))
 
     env = environment("cpu")
     lines = [
@@ -136,15 +145,18 @@ def main() -> int:
         "winner the grid measured outside the tolerance scores 0.",
         "",
         "| method | seed | fraction of the grid optimum | wall time | share of grid time | "
-        "winner feasible in the grid |",
-        "| --- | --- | --- | --- | --- | --- |",
-        f"| grid (BruteForceSampler) | - | 100% | {grid_seconds:.0f} s | 100% | yes |",
+        "winner feasible in the grid | guard reliable | winner |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| grid (BruteForceSampler, unguided) | - | 100% | {grid_seconds:.0f} s | 100% | yes | "
+        f"{'yes' if grid['accuracy_guard']['reliable'] else 'no'} | "
+        f"`{autotune.TrainingConfig.from_dict(grid['config']).describe()}` |",
     ]
     for method, results in rows.items():
-        for seed, (fraction, seconds, ok) in enumerate(results):
+        for seed, (fraction, seconds, ok, described, reliable) in enumerate(results):
             lines.append(
                 f"| {method} | {seed} | {fraction:.1%} | {seconds:.0f} s | "
-                f"{seconds / grid_seconds:.0%} | {'yes' if ok else 'no'} |"
+                f"{seconds / grid_seconds:.0%} | {'yes' if ok else 'no'} | "
+                f"{'yes' if reliable else 'no'} | `{described}` |"
             )
     for method, results in rows.items():
         fractions = [r[0] for r in results]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from autotune import AccuracyGuard
 from autotune.data import make_task, split_dataset
 from autotune.examples import tiny_data
+from autotune.guard import AccuracyPlan, plan_accuracy_budget, worth_growing
 
 
 def guard(runs, tolerance=0.01, higher=True):
@@ -70,3 +72,50 @@ def test_split_is_stratified() -> None:
     full = [labels.count(c) / 300 for c in range(3)]
     held = [sum(1 for i in val.indices if labels[i] == c) / 60 for c in range(3)]
     assert held == pytest.approx(full, abs=0.02)
+
+
+def test_accuracy_budget_without_a_deadline_is_three_epochs() -> None:
+    plan = plan_accuracy_budget(
+        n_train=4096, batch_size=32, throughput=1900.0, repeats=3, seconds_left=None
+    )
+    assert plan == AccuracyPlan(first=12288, most=12288, floor=4096)
+
+
+def test_accuracy_budget_takes_its_share_of_a_long_deadline() -> None:
+    # 15% of 100 s at 1,000 samples/s over 3 runs: 5,000 samples, between floor and target.
+    plan = plan_accuracy_budget(
+        n_train=4096, batch_size=32, throughput=1000.0, repeats=3, seconds_left=100.0
+    )
+    assert (plan.first, plan.most, plan.floor, plan.note) == (5000, 12288, 4096, None)
+
+
+def test_a_short_deadline_keeps_the_floor_and_says_so_up_front() -> None:
+    # 15% of 16 s at 1,900 samples/s over 3 runs is 1,520 samples: below one epoch (4,096),
+    # where large batches get a handful of steps and any of them looks as good as the baseline.
+    plan = plan_accuracy_budget(
+        n_train=4096, batch_size=32, throughput=1900.0, repeats=3, seconds_left=16.0
+    )
+    assert (plan.first, plan.floor) == (4096, 4096)
+    assert plan.note is not None
+    assert "at least 4096 samples (one epoch), about 6 s in all" in plan.note
+    assert "a timeout of 43 s or more" in plan.note
+
+
+def test_a_large_dataset_floors_at_baseline_steps_not_an_epoch() -> None:
+    plan = plan_accuracy_budget(
+        n_train=1_000_000, batch_size=32, throughput=1000.0, repeats=3, seconds_left=60.0
+    )
+    assert (plan.first, plan.floor, plan.most) == (4096, 4096, 3_000_000)
+    assert plan.note is not None and "(128 baseline steps)" in plan.note
+
+
+def test_the_budget_grows_only_while_it_helps_and_fits() -> None:
+    plan = AccuracyPlan(first=1000, most=4000, floor=1000)
+    noisy = guard([0.90, 0.91, 0.89])  # not reliable at 1000 samples
+    assert worth_growing(noisy, plan, run_seconds=2.0, seconds_left=100.0)  # ~4 s <= 30 s
+    assert not worth_growing(noisy, plan, run_seconds=2.0, seconds_left=10.0)  # 4 s > 3 s
+    assert worth_growing(noisy, plan, run_seconds=2.0, seconds_left=None)
+    assert not worth_growing(guard([0.900, 0.901, 0.900]), plan, run_seconds=2.0, seconds_left=None)
+    at_most = dataclasses.replace(noisy, accuracy_samples=4000)
+    assert not worth_growing(at_most, plan, run_seconds=2.0, seconds_left=None)
+    assert plan.grown(1000) == 2000 and plan.grown(3000) == 4000

@@ -17,10 +17,13 @@ from torch import nn
 
 import autotune
 from autotune import api
+from autotune import search as search_module
 from autotune.data import make_task
 from autotune.device import describe_device
 from autotune.examples import tiny_data, tiny_model
 from autotune.failures import FailureReason
+from autotune.guard import AccuracyPlan
+from autotune.result import render_summary
 from autotune.runner import Workload, run_trial
 
 from conftest import FAST_BUDGET
@@ -234,6 +237,22 @@ def test_baseline_is_measured_first_and_reported(fast_kwargs) -> None:
     assert "faster than the baseline" in text and "accuracy guard" in text
 
 
+def test_a_baseline_that_stays_the_winner_is_said_plainly(fast_kwargs) -> None:
+    """When nothing beat the baseline within tolerance, the summary says to keep it, and does
+    not warn that the winner's accuracy went unconfirmed (the baseline needs no confirming)."""
+    result = autotune.find_best(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
+    data = result.to_dict()
+    data["config"] = data["baseline"]["config"]
+    data["metrics"] = data["baseline"]["metrics"]
+    assert data["metrics"]["accuracy_checked"] and data["metrics"]["accuracy_confirmed"] is None
+    text = render_summary(data)
+    assert text.startswith(
+        "autotune result: no config was measured faster than the baseline within the tolerance; "
+        "keep the baseline's settings"
+    )
+    assert "screened with one run only" not in text
+
+
 def test_user_baseline_dict_is_used(fast_kwargs) -> None:
     result = autotune.find_best(
         tiny_model(),
@@ -285,6 +304,88 @@ def test_unreliable_guard_is_said_plainly(fast_kwargs) -> None:
     assert "longer budget" in result.guard.advice()
     assert "NOT reliable" in result.summary()
     assert result.to_dict()["accuracy_guard"]["reliable"] is False
+
+
+def test_a_noisy_baseline_gets_a_longer_accuracy_budget(fast_kwargs, monkeypatch) -> None:
+    """While the baseline's spread hides a drop of the tolerance, its accuracy runs are measured
+    again at twice the budget, up to the plan's most; every candidate then gets that budget."""
+
+    def mean_logit(outputs, targets):  # continuous: never quiet enough for tolerance 0
+        return outputs.float().mean()
+
+    plan = AccuracyPlan(first=64, most=256, floor=64)
+    monkeypatch.setattr(search_module, "plan_accuracy_budget", lambda **kw: plan)
+    lines: list[str] = []
+    result = autotune.find_best(
+        tiny_model(),
+        tiny_data(),
+        n_trials=1,
+        space={"knobs": {"batch_size": [32, 64]}},
+        metric=mean_logit,
+        tolerance=0.0,
+        progress=lines.append,
+        **(fast_kwargs | {"accuracy_samples": None}),
+    )
+    grew = [line for line in lines if "measuring again" in line]
+    assert [line.rsplit(" ", 1)[-1] for line in grew] == ["128", "256"]
+    assert "at 64 samples per run" in grew[0]
+    assert result.guard.accuracy_samples == 256
+    assert result.search["accuracy_samples"] == 256
+    assert not result.guard.reliable  # the most the plan allows still cannot resolve 0
+
+
+def test_a_fixed_accuracy_budget_is_never_grown(fast_kwargs) -> None:
+    def mean_logit(outputs, targets):
+        return outputs.float().mean()
+
+    lines: list[str] = []
+    result = autotune.find_best(
+        tiny_model(),
+        tiny_data(),
+        n_trials=1,
+        space="quick",
+        metric=mean_logit,
+        tolerance=0.0,
+        progress=lines.append,
+        **fast_kwargs,
+    )
+    assert result.guard.accuracy_samples == 256
+    assert not any("measuring again" in line for line in lines)
+
+
+def test_unguided_search_measures_exactly_what_the_sampler_proposes(tmp_path, fast_kwargs) -> None:
+    """guided=False (exhaustive grids, plain random search): no enqueued first guess, no
+    pruning, every config's accuracy checked where its numerics differ from the baseline's."""
+    storage = f"sqlite:///{tmp_path / 'grid.db'}"
+    knobs = {"batch_size": [32, 64], "lr_schedule": ["constant", "cosine"]}
+    result = autotune.find_best(
+        tiny_model(),
+        tiny_data(),
+        n_trials=10,
+        space={"knobs": knobs},
+        sampler=optuna.samplers.BruteForceSampler(seed=0),
+        guided=False,
+        storage=storage,
+        study_name="grid",
+        **fast_kwargs,
+    )
+    candidates = [t for t in result.trials if t.role == "candidate"]
+    # The grid counts the baseline (32, constant) as one of its points and measures the rest.
+    measured = [(t.config.batch_size, t.config.lr_schedule.kind.value) for t in candidates]
+    assert sorted(measured) == [(32, "cosine"), (64, "constant"), (64, "cosine")]
+    base = result.baseline_trial.config.numerics_key()
+    for t in candidates:
+        assert t.failure is None
+        assert t.accuracy_checked or t.config.numerics_key() == base
+    study = optuna.load_study(study_name="grid", storage=storage)
+    enqueued = [t.number for t in study.trials if "fixed_params" in t.system_attrs]
+    assert enqueued == [result.baseline_trial.number]  # only the baseline was placed by hand
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
+
+
+def test_guided_must_be_a_bool(fast_kwargs) -> None:
+    with pytest.raises(ValueError, match="`guided` must be True or False"):
+        autotune.find_best(tiny_model(), tiny_data(), guided="no", **fast_kwargs)  # type: ignore[arg-type]
 
 
 def test_resume_continues_the_same_study(tmp_path, fast_kwargs) -> None:
