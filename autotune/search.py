@@ -57,6 +57,16 @@ PENALTY = 10.0  # objective of a failed trial, as a multiple of the baseline's p
 # Knobs tried on top of the best config rather than sampled from the start: compile's one-time
 # cost and checkpointing's recompute only pay off in combination with a good config.
 LATE_KNOBS = frozenset({"compile_mode", "checkpointing"})
+# Knobs that leave the numerics alone: stage 2 tries each value of each on the best config,
+# throughput only (its accuracy runs carry over), one knob at a time.
+NUMERICS_FREE_KNOBS = (
+    "num_workers",
+    "intra_op_threads",
+    "channels_last",
+    "pin_memory",
+    "cudnn_benchmark",
+    "prefetch_factor",
+)
 STAGE_ONE_SHARE = 0.55
 MAX_REPEATS = 25  # consecutive proposals of measured configs before the space counts as exhausted
 PROBE_LIMIT = 120.0  # seconds a memory-probe run may take (a few steps) unless trial_timeout
@@ -213,13 +223,13 @@ class Search:
             self.report("the space has a single config (the baseline's): nothing to search")
             return
         first = self.space.without(LATE_KNOBS)
-        if self.guided and first.knobs != self.space.knobs:
+        if self.guided:
             self.stage = "stage 1: sampling"
             split = self._stage_split()
             while self._has_budget() and not split():
                 self._run_candidate(first)
             if self._has_budget():
-                self.stage = "stage 2: compile/checkpointing on the best"
+                self.stage = "stage 2: refining the best"
                 self._enqueue_late_variants()
         while self._has_budget():
             self._run_candidate(self.space)
@@ -336,8 +346,19 @@ class Search:
         return lambda: self._candidates() - start >= quota
 
     def _enqueue_late_variants(self) -> None:
+        """On the best config so far: each other value of each knob that leaves the numerics
+        alone (throughput-only trials: the accuracy runs carry over), then compile, then
+        checkpointing where it lets a larger batch fit."""
         best = self._best()
         cfg = TrainingConfig.from_dict(best[1]["config"]) if best is not None else self.baseline
+        params = self.space.params_of(cfg, self.baseline)
+        for name in NUMERICS_FREE_KNOBS:
+            knob = self.space.knobs.get(name)
+            if name not in params or not isinstance(knob, Choice):
+                continue
+            for value in knob.values:
+                if value != params[name]:
+                    self.study.enqueue_trial({**params, name: value}, skip_if_exists=True)
         variants: list[TrainingConfig] = []
         compile_knob = self.space.knobs.get("compile_mode")
         if isinstance(compile_knob, Choice):

@@ -383,6 +383,46 @@ def test_unguided_search_measures_exactly_what_the_sampler_proposes(tmp_path, fa
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
 
 
+def test_stage_two_refines_the_best_one_numerics_free_knob_at_a_time(
+    fast_kwargs, monkeypatch
+) -> None:
+    """After stage 1, every other value of each knob that leaves the numerics alone is tried
+    on the best config so far, one knob at a time, before the rest of the budget."""
+    seen: dict[str, object] = {}
+    original = search_module.Search._enqueue_late_variants
+
+    def spy(self) -> None:
+        best = self._best()
+        seen["best"] = autotune.TrainingConfig.from_dict(best[1]["config"])
+        configs = [autotune.TrainingConfig.from_dict(r["config"]) for _, r in self._records()]
+        seen["done"] = {(c.batch_size, c.num_workers, c.intra_op_threads) for c in configs}
+        before = len(self.study.get_trials(states=[optuna.trial.TrialState.WAITING]))
+        original(self)
+        waiting = self.study.get_trials(states=[optuna.trial.TrialState.WAITING])
+        seen["queued"] = [t.system_attrs["fixed_params"] for t in waiting[before:]]
+
+    monkeypatch.setattr(search_module.Search, "_enqueue_late_variants", spy)
+    # (torch runs 1 thread in tests, so threads=1 would be the baseline's own value.)
+    knobs = {"batch_size": [32, 64], "num_workers": [0, 1], "intra_op_threads": [None, 2]}
+    result = autotune.find_best(
+        tiny_model(), tiny_data(), n_trials=6, space={"knobs": knobs}, **fast_kwargs
+    )
+    best = seen["best"]
+    assert isinstance(best, autotune.TrainingConfig)
+
+    def point(cfg: autotune.TrainingConfig) -> tuple:
+        return (cfg.batch_size, cfg.num_workers, cfg.intra_op_threads)
+
+    b, w, t = point(best)
+    expected = {(b, 1 - w, t), (b, w, None if t == 2 else 2)}
+    queued = {
+        (q["batch_size"], q["num_workers"], q.get("intra_op_threads")) for q in seen["queued"]
+    }
+    # Each variant is queued unless that very point was already measured.
+    assert queued == expected - seen["done"]
+    assert expected <= {point(tr.config) for tr in result.trials}
+
+
 def test_guided_must_be_a_bool(fast_kwargs) -> None:
     with pytest.raises(ValueError, match="`guided` must be True or False"):
         autotune.find_best(tiny_model(), tiny_data(), guided="no", **fast_kwargs)  # type: ignore[arg-type]
