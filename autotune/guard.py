@@ -151,7 +151,8 @@ class AccuracyGuard:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AccuracyPlan:
     """How many training samples each accuracy run gets: ``first`` to start with, growing
-    (doubling) towards ``most`` while the baseline's own spread hides a drop of the tolerance.
+    (doubling) towards ``most`` (the planned run's length) while the baseline's own spread
+    hides a drop of the tolerance.
     ``note`` says when the time budget cannot hold even ``floor`` in its share."""
 
     first: int
@@ -170,18 +171,21 @@ def plan_accuracy_budget(
     throughput: float,
     repeats: int,
     seconds_left: float | None,
+    planned_epochs: float = TARGET_EPOCHS,
 ) -> AccuracyPlan:
     """The baseline's accuracy budget: three epochs (at least 64 steps) when time allows; with a
     deadline, what fits in ``ACCURACY_SHARE`` of the time left; never below one epoch or
     ``FLOOR_STEPS`` baseline steps, whichever is fewer, because a shorter run measures noise
-    (large batches get a handful of steps and look as good as any). When the floor does not fit
+    (large batches get a handful of steps and look as good as any). It may grow up to the
+    planned run (``planned_epochs``) where the spread calls for it. When the floor does not fit
     its share, the plan says so up front, with the timeout that would hold it."""
-    most = max(TARGET_EPOCHS * n_train, 64 * batch_size)
+    target = max(TARGET_EPOCHS * n_train, 64 * batch_size)
+    most = max(target, math.ceil(planned_epochs * n_train))
     floor = min(n_train, FLOOR_STEPS * batch_size)
     if seconds_left is None:
-        return AccuracyPlan(first=most, most=most, floor=floor)
+        return AccuracyPlan(first=target, most=most, floor=floor)
     share = int(ACCURACY_SHARE * seconds_left * throughput / repeats)
-    first = max(floor, min(most, share))
+    first = max(floor, min(target, share))
     note = None
     if share < floor:
         need = repeats * floor / throughput

@@ -62,6 +62,9 @@ class Budget:
     accuracy_samples: int = 8192
     accuracy_repeats: int = 3  # data-order seeds the baseline is trained with
     eval_peak: bool = True  # include a validation batch in the peak memory
+    # A timed phase shorter than this measures timer noise (a small MLP does 2,048 samples in
+    # 70 ms): the steady-state steps are stretched to last about this long (at most 16x).
+    min_timed_seconds: float = 0.5
 
     def timed_steps(self, batch_size: int) -> int:
         steps = max(self.min_timed_steps, math.ceil(self.timed_samples / batch_size))
@@ -202,10 +205,25 @@ class Trainer:
             )
 
 
+MAX_STRETCH = 16
+
+
+def _stretched(timed: int, budget: Budget, later_warmup_time: float) -> int:
+    """Timed steps, raised so the timed phase lasts about ``min_timed_seconds``, judging the
+    step time by the warm-up steps after the first (at most ``MAX_STRETCH`` times as many)."""
+    if budget.min_timed_seconds <= 0 or budget.warmup_steps < 2 or later_warmup_time <= 0:
+        return timed
+    per_step = later_warmup_time / (budget.warmup_steps - 1)
+    if per_step * timed >= budget.min_timed_seconds:
+        return timed
+    wanted = min(timed * MAX_STRETCH, math.ceil(budget.min_timed_seconds / per_step))
+    return math.ceil(wanted / budget.chunks) * budget.chunks
+
+
 def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) -> Measurement:
-    """Warm-up, then ``budget.chunks`` synchronised chunks of steady-state training steps."""
+    """Warm-up, then ``budget.chunks`` synchronised chunks of steady-state training steps,
+    stretched to last ``budget.min_timed_seconds`` where the warm-up shows steps are short."""
     timed = budget.timed_steps(cfg.batch_size)
-    chunk_steps = timed // budget.chunks
     trainer = Trainer(cfg, workload, budget.warmup_steps + timed)
     loader = cfg.dataloader(
         workload.train,
@@ -223,11 +241,15 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
     batch = next(batches)
     first_batch_time = time.perf_counter() - start
     losses = [trainer.step(batch)]
+    _synchronize(device)
+    first_step_done = time.perf_counter()
     for _ in range(budget.warmup_steps - 1):
         losses.append(trainer.step(next(batches)))
     _synchronize(device)
     warmup_time = time.perf_counter() - start
     trainer.check(losses)
+    timed = _stretched(timed, budget, warmup_time - (first_step_done - start))
+    chunk_steps = timed // budget.chunks
 
     chunk_times: list[float] = []
     data_wait = 0.0

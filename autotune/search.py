@@ -75,6 +75,8 @@ RERANK_TOP = 3  # candidates re-measured, with the baseline, before a winner is 
 TIE = 0.03  # relative difference below which two configs count as equally fast (at least)
 MAX_NOISE = 0.25
 MIN_TRIAL_LIMIT = 5.0  # seconds: no trial is cut off sooner than this
+FINISH_GRACE_SHARE = 0.05  # of the time budget, re-measuring and confirming may run past it
+FINISH_GRACE_MIN = 2.0
 DEADLINE_GRACE = 30.0  # seconds a trial may run past the search's deadline before it is stopped
 
 
@@ -132,6 +134,7 @@ class Search:
         self.repeats = 0  # consecutive trials that repeated a measured config
         self.stage = "sampling"
         self.confirm_reserve = 0.0
+        self.started = time.time()
 
     # The trial's record lives in its user attributes, so a resumed search rebuilds from storage.
 
@@ -443,6 +446,7 @@ class Search:
             throughput=m.throughput,
             repeats=self.accuracy_repeats,
             seconds_left=self._seconds_left(),
+            planned_epochs=self.planned_epochs,
         )
         if self.accuracy_samples is not None:
             plan = AccuracyPlan(
@@ -474,6 +478,15 @@ class Search:
                 f"too much to resolve a drop of {self.tolerance:g}: measuring again at {grown}"
             )
             samples = grown
+
+    def _past_deadline(self) -> bool:
+        """Past the deadline by more than the small margin re-measuring and confirming may
+        take beyond it (5% of the time budget, at least 2 s): a last trial that ran long must not
+        leave the winner unconfirmed for want of a second."""
+        if self.deadline is None:
+            return False
+        margin = max(FINISH_GRACE_MIN, FINISH_GRACE_SHARE * (self.deadline - self.started))
+        return time.time() >= self.deadline + margin
 
     def _seconds_left(self) -> float | None:
         return None if self.deadline is None else max(1.0, self.deadline - time.time())
@@ -803,7 +816,7 @@ class Search:
             return
         remeasured = dict(done)
         for trial, rec in plan:
-            if self.deadline is not None and time.time() >= self.deadline:
+            if self._past_deadline():
                 break
             outcome = self._execute(TrainingConfig.from_dict(rec["config"]))
             if outcome.ok and outcome.measurement is not None:
@@ -846,7 +859,7 @@ class Search:
                 return  # same numerics as the baseline: nothing to confirm
             if self._confirmation(rec) is not None:
                 return  # already confirmed (passed, or _best would not return it)
-            if self.deadline is not None and time.time() >= self.deadline:
+            if self._past_deadline():
                 self.report("no time left to confirm the winner's accuracy over several seeds")
                 return
             cfg = TrainingConfig.from_dict(rec["config"])

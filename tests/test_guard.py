@@ -81,6 +81,21 @@ def test_accuracy_budget_without_a_deadline_is_three_epochs() -> None:
     assert plan == AccuracyPlan(first=12288, most=12288, floor=4096)
 
 
+def test_accuracy_budget_may_grow_up_to_the_planned_run() -> None:
+    # A small dataset (digits: 1,437 training samples) whose baseline is still noisy after
+    # three epochs may be checked on up to the ten epochs the user plans to train.
+    plan = plan_accuracy_budget(
+        n_train=1437,
+        batch_size=32,
+        throughput=30000.0,
+        repeats=3,
+        seconds_left=None,
+        planned_epochs=10,
+    )
+    assert plan == AccuracyPlan(first=4311, most=14370, floor=1437)
+    assert [plan.grown(4311), plan.grown(8622)] == [8622, 14370]
+
+
 def test_accuracy_budget_takes_its_share_of_a_long_deadline() -> None:
     # 15% of 100 s at 1,000 samples/s over 3 runs: 5,000 samples, between floor and target.
     plan = plan_accuracy_budget(

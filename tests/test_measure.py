@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autotune import Measurement
@@ -93,3 +95,29 @@ def test_other_failures() -> None:
     )
     assert reason is FailureReason.WORKER and "/dev/shm" in message
     assert not is_oom(RuntimeError("shape mismatch"))
+
+
+def _tiny_workload():
+    from autotune.data import make_task
+    from autotune.examples import tiny_data, tiny_model
+    from autotune.runner import Workload
+
+    task = make_task(
+        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
+    )
+    return Workload(model=tiny_model(), train=tiny_data(), val=tiny_data(64), task=task)
+
+
+def test_a_short_timed_phase_is_stretched_to_the_minimum_duration() -> None:
+    """A tiny model does its timed samples in a few milliseconds, which measures timer noise:
+    the steady-state steps are stretched (here to the 16x cap) toward min_timed_seconds."""
+    from autotune import Budget, TrainingConfig
+    from autotune.runner import measure_throughput
+
+    cfg = TrainingConfig(device="cpu")
+    budget = Budget(warmup_steps=3, timed_samples=192, min_timed_steps=3, chunks=3)
+    assert budget.timed_steps(32) == 6
+    long_enough = dataclasses.replace(budget, min_timed_seconds=5.0)
+    assert measure_throughput(cfg, _tiny_workload(), long_enough).chunk_steps * 3 == 6 * 16
+    as_asked = dataclasses.replace(budget, min_timed_seconds=0.0)
+    assert measure_throughput(cfg, _tiny_workload(), as_asked).chunk_steps * 3 == 6
