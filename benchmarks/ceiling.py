@@ -34,7 +34,7 @@ from autotune.examples import cnn_data, cnn_model
 from autotune.runner import Budget, Workload, measure_throughput
 
 sys.path.insert(0, str(Path(__file__).parent))
-from speedup import write_section
+from speedup import code_version, write_section
 
 
 def loader_rate(dataset: Any, batch_size: int) -> float:
@@ -105,7 +105,7 @@ def main() -> int:
         f"### `cnn` where the time goes ({datetime.date.today().isoformat()})",
         "",
         f"Machine: {env['device_name']} ({env['device']}), {env['cpu_count']} CPUs, torch "
-        f"{env['torch']}. Command: `{command}`",
+        f"{env['torch']}. Command: `{command}` (code: {code_version()})",
         "",
         "| what ran | samples/s | vs baseline | data wait |",
         "| --- | --- | --- | --- |",

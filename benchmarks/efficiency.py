@@ -34,7 +34,7 @@ import autotune
 from autotune.device import environment
 
 sys.path.insert(0, str(Path(__file__).parent))
-from speedup import workload, write_section
+from speedup import code_version, workload, write_section
 
 SPACES: dict[str, dict[str, Any]] = {
     "cnn": {
@@ -44,16 +44,19 @@ SPACES: dict[str, dict[str, Any]] = {
         "channels_last": [False, True],
         "lr_schedule": ["constant", "cosine"],
     },
+    # Without LR scaling every larger batch loses accuracy on the digits MLP and the grid's
+    # optimum is the baseline itself; loader workers cannot help a TensorDataset, threads can.
     "mlp": {
         "batch_size": [32, 64, 128, 256],
-        "num_workers": [0, 1],
         "precision": ["fp32", "bf16"],
-        "lr_schedule": ["constant", "cosine"],
+        "lr_batch_scaling": ["none", "sqrt", "linear"],
+        "intra_op_threads": [None, 1],
     },
+    # Loader workers measured 20-30% faster on the LM; checkpointing only costs on a CPU.
     "lm": {
         "batch_size": [16, 32, 64],
+        "num_workers": [0, 1],
         "precision": ["fp32", "bf16"],
-        "checkpointing": [0, 1],
         "lr_schedule": ["constant", "cosine"],
     },
 }
@@ -134,7 +137,7 @@ def main() -> int:
         f"### `{name}` search efficiency ({datetime.date.today().isoformat()})",
         "",
         f"Machine: {env['device_name']} ({env['device']}), {env['cpu_count']} CPUs, torch "
-        f"{env['torch']}, optuna {env['optuna']}. Command: `{command}`",
+        f"{env['torch']}, optuna {env['optuna']}. Command: `{command}` (code: {code_version()})",
         "",
         f"Space: {', '.join(f'{k} {v}' for k, v in SPACES[name].items())} ({size} configs). "
         f"The exhaustive grid took {grid_seconds:.0f} s; its optimum is "

@@ -19,6 +19,7 @@ import argparse
 import datetime
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,26 @@ from autotune.examples import cnn_data, cnn_model, lm_data, lm_model, mlp_data, 
 from autotune.runner import Budget, Workload, measure_throughput, train_for_accuracy
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
+
+
+def code_version() -> str:
+    """The commit the benchmark ran on ('+changes' when other tracked files were modified)."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        ).stdout.splitlines()
+    except OSError:
+        return "unknown"
+    # The results file itself changes as benchmarks write to it.
+    dirty = [line for line in changed if not line.endswith("benchmarks/RESULTS.md")]
+    return f"{head}{'+changes' if dirty else ''}" if head else "unknown"
 
 
 def workload(name: str) -> tuple[torch.nn.Module, Any, Any]:
@@ -103,7 +124,7 @@ def render(name: str, result: dict[str, Any], check: dict[str, Any], command: st
             "",
             f"Machine: {env['device_name']} ({env['device']}), {env['cpu_count']} CPUs, "
             f"torch {env['torch']}, optuna {env['optuna']}, Python {env['python']}.",
-            f"Command: `{command}`",
+            f"Command: `{command}` (code: {code_version()})",
             "",
             f"- Search: {result['search']['trials']} trials in {result['search']['seconds']:.0f} s "
             f"(timeout {result['search']['timeout']}), failures "
