@@ -134,6 +134,8 @@ class Search:
         self.repeats = 0  # consecutive trials that repeated a measured config
         self.stage = "sampling"
         self.confirm_reserve = 0.0
+        self.confirm_seconds = 0.0  # expected time of one confirmation (the baseline's runs)
+        self.remeasure_seconds = 0.0  # expected time of one re-measurement
         self.started = time.time()
 
     # The trial's record lives in its user attributes, so a resumed search rebuilds from storage.
@@ -479,14 +481,15 @@ class Search:
             )
             samples = grown
 
-    def _past_deadline(self) -> bool:
-        """Past the deadline by more than the small margin re-measuring and confirming may
-        take beyond it (5% of the time budget, at least 2 s): a last trial that ran long must not
-        leave the winner unconfirmed for want of a second."""
+    def _past_deadline(self, expected: float = 0.0) -> bool:
+        """Whether a step expected to take ``expected`` seconds would end past the deadline by
+        more than the small margin re-measuring and confirming may take beyond it (5% of the
+        time budget, at least 2 s): a last trial that ran long must not leave the winner
+        unconfirmed for want of a second, nor a rejected leader's successor overrun."""
         if self.deadline is None:
             return False
         margin = max(FINISH_GRACE_MIN, FINISH_GRACE_SHARE * (self.deadline - self.started))
-        return time.time() >= self.deadline + margin
+        return time.time() + expected >= self.deadline + margin
 
     def _seconds_left(self) -> float | None:
         return None if self.deadline is None else max(1.0, self.deadline - time.time())
@@ -510,9 +513,11 @@ class Search:
         # Confirming a winner takes (repeats - 1) more accuracy runs; candidates worth
         # confirming train faster than the baseline, so its own runs bound the time.
         seconds = [float(r["seconds"]) for r in rec["accuracy_runs"]]
-        self.confirm_reserve = 1.2 * statistics.fmean(seconds) * (len(seconds) - 1)
+        self.confirm_seconds = 1.2 * statistics.fmean(seconds) * (len(seconds) - 1)
+        self.remeasure_seconds = float(rec.get("throughput_seconds", 0.0))
+        self.confirm_reserve = self.confirm_seconds
         # ... and re-measuring the leaders with the baseline (throughput only).
-        self.confirm_reserve += (RERANK_TOP + 1) * float(rec.get("throughput_seconds", 0.0))
+        self.confirm_reserve += (RERANK_TOP + 1) * self.remeasure_seconds
         if not self.guard.reliable:
             self.report(f"accuracy guard: {self.guard.advice()}")
 
@@ -816,7 +821,7 @@ class Search:
             return
         remeasured = dict(done)
         for trial, rec in plan:
-            if self._past_deadline():
+            if self._past_deadline(self.remeasure_seconds):
                 break
             outcome = self._execute(TrainingConfig.from_dict(rec["config"]))
             if outcome.ok and outcome.measurement is not None:
@@ -859,7 +864,7 @@ class Search:
                 return  # same numerics as the baseline: nothing to confirm
             if self._confirmation(rec) is not None:
                 return  # already confirmed (passed, or _best would not return it)
-            if self._past_deadline():
+            if self._past_deadline(self.confirm_seconds):
                 self.report("no time left to confirm the winner's accuracy over several seeds")
                 return
             cfg = TrainingConfig.from_dict(rec["config"])

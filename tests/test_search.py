@@ -434,6 +434,9 @@ def test_rerank_and_confirmation_may_run_a_little_past_the_deadline() -> None:
     assert s._past_deadline()
     s.started, s.deadline = now - 11.0, now - 1.5  # 9.5 s budget: margin 2 s
     assert not s._past_deadline()
+    s.started, s.deadline = now - 100.0, now + 1.0  # 1 s left, margin 5.05 s
+    assert not s._past_deadline(expected=5.0)  # would end 4 s past: within the margin
+    assert s._past_deadline(expected=7.0)  # a confirmation of ~7 s would overrun: not started
     s.deadline = None
     assert not s._past_deadline()
 
