@@ -75,6 +75,7 @@ def run(name: str, args: argparse.Namespace, **options: Any) -> tuple[dict[str, 
         val_dataset=val,
         space={"knobs": SPACES[name]},
         progress=lambda line: print(f"  {line}", flush=True),
+        accuracy_samples=args.accuracy_samples,
         **options,
     )
     return result.to_dict(), time.monotonic() - start
@@ -85,6 +86,13 @@ def main() -> int:
     parser.add_argument("--workload", default="cnn", choices=sorted(SPACES))
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--share", type=float, default=0.15)
+    parser.add_argument(
+        "--accuracy-samples",
+        type=int,
+        default=None,
+        help="one fixed accuracy budget for the grid and both methods (default: each search "
+        "plans its own from its time budget)",
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     command = "python " + " ".join(["benchmarks/efficiency.py", *sys.argv[1:]])
@@ -144,7 +152,13 @@ def main() -> int:
         f"`{autotune.TrainingConfig.from_dict(json.loads(best_cfg)).describe()}` at "
         f"{grid['baseline']['metrics']['projected_training_time'] / optimum:.2f}x the baseline. "
         f"autotune and random search each got {args.share:.0%} of the grid's time "
-        f"({budget:.0f} s) per seed; winners are scored on the grid's own measurements, and a "
+        f"({budget:.0f} s) per seed"
+        + (
+            f", all three with the same accuracy budget ({args.accuracy_samples} samples per run)"
+            if args.accuracy_samples
+            else ""
+        )
+        + "; winners are scored on the grid's own measurements, and a "
         "winner the grid measured outside the tolerance scores 0.",
         "",
         "| method | seed | fraction of the grid optimum | wall time | share of grid time | "
