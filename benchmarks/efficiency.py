@@ -31,7 +31,6 @@ from typing import Any
 import optuna
 
 import autotune
-from autotune.device import environment
 
 sys.path.insert(0, str(Path(__file__).parent))
 from speedup import code_version, workload, write_section
@@ -140,7 +139,7 @@ def main() -> int:
             reliable = bool(found["accuracy_guard"]["reliable"])
             rows[method].append((fraction, seconds, feasible_in_grid, described, reliable))
 
-    env = environment("cpu")
+    env = grid["environment"]  # the machine the grid measured on (a GPU where one is present)
     lines = [
         f"### `{name}` search efficiency ({datetime.date.today().isoformat()})",
         "",
