@@ -312,10 +312,18 @@ def render_summary(data: dict[str, Any]) -> str:
             f"{len(guard['baseline_runs'])} seeds; "
             f"{'reliable' if guard['reliable'] else 'NOT reliable at this tolerance'}"
         )
-        if m.get("accuracy_confirmed"):
+        if m.get("accuracy_confirmed") and guard["reliable"]:
             lines.append(
                 f"  winner's {name} confirmed over {m['validation_metric_runs']} seeds "
                 "(mean within tolerance of the baseline's)"
+            )
+        elif m.get("accuracy_confirmed"):
+            resolution = guard.get("confirmation_resolution")
+            within = f"±{resolution:.4f}" if resolution is not None else "its noise"
+            lines.append(
+                f"  ! winner's {name} passed confirmation over {m['validation_metric_runs']} "
+                f"seeds only within the noise ({within}), not within the tolerance "
+                f"{guard['tolerance']:g}"
             )
         elif m.get("accuracy_checked") and m.get("accuracy_confirmed") is None and not kept:
             lines.append(

@@ -253,6 +253,22 @@ def test_a_baseline_that_stays_the_winner_is_said_plainly(fast_kwargs) -> None:
     assert "screened with one run only" not in text
 
 
+def test_a_confirmation_against_noise_is_not_called_within_tolerance(fast_kwargs) -> None:
+    result = autotune.find_best(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
+    data = result.to_dict()
+    data["metrics"]["accuracy_confirmed"] = True
+    data["metrics"]["validation_metric_runs"] = 3
+    data["accuracy_guard"].update(reliable=False, confirmation_resolution=0.107, tolerance=0.01)
+    text = render_summary(data)
+    assert "mean within tolerance" not in text
+    assert (
+        "! winner's accuracy passed confirmation over 3 seeds only within the noise (±0.1070), "
+        "not within the tolerance 0.01"
+    ) in text
+    data["accuracy_guard"]["reliable"] = True
+    assert "(mean within tolerance of the baseline's)" in render_summary(data)
+
+
 def test_user_baseline_dict_is_used(fast_kwargs) -> None:
     result = autotune.find_best(
         tiny_model(),
