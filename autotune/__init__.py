@@ -6,20 +6,18 @@ validation accuracy.
     result.save("best.json")
     cfg = autotune.load_config("best.json")
     report = autotune.train(model, train_dataset, cfg, epochs=10, val_dataset=val_dataset)
+
+Everything public is named here; the modules behind it are private (``autotune._*``), apart
+from :mod:`autotune.examples`, the built-in workloads the CLI can name.
 """
 
 from __future__ import annotations
 
-from autotune.api import find_best
-from autotune.config import (
-    BatchScaling,
-    CompileMode,
-    LRSchedule,
-    Precision,
-    ScheduleKind,
-    TrainingConfig,
-)
-from autotune.errors import (
+from autotune._api import find_best
+from autotune._choices import BatchScaling, CompileMode, LRSchedule, Precision, ScheduleKind
+from autotune._config import TrainingConfig
+from autotune._errors import (
+    ArgumentError,
     AutotuneError,
     ConfigError,
     DataError,
@@ -27,24 +25,28 @@ from autotune.errors import (
     SearchSpaceError,
     StorageError,
 )
-from autotune.guard import AccuracyGuard
-from autotune.integrations import LightningSettings
-from autotune.measure import Measurement
-from autotune.result import SearchResult, TrialRecord, load_config
-from autotune.runner import Budget
-from autotune.space import SearchSpace, builtin_spaces, load_space
-from autotune.training import EpochStats, TrainReport, train
-from autotune.verification import VerifyReport, verify
+from autotune._integrations import LightningSettings
+from autotune._result.result import SearchResult, load_config
+from autotune._search.distributed import join_search
+from autotune._search.guard import AccuracyGuard, Confirmation
+from autotune._search.ledger import TrialRecord
+from autotune._space import SearchSpace, builtin_spaces, load_space
+from autotune._train import EpochStats, TrainReport, train
+from autotune._trial.measure import Measurement
+from autotune._trial.runner import Budget
+from autotune._verify import VerifyReport, verify
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AccuracyGuard",
+    "ArgumentError",
     "AutotuneError",
     "BatchScaling",
     "Budget",
     "CompileMode",
     "ConfigError",
+    "Confirmation",
     "DataError",
     "EpochStats",
     "LRSchedule",
@@ -64,6 +66,7 @@ __all__ = [
     "__version__",
     "builtin_spaces",
     "find_best",
+    "join_search",
     "load_config",
     "load_space",
     "train",

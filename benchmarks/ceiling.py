@@ -28,10 +28,11 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import autotune
-from autotune.data import make_task
-from autotune.device import environment
+from autotune._device import environment
+from autotune._trial.runner import Budget, measure_throughput
+from autotune._trial.task import make_task
+from autotune._trial.workload import Workload
 from autotune.examples import cnn_data, cnn_model
-from autotune.runner import Budget, Workload, measure_throughput
 
 sys.path.insert(0, str(Path(__file__).parent))
 from speedup import code_version, write_section

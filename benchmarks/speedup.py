@@ -28,10 +28,11 @@ from typing import Any
 import torch
 
 import autotune
-from autotune.data import make_task
-from autotune.device import environment
+from autotune._device import environment
+from autotune._trial.runner import Budget, measure_throughput, train_for_accuracy
+from autotune._trial.task import make_task
+from autotune._trial.workload import Workload
 from autotune.examples import cnn_data, cnn_model, lm_data, lm_model, mlp_data, mlp_model
-from autotune.runner import Budget, Workload, measure_throughput, train_for_accuracy
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
@@ -64,7 +65,7 @@ def workload(name: str) -> tuple[torch.nn.Module, Any, Any]:
         train, val = lm_data()
         return lm_model(), train, val
     if name == "mlp":
-        from autotune.data import split_dataset
+        from autotune._trial.task import split_dataset
 
         data = mlp_data()
         task = make_task(

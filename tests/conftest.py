@@ -17,9 +17,7 @@ from autotune.examples import tiny_data, tiny_model
 
 torch.set_num_threads(1)
 
-FAST_BUDGET = autotune.Budget(
-    warmup_steps=1, timed_samples=64, min_timed_steps=3, chunks=3, accuracy_repeats=3
-)
+FAST_BUDGET = autotune.Budget(warmup_steps=1, timed_samples=64, min_timed_steps=3, chunks=3)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

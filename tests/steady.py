@@ -35,3 +35,13 @@ class PerStepCost(nn.Module):
 
 def per_step_model() -> nn.Module:
     return PerStepCost()
+
+
+def constant_metric(outputs: torch.Tensor, targets: torch.Tensor) -> float:
+    """A metric hook whose value says which metric a trial guarded: always 0.25."""
+    return 0.25
+
+
+def sum_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """A loss hook (cross-entropy, summed over the batch) importable by worker processes."""
+    return torch.nn.functional.cross_entropy(outputs.float(), targets, reduction="sum")

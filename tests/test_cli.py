@@ -3,10 +3,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from autotune.cli import main
+from autotune._cli import main
 
 TINY = ["--model", "autotune.examples:tiny_model", "--data", "autotune.examples:tiny_data"]
 
@@ -149,7 +150,25 @@ def test_spaces_and_env(capsys) -> None:
 
 
 def test_console_script_is_installed() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "autotune", "--help"], capture_output=True, text=True, check=True
-    )
-    assert "search" in proc.stdout and "show" in proc.stdout
+    """The `autotune` command pip installed next to this interpreter, not `python -m`."""
+    script = Path(sys.executable).with_name("autotune")
+    assert script.is_file(), f"no console script at {script}: is the package pip-installed?"
+    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=True)
+    assert "search" in proc.stdout and "show" in proc.stdout and "verify" in proc.stdout
+
+
+def test_an_error_that_is_not_about_the_input_keeps_its_traceback(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """A ValueError raised deep inside torch (or a bug) is not a usage error: it propagates,
+    so the traceback shows where it came from."""
+    import autotune
+
+    def broken(*args, **kwargs):
+        raise ValueError("Expected input batch_size (3) to match target batch_size (2).")
+
+    monkeypatch.setattr(autotune, "find_best", broken)
+    argv = ["search", *TINY, "--out", str(tmp_path / "x.json"), "--storage", "sqlite:///:memory:"]
+    with pytest.raises(ValueError, match="Expected input batch_size"):
+        main(argv)
+    assert "usage" not in capsys.readouterr().err

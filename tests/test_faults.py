@@ -18,10 +18,11 @@ import torch
 from optuna.trial import TrialState
 
 import autotune
-from autotune.data import make_task
+from autotune._trial.failures import FailureReason
+from autotune._trial.runner import run_trial
+from autotune._trial.task import make_task
+from autotune._trial.workload import Workload
 from autotune.examples import tiny_data, tiny_model
-from autotune.failures import FailureReason
-from autotune.runner import Workload, run_trial
 
 from conftest import FAST_BUDGET
 from faulty import FaultAbove, FaultyInWorkers

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import autotune
-from autotune.data import make_task
+from autotune._trial.failures import FailureReason
+from autotune._trial.runner import run_trial
+from autotune._trial.task import make_task
+from autotune._trial.workload import Workload
 from autotune.examples import SmallCNN, tiny_data
-from autotune.failures import FailureReason
-from autotune.runner import Workload, run_trial
 
 from conftest import FAST_BUDGET
 

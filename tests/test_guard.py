@@ -6,9 +6,9 @@ import math
 import pytest
 
 from autotune import AccuracyGuard
-from autotune.data import make_task, split_dataset
+from autotune._search.guard import AccuracyPlan, plan_accuracy_budget, worth_growing
+from autotune._trial.task import make_task, split_dataset
 from autotune.examples import tiny_data
-from autotune.guard import AccuracyPlan, plan_accuracy_budget, worth_growing
 
 
 def guard(runs, tolerance=0.01, higher=True):
@@ -40,12 +40,12 @@ def test_confirmation_compares_means_at_the_baselines_spread() -> None:
     g = guard([0.900, 0.902, 0.898])  # std 0.002: three runs resolve ~0.0035 < 0.01
     assert g.reliable
     ok = g.confirm([0.895, 0.893, 0.894])
-    assert ok["passed"] and ok["drop"] == pytest.approx(0.006) and ok["margin"] == 0.01
+    assert ok.passed and ok.drop == pytest.approx(0.006) and ok.margin == 0.01
     bad = g.confirm([0.888, 0.886, 0.887])
-    assert not bad["passed"] and bad["drop"] == pytest.approx(0.013)
+    assert not bad.passed and bad.drop == pytest.approx(0.013)
     # An unstable candidate (one lucky seed) does not widen its own margin.
     unstable = g.confirm([0.95, 0.60, 0.62])
-    assert not unstable["passed"] and unstable["margin"] == 0.01
+    assert not unstable.passed and unstable.margin == 0.01
 
 
 def test_quiet_baseline_uses_the_tolerance() -> None:

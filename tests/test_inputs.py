@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 import autotune
-from autotune import api
+from autotune import _api as api
 from autotune.examples import tiny_data, tiny_model
 
 

@@ -11,8 +11,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune import TrainingConfig
+from autotune._integrations import transformers_kwargs
 from autotune.examples import tiny_data
-from autotune.integrations import transformers_kwargs
 
 transformers = pytest.importorskip("transformers")
 pl = pytest.importorskip("lightning.pytorch")

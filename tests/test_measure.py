@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from autotune import Measurement
-from autotune.failures import Diverged, FailureReason, classify, is_oom
+from autotune._trial.failures import Diverged, FailureReason, classify, is_oom
 
 
 def make(chunks=(1.0, 1.1, 0.9), *, batch=100, steps=10, warmup=3, warmup_time=0.3, **kw):
@@ -98,9 +98,9 @@ def test_other_failures() -> None:
 
 
 def _tiny_workload():
-    from autotune.data import make_task
+    from autotune._trial.task import make_task
+    from autotune._trial.workload import Workload
     from autotune.examples import tiny_data, tiny_model
-    from autotune.runner import Workload
 
     task = make_task(
         forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
@@ -112,7 +112,7 @@ def test_a_short_timed_phase_is_stretched_to_the_minimum_duration() -> None:
     """A tiny model does its timed samples in a few milliseconds, which measures timer noise:
     the steady-state steps are stretched (here to the 16x cap) toward min_timed_seconds."""
     from autotune import Budget, TrainingConfig
-    from autotune.runner import measure_throughput
+    from autotune._trial.runner import measure_throughput
 
     cfg = TrainingConfig(device="cpu")
     budget = Budget(warmup_steps=3, timed_samples=192, min_timed_steps=3, chunks=3)

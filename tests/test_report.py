@@ -14,9 +14,9 @@ import optuna
 import pytest
 
 import autotune
-from autotune.cli import main
+from autotune._cli import main
+from autotune._result.report import render_report
 from autotune.examples import tiny_data
-from autotune.report import render_report
 
 from conftest import FAST_BUDGET
 from steady import PerStepCost
@@ -207,21 +207,16 @@ def test_the_report_draws_offline_in_a_headless_browser(searched, tmp_path, chro
         assert int(fig["svgs"]) >= 1, f"{name} drew no SVG"
 
 
-def test_what_a_study_says_about_itself_is_used(searched, tmp_path) -> None:
-    """A search that stores `autotune_search` (tolerance, metric, environment) needs no flags."""
-    _, storage = searched
-    copy = tmp_path / "copy.db"
-    shutil.copy(storage.removeprefix("sqlite:///"), copy)
-    url = f"sqlite:///{copy}"
-    study = optuna.load_study(study_name="report-test", storage=url)
-    env = {"device": "cpu", "device_name": "Test CPU 9000", "torch": "2.13.0", "cpu_count": 2}
-    study.set_user_attr(
-        "autotune_search",
-        {"tolerance": 0.5, "metric_name": "top1", "higher_is_better": True, "environment": env},
-    )
-    result = autotune.SearchResult.from_study(url)  # the only study there: no name needed
-    assert result.tolerance == 0.5 and result.guard.metric_name == "top1"
-    assert result.environment == env
-    text = render_report(result)
-    assert "measured on Test CPU 9000 (cpu)" in text and "val top1" in text
-    assert autotune.SearchResult.from_study(url, tolerance=0.2).tolerance == 0.2  # flags win
+def test_what_a_study_says_about_itself_is_used(searched) -> None:
+    """The settings a search publishes (tolerance, metric, environment) are read back: no
+    flags needed; flags judge the trials otherwise."""
+    result, storage = searched
+    stored = autotune.SearchResult.from_study(storage)  # the only study there: no name needed
+    assert stored.tolerance == 1.0 and stored.guard.metric_name == "accuracy"
+    assert stored.environment == result.environment and stored.environment["device"] == "cpu"
+    text = render_report(stored)
+    assert f"measured on {result.environment['device_name']} (cpu)" in text
+    assert "val accuracy" in text
+    strict = autotune.SearchResult.from_study(storage, tolerance=0.0, metric_name="top1")
+    assert strict.tolerance == 0.0 and strict.guard.metric_name == "top1"
+    assert "val top1" in render_report(strict)

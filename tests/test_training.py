@@ -11,8 +11,8 @@ from torch.utils.data import Dataset, get_worker_info
 
 import autotune
 from autotune import TrainingConfig
+from autotune._trial.apply import checkpointed_blocks
 from autotune.examples import AugmentedImages, cnn_model, tiny_data, tiny_model
-from autotune.knobs import checkpointed_blocks
 
 
 class WorkerTagged(Dataset):

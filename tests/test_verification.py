@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import autotune
-from autotune.cli import main
-from autotune.errors import ConfigError
+from autotune import ConfigError
+from autotune._cli import main
+from autotune._verify import compare_environments
 from autotune.examples import tiny_data, tiny_model
-from autotune.verification import compare_environments
 
 from conftest import FAST_BUDGET
 from steady import PerStepCost
@@ -150,3 +150,33 @@ def test_bad_inputs(result_file, tmp_path):
             str(gpu), PerStepCost(), tiny_data(), device="cpu", rounds=1, budget=FAST_BUDGET
         )
         assert report.device == "cpu" and len(report.speedups) == 1
+
+
+def test_the_accuracy_check_validates_on_the_searchs_own_split(monkeypatch, tmp_path) -> None:
+    """verify re-splits the data as the search did (its val_fraction and seed), not 10%."""
+    from autotune._trial import workload as workload_module
+
+    result = autotune.find_best(
+        PerStepCost(),
+        tiny_data(),
+        n_trials=1,
+        space={"knobs": {"batch_size": [32, 64]}},
+        tolerance=1.0,
+        val_fraction=0.3,
+        seed=5,
+        budget=FAST_BUDGET,
+        accuracy_samples=64,
+        device="cpu",
+        isolation="none",
+    )
+    path = result.save(tmp_path / "best.json")
+    asked: list[tuple[float, int]] = []
+    original = workload_module.split_dataset
+
+    def spy(dataset, task, *, val_fraction, seed):
+        asked.append((val_fraction, seed))
+        return original(dataset, task, val_fraction=val_fraction, seed=seed)
+
+    monkeypatch.setattr(workload_module, "split_dataset", spy)
+    autotune.verify(str(path), PerStepCost(), tiny_data(), rounds=1, budget=FAST_BUDGET)
+    assert asked == [(0.3, 5)]

@@ -1,0 +1,325 @@
+"""The public entry point: ``autotune.find_best``. It checks every argument before any trial
+runs, prepares what every trial trains (:func:`prepare_workload`), and hands the work to the
+search (:mod:`autotune._search.loop`)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import multiprocessing
+import os
+import pickle
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ParamSpec, TypeVar
+
+import optuna
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from autotune import _knobs
+from autotune._checks import check_choice, check_flag, check_int, check_number
+from autotune._config import TrainingConfig
+from autotune._device import describe_device, environment, resolve_device
+from autotune._errors import ArgumentError, ConfigError
+from autotune._progress import reporter
+from autotune._result.result import SearchResult
+from autotune._search.loop import DEFAULT_TIMEOUT, Search
+from autotune._search.settings import SearchSettings
+from autotune._search.storage import open_study, redact
+from autotune._space import Choice, SearchSpace, load_space
+from autotune._trial import apply
+from autotune._trial.isolation import ISOLATION_MODES, make_executor, worker_env
+from autotune._trial.runner import Budget, preserved_rng
+from autotune._trial.task import (
+    CollateFn,
+    ForwardFn,
+    HookRefs,
+    Hooks,
+    LossFn,
+    MetricFn,
+    OptimizerFactory,
+    Task,
+)
+from autotune._trial.workload import Workload, prepare_workload
+
+__all__ = ["find_best", "restrict_space"]
+
+log = logging.getLogger("autotune")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _keeps_callers_rng(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """The user's dataset may draw from the global RNGs (augmentation) while autotune validates
+    and splits it: give the caller back the RNG states they had."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with preserved_rng("cuda:0" if torch.cuda.is_available() else "cpu"):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_keeps_callers_rng
+def find_best(
+    model: nn.Module,
+    dataset: Dataset[Any],
+    *,
+    val_dataset: Dataset[Any] | None = None,
+    loss_fn: LossFn | None = None,
+    forward: ForwardFn | None = None,
+    metric: str | MetricFn = "accuracy",
+    higher_is_better: bool | None = None,
+    collate_fn: CollateFn | None = None,
+    optimizer: OptimizerFactory | None = None,
+    tolerance: float = 0.01,
+    space: str | SearchSpace | Mapping[str, Any] = "default",
+    baseline: TrainingConfig | Mapping[str, Any] | None = None,
+    n_trials: int | None = None,
+    timeout: float | None = None,
+    device: str | torch.device | None = None,
+    storage: str | optuna.storages.BaseStorage | None = None,
+    study_name: str | None = None,
+    seed: int = 0,
+    planned_epochs: float = 10.0,
+    accuracy_samples: int | None = None,
+    accuracy_repeats: int = 3,
+    val_fraction: float = 0.1,
+    budget: Budget | None = None,
+    sampler: optuna.samplers.BaseSampler | None = None,
+    isolation: str = "auto",
+    trial_timeout: float | None = None,
+    progress: bool | Callable[[str], None] = False,
+    launcher: Callable[[optuna.Study], None] | None = None,
+    guided: bool = True,
+) -> SearchResult:
+    """Find the fastest training config for ``model`` on ``dataset`` on this machine whose
+    validation metric stays within ``tolerance`` of the baseline's.
+
+    ``model`` is never modified: every trial trains a copy of its initial weights. Batches are
+    ``(inputs, targets)`` unless ``forward(model, batch) -> (outputs, targets)`` says otherwise;
+    ``loss_fn(outputs, targets)`` defaults to cross-entropy and ``metric`` to accuracy.
+    ``optimizer(params, lr)`` builds the optimizer (AdamW by default); ``sampler`` replaces the
+    default multivariate TPE sampler (the accuracy guard and failures reach any sampler as Optuna
+    constraints, through ``trial.set_constraint``). The search stops after
+    ``n_trials`` candidates or ``timeout`` seconds (10 minutes when neither is given). Candidates
+    are ranked by projected time to train ``planned_epochs`` epochs of the training set.
+
+    ``isolation="auto"`` runs trials in a worker process (a hang, a segfault or the OOM-killer
+    then ends only that trial) wherever the model and data can be pickled, and says once when
+    they cannot; ``"process"`` insists, ``"none"`` runs trials in this process. Each trial is
+    stopped after ``trial_timeout`` seconds (default: 5x the baseline's trial, at least a minute).
+
+    ``guided=False`` turns off what autotune adds to the sampler (the rules-of-thumb first
+    guess, trying compile and checkpointing on top of the best config, pruning clearly slower
+    candidates before their accuracy runs): every candidate is then what the sampler proposes,
+    measured in full. For exhaustive grids (``optuna.samplers.BruteForceSampler``) and for
+    comparing against plain random search.
+
+    ``launcher(study)``, when given, runs the candidates elsewhere: it is called once the
+    baseline is measured and returns when its workers are done (the CLI's ``--workers`` starts
+    ``autotune worker`` processes this way); this process then confirms the winner and exports.
+    The hooks must then be importable functions, so the workers can load them.
+    """
+    args = dict(locals())  # every argument by name: for the checks and the settings
+    started = time.time()
+    _check_arguments(args)
+    hooks = Hooks(**{name: args[name] for name in _HOOKS})
+    device_str = resolve_device(device)
+    prepared = prepare_workload(
+        model, dataset, val_dataset, hooks, val_fraction=val_fraction, seed=seed
+    )
+    base_cfg = _baseline_config(baseline, device_str)
+    restricted = restrict_space(load_space(space), prepared.workload, base_cfg, device_str)
+    study = open_study(storage, study_name, seed, sampler)
+    refs = hooks.references()
+    _check_launcher(launcher, refs, study)
+    report = reporter(progress)
+    executor, fallback = make_executor(
+        prepared.workload, isolation, env=worker_env(study.study_name)
+    )
+    if fallback:
+        report(fallback)
+    env = environment(device_str)
+    settings = _settings(
+        args,
+        task=prepared.workload.task,
+        refs=refs,
+        stratified=prepared.stratified,
+        space=restricted,
+        baseline=base_cfg,
+        n_train=len(prepared.workload.train),  # type: ignore[arg-type]
+        started=started,
+        isolated=executor.isolated,
+        environment=env,
+    )
+    search = Search(
+        study=study,
+        settings=settings,
+        executor=executor,
+        report=report,
+        fingerprint=env["fingerprint"],
+        launcher=launcher,
+    )
+    try:
+        interrupted = search.run()
+    finally:
+        executor.close()
+    return SearchResult.from_ledger(
+        search.ledger(),
+        search.settings,
+        study_name=study.study_name,
+        storage=redact(storage),
+        seconds=time.time() - started,
+        interrupted=interrupted,
+        memory=search.memory,
+    )
+
+
+# -- Arguments --------------------------------------------------------------------------------
+
+_HOOKS = ("forward", "loss_fn", "metric", "higher_is_better", "collate_fn", "optimizer")
+
+
+def _check_arguments(args: Mapping[str, Any]) -> None:
+    if not isinstance(args["model"], nn.Module):
+        raise TypeError(
+            f"`model` must be a torch.nn.Module, but got {type(args['model']).__name__}. "
+            "Pass the model instance (not its class or a factory)."
+        )
+    check_number("tolerance", args["tolerance"], rule=">= 0", ok=lambda v: v >= 0)
+    check_int("n_trials", args["n_trials"], rule=">= 1", ok=lambda v: v >= 1, optional=True)
+    check_number("timeout", args["timeout"], rule="> 0 seconds", ok=lambda v: v > 0, optional=True)
+    check_number("planned_epochs", args["planned_epochs"], rule="> 0", ok=lambda v: v > 0)
+    check_number("val_fraction", args["val_fraction"], rule="in (0, 1)", ok=lambda v: 0 < v < 1)
+    check_int("accuracy_repeats", args["accuracy_repeats"], rule=">= 1", ok=lambda v: v >= 1)
+    check_int(
+        "accuracy_samples", args["accuracy_samples"], rule=">= 1", ok=lambda v: v >= 1,
+        optional=True,
+    )  # fmt: skip
+    check_int("seed", args["seed"], rule="an int", ok=lambda v: True)
+    check_flag("guided", args["guided"])
+    check_choice("isolation", args["isolation"], ISOLATION_MODES)
+    check_number(
+        "trial_timeout",
+        args["trial_timeout"],
+        rule="> 0 seconds or None",
+        ok=lambda v: v > 0,
+        optional=True,
+    )
+
+
+def _check_launcher(
+    launcher: Callable[[optuna.Study], None] | None, refs: HookRefs, study: optuna.Study
+) -> None:
+    """Workers load the hooks by reference and reach the study through its storage."""
+    if launcher is None:
+        return
+    if refs.unnamed:
+        raise ArgumentError(
+            f"Workers cannot load the {', '.join(refs.unnamed)} hook(s): they are lambdas, "
+            "local functions or defined in __main__. Define them in an importable module."
+        )
+    if isinstance(study._storage, optuna.storages.InMemoryStorage):
+        raise ArgumentError(
+            "Workers need a storage they can reach: pass storage= (e.g. 'sqlite:///autotune.db' "
+            "on one host, 'postgresql://...' across hosts)."
+        )
+
+
+def _settings(args: Mapping[str, Any], *, task: Task, **facts: Any) -> SearchSettings:
+    """The search's settings: the user's arguments and what preparing the search found."""
+    timeout = args["timeout"]
+    if args["n_trials"] is None and timeout is None:
+        timeout = DEFAULT_TIMEOUT
+    return SearchSettings(
+        tolerance=float(args["tolerance"]),
+        metric_name=task.metric_name,
+        higher_is_better=task.higher_is_better,
+        hooks=facts.pop("refs"),
+        seed=args["seed"],
+        val_fraction=float(args["val_fraction"]),
+        budget=args["budget"] or Budget(),
+        accuracy_repeats=args["accuracy_repeats"],
+        accuracy_samples=args["accuracy_samples"],
+        planned_epochs=float(args["planned_epochs"]),
+        n_trials=args["n_trials"],
+        timeout=None if timeout is None else float(timeout),
+        trial_timeout=args["trial_timeout"],
+        isolation=args["isolation"],
+        guided=args["guided"],
+        **facts,
+    )
+
+
+def _baseline_config(
+    baseline: TrainingConfig | Mapping[str, Any] | None, device: str
+) -> TrainingConfig:
+    if baseline is None:
+        return TrainingConfig(device=device)
+    if isinstance(baseline, TrainingConfig):
+        return baseline.replace(device=device)
+    if isinstance(baseline, Mapping):
+        try:
+            return TrainingConfig.from_dict({**baseline, "device": device})
+        except ConfigError as exc:
+            raise ConfigError(f"Invalid `baseline`: {exc}") from None
+    raise TypeError(
+        f"`baseline` must be a TrainingConfig, a dict of its fields, or None, "
+        f"but got {type(baseline).__name__}."
+    )
+
+
+# -- The space for this device and model ------------------------------------------------
+
+
+def restrict_space(
+    space: SearchSpace, workload: Workload, baseline: TrainingConfig, device: str
+) -> SearchSpace:
+    """``space`` without what cannot matter on this device and model, widened to include the
+    baseline (every trial is then a point any sampler understands)."""
+    model = workload.model
+    facts = _knobs.Facts(
+        device=describe_device(device),
+        has_conv=any(isinstance(m, nn.Conv2d | nn.Conv3d) for m in model.modules()),
+        n_blocks=len(apply.find_repeated_blocks(model)),
+        n_train=len(workload.train),  # type: ignore[arg-type]
+        current_threads=torch.get_num_threads(),
+    )
+    restricted = _restrict_workers(space.restrict(facts), workload)
+    restricted = restricted.including(baseline, baseline)
+    for note in restricted.notes:
+        log.info("space: %s", note)
+    return restricted
+
+
+def _restrict_workers(space: SearchSpace, workload: Workload) -> SearchSpace:
+    """DataLoader workers started by 'spawn' or 'forkserver' (the default off Linux) need a
+    picklable dataset and collate_fn: without one, search workers=0 only, and say why."""
+    workers = space.knobs.get("num_workers")
+    if not isinstance(workers, Choice) or workers.values == (0,):
+        return space
+    methods = (
+        torch.multiprocessing.get_start_method(allow_none=True),
+        multiprocessing.get_start_method(allow_none=True),
+    )
+    if all(m in (None, "fork") for m in methods) and hasattr(os, "fork"):
+        return space  # forked workers inherit the dataset: nothing is pickled
+    bad = []
+    for name, value in (("dataset", workload.train), ("collate_fn", workload.task.collate_fn)):
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            bad.append(f"{name} ({type(exc).__name__})")
+    if not bad:
+        return space
+    note = (
+        f"num_workers: only 0 searched, because DataLoader workers need to pickle "
+        f"{', '.join(bad)} with this platform's start method; make them picklable to search "
+        "workers"
+    )
+    log.warning("%s", note)
+    return space.with_choice("num_workers", (0,), note)

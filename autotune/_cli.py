@@ -1,0 +1,475 @@
+"""The ``autotune`` command line: parses arguments and delegates; nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import optuna
+import torch
+from torch import nn
+
+import autotune
+from autotune import _refs
+from autotune._device import environment, resolve_device
+from autotune._errors import AutotuneError
+from autotune._result.summary import render_summary
+from autotune._search.distributed import (
+    cpu_shares,
+    join_search,
+    launch_local_workers,
+    pin_from_env,
+    restricted_to,
+)
+from autotune._space import builtin_spaces, load_space
+from autotune._verify import DEFAULT_BUDGET
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+DEFAULT_STORAGE = "sqlite:///autotune.db"
+
+
+class CLIError(Exception):
+    """A problem with what was typed; printed without a traceback."""
+
+
+def load_factory(spec: str, option: str) -> Callable[..., Any]:
+    """``module:function`` or ``path/to/file.py:function`` -> the function."""
+    try:
+        return _refs.load(spec)
+    except _refs.UnresolvedReference as exc:
+        raise CLIError(f"{option}: {exc}") from exc
+
+
+def _call_factory(fn: Callable[[], Any], spec: str, option: str) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        raise CLIError(f"{option}: calling {spec} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _model_and_data(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    model = _call_factory(load_factory(args.model, "--model"), args.model, "--model")
+    if not isinstance(model, nn.Module):
+        raise CLIError(
+            f"--model: {args.model} must return a torch.nn.Module, but returned "
+            f"{type(model).__name__}."
+        )
+    data = _call_factory(load_factory(args.data, "--data"), args.data, "--data")
+    train, val = data, None
+    if isinstance(data, tuple | list):
+        if len(data) != 2:
+            raise CLIError(
+                f"--data: {args.data} must return a dataset or a (train, val) pair, but returned "
+                f"a {type(data).__name__} of length {len(data)}."
+            )
+        train, val = data
+    for what, ds in (("dataset", train), ("validation dataset", val)):
+        if ds is not None and not (hasattr(ds, "__getitem__") and hasattr(ds, "__len__")):
+            raise CLIError(
+                f"--data: {args.data} must return a map-style dataset (or a (train, val) pair); "
+                f"its {what} is a {type(ds).__name__}."
+            )
+    return model, train, val
+
+
+def _default_study(args: argparse.Namespace) -> str:
+    # Same command, same study: running it again continues the search.
+    key = "|".join([args.model, args.data, str(args.space), str(args.device), str(args.tolerance)])
+    short = hashlib.sha1(key.encode()).hexdigest()[:8]
+    model_name = args.model.rpartition(":")[2]
+    data_name = args.data.rpartition(":")[2]
+    return f"{model_name}-{data_name}-{short}"
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise CLIError(f"--workers must be >= 1, but got {args.workers}.")
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    if devices:
+        # Before anything touches CUDA: the coordinator measures the baseline on the first
+        # device, as worker 1 will.
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices[0]
+        args.device = "cuda:0"
+    model, train, val = _model_and_data(args)
+    storage = args.storage or DEFAULT_STORAGE
+    study = args.study or _default_study(args)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet = args.quiet
+
+    def progress(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    progress(f"study {study!r} in {storage}; results will be written to {args.out}")
+    launcher = None
+    pinned: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if args.workers > 1 or devices:
+        n = len(devices) if devices else args.workers
+        shares = None
+        if not devices:
+            shares = cpu_shares(n)
+            pinned = restricted_to(shares[0])  # baseline timed on one share, like the workers
+            progress(
+                f"{n} workers split this machine's CPU cores ({len(shares[0])} each): every "
+                "trial, the baseline's too, is timed on one share"
+            )
+        launcher = launch_local_workers(
+            n=n,
+            storage=storage,
+            model_spec=args.model,
+            data_spec=args.data,
+            devices=devices,
+            shares=shares,
+            report=progress,
+            extra_args=["--quiet"] if quiet else [],
+        )
+    try:
+        with pinned:
+            result = autotune.find_best(
+                model,
+                train,
+                val_dataset=val,
+                tolerance=args.tolerance,
+                space=args.space,
+                n_trials=args.trials,
+                timeout=args.timeout,
+                device=args.device,
+                storage=storage,
+                study_name=study,
+                seed=args.seed,
+                planned_epochs=args.planned_epochs,
+                accuracy_samples=args.accuracy_samples,
+                isolation=args.isolation,
+                trial_timeout=args.trial_timeout,
+                progress=progress,
+                launcher=launcher,
+            )
+    except KeyboardInterrupt:
+        print(
+            "Interrupted before the baseline was measured: nothing to write. Run the same "
+            "command again to start over.",
+            file=sys.stderr,
+        )
+        return 130
+    result.save(args.out)
+    print(result.summary())
+    print(f"\nwrote {args.out}")
+    if result.interrupted:
+        print(
+            "Interrupted. Run the same command again to resume the study "
+            f"({study!r} in {storage}).",
+            file=sys.stderr,
+        )
+        return 130
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    pin_from_env()  # the CPU share a local coordinator gave this worker
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    model, train, val = _model_and_data(args)
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(f"[worker {os.getpid()}] {line}", file=sys.stderr, flush=True)
+
+    ran = join_search(
+        model,
+        train,
+        val_dataset=val,
+        storage=args.storage,
+        study_name=args.study,
+        device=args.device,
+        isolation=args.isolation,
+        seed_offset=args.seed_offset,
+        progress=progress,
+    )
+    progress(f"done: {ran} trials")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CLIError(f"cannot read {args.path!r}: {exc.strerror}.") from None
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{args.path!r} is not valid JSON: {exc}.") from None
+    if not isinstance(data, dict) or "config" not in data or "metrics" not in data:
+        raise CLIError(f"{args.path!r} is not an autotune result (no `config`/`metrics`).")
+    if args.json:
+        print(json.dumps(data["config"], indent=2))
+    else:
+        print(render_summary(data))
+    return 0
+
+
+def cmd_spaces(args: argparse.Namespace) -> int:
+    if args.name:
+        print(load_space(args.name).describe())
+        return 0
+    for name in builtin_spaces():
+        space = load_space(name)
+        print(f"{name:12} {space.description}")
+    print("\n`autotune spaces NAME` lists a space's knobs; --space PATH uses your own file.")
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    device = resolve_device(args.device)
+    env = environment(device)
+    packages: dict[str, str | None] = {}
+    for dist in (
+        "autotune",
+        "torch",
+        "optuna",
+        "nvidia-ml-py",
+        "psutil",
+        "scikit-learn",
+        "numpy",
+        "PyYAML",
+    ):
+        try:
+            packages[dist] = version(dist)
+        except PackageNotFoundError:
+            packages[dist] = None
+    env["packages"] = packages
+    env["cuda_available"] = torch.cuda.is_available()
+    env["cuda_devices"] = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    env["torch_threads"] = torch.get_num_threads()
+    if args.json:
+        print(json.dumps(env, indent=2))
+    else:
+        width = max(len(k) for k in env)
+        for key, value in env.items():
+            if isinstance(value, dict):
+                value = ", ".join(f"{k} {v}" for k, v in value.items())
+            print(f"{key:{width}}  {value}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    model, train, val = _model_and_data(args)
+    quiet = args.quiet or args.json
+
+    def progress(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    budget = None
+    if args.timed_samples is not None:
+        budget = dataclasses.replace(DEFAULT_BUDGET, timed_samples=args.timed_samples)
+    report = autotune.verify(
+        args.path,
+        model,
+        train,
+        val_dataset=val,
+        rounds=args.rounds,
+        budget=budget,
+        device=args.device,
+        accuracy_seeds=args.accuracy_seeds,
+        progress=progress,
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.summary())
+    return 0 if report.faster_here else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    result = autotune.SearchResult.from_study(
+        args.storage,
+        args.study,
+        tolerance=args.tolerance,
+        metric_name=args.metric,
+        higher_is_better=False if args.lower_is_better else None,
+    )
+    path = result.report(args.out)
+    print(
+        f"wrote {path} ({len(result.trials)} trials; winner #{result.winner.number}, "
+        f"{result.speedup:.2f}x)"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autotune",
+        description="Find the fastest way to train a PyTorch model on this machine without "
+        "losing validation accuracy.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _search_parser(sub)
+    _worker_parser(sub)
+    sh = sub.add_parser("show", help="print a readable summary of a result JSON")
+    sh.add_argument("path")
+    sh.add_argument("--json", action="store_true", help="print only the config as JSON")
+    sh.set_defaults(func=cmd_show)
+    sp = sub.add_parser("spaces", help="list the built-in search spaces")
+    sp.add_argument("name", nargs="?", default=None, help="show one space's knobs")
+    sp.set_defaults(func=cmd_spaces)
+    _verify_parser(sub)
+    _report_parser(sub)
+    e = sub.add_parser("env", help="print the environment, for bug reports")
+    e.add_argument("--device", default=None)
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_env)
+    return parser
+
+
+def _search_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser("search", help="search for the fastest config and write it as JSON")
+    s.add_argument(
+        "--model", required=True, help="MODULE:FUNCTION or file.py:FUNCTION -> nn.Module"
+    )
+    s.add_argument(
+        "--data",
+        required=True,
+        help="MODULE:FUNCTION or file.py:FUNCTION -> dataset, or (train, val) datasets",
+    )
+    s.add_argument("--timeout", type=float, default=None, help="seconds (default 600)")
+    s.add_argument("--trials", type=int, default=None, help="candidate trials in the study")
+    s.add_argument("--tolerance", type=float, default=0.01, help="allowed metric drop (0.01)")
+    s.add_argument("--space", default="default", help="built-in space name or a space file")
+    s.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: best available)")
+    s.add_argument("--storage", default=None, help=f"Optuna storage URL ({DEFAULT_STORAGE})")
+    s.add_argument("--study", default=None, help="study name (default: derived from the command)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument(
+        "--planned-epochs",
+        type=float,
+        default=10.0,
+        help="length of the real training run, for ranking (10 epochs)",
+    )
+    s.add_argument(
+        "--accuracy-samples",
+        type=int,
+        default=None,
+        help="samples per accuracy-check run (default: from the time budget)",
+    )
+    s.add_argument(
+        "--isolation",
+        default="auto",
+        choices=["auto", "process", "none"],
+        help="run trials in a worker process (auto: wherever the model and data allow)",
+    )
+    s.add_argument(
+        "--trial-timeout",
+        type=float,
+        default=None,
+        help="seconds before a trial is stopped (default: 5x the baseline's trial)",
+    )
+    s.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes sharing the study (on a CPU they split the cores)",
+    )
+    s.add_argument("--devices", default=None, help="GPU indices, one worker each: 0,1,2,3")
+    s.add_argument("--out", required=True, help="where to write the result JSON")
+    s.add_argument("--quiet", action="store_true", help="no progress lines")
+    s.set_defaults(func=cmd_search)
+
+
+def _worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    w = sub.add_parser("worker", help="join a running search's study and run its trials")
+    w.add_argument("--storage", required=True, help="the study's storage URL (postgresql://...)")
+    w.add_argument("--study", required=True, help="the study's name")
+    w.add_argument("--model", required=True, help="MODULE:FUNCTION or file.py:FUNCTION")
+    w.add_argument("--data", required=True, help="MODULE:FUNCTION or file.py:FUNCTION")
+    w.add_argument("--device", default=None)
+    w.add_argument("--isolation", default=None, choices=["auto", "process", "none"])
+    w.add_argument("--seed-offset", type=int, default=1, help="distinct per worker")
+    w.add_argument("--quiet", action="store_true")
+    w.set_defaults(func=cmd_worker)
+
+
+def _verify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    v = sub.add_parser(
+        "verify",
+        help="re-measure a result's winner against its baseline on this machine",
+        description="Measure the winner and its baseline side by side in alternating rounds and "
+        "compare with what the result recorded; warns where this machine differs from the one "
+        "the result was measured on. Exit status 1 when the winner is not faster here.",
+    )
+    v.add_argument("path", help="result JSON written by `autotune search` / result.save()")
+    v.add_argument("--model", required=True, help="the model factory the search used")
+    v.add_argument("--data", required=True, help="the data factory the search used")
+    v.add_argument("--rounds", type=int, default=6, help="alternating rounds (6)")
+    v.add_argument(
+        "--timed-samples",
+        type=int,
+        default=None,
+        help="samples timed per measurement (4096)",
+    )
+    v.add_argument(
+        "--accuracy-seeds",
+        type=int,
+        default=0,
+        help="also train both on the search's accuracy budget over this many seeds (0)",
+    )
+    v.add_argument("--device", default=None, help="measure here instead of the result's device")
+    v.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    v.add_argument("--quiet", action="store_true", help="no progress lines")
+    v.set_defaults(func=cmd_verify)
+
+
+def _report_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    r = sub.add_parser(
+        "report",
+        help="write a self-contained HTML report of a study",
+        description="Read a search's study from its Optuna storage and write one HTML file "
+        "that opens offline.",
+    )
+    r.add_argument(
+        "--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL ({DEFAULT_STORAGE})"
+    )
+    r.add_argument(
+        "--study", default=None, help="study name (may be left out if the storage holds one)"
+    )
+    r.add_argument("--out", default="report.html", help="where to write the HTML (report.html)")
+    r.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="judge the trials against this tolerance (default: the search's own)",
+    )
+    r.add_argument("--metric", default=None, help="the metric's name to show (the search's own)")
+    r.add_argument(
+        "--lower-is-better", action="store_true", help="the metric is a loss (lower is better)"
+    )
+    r.set_defaults(func=cmd_report)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        return int(args.func(args))
+    except CLIError as exc:
+        print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except AutotuneError as exc:
+        # autotune's own verdicts on the input; anything else is a bug or an error raised
+        # inside torch or the user's code, and keeps its traceback.
+        print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

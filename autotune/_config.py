@@ -1,0 +1,270 @@
+"""The training configuration: every knob autotune tunes, as one frozen, JSON-ready value.
+
+A :class:`TrainingConfig` is what a search hands back and what a user applies to their own loop::
+
+    cfg = autotune.load_config("best.json")
+    loader = cfg.dataloader(train_dataset)
+    model = cfg.prepare(model)
+    optimizer = cfg.optimizer(model.parameters())
+    scheduler = cfg.lr_scheduler(optimizer, total_steps=len(loader) * epochs)
+    scaler = cfg.grad_scaler()
+    with cfg.backends():
+        for inputs, targets in loader:
+            inputs, targets = cfg.to_device((inputs, targets))
+            with cfg.autocast():
+                loss = loss_fn(model(inputs), targets)
+            ...
+
+Which fields are knobs, and what values each may take, is declared in the knob registry
+(:mod:`autotune._knobs`); the config checks itself against it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from autotune import _integrations, _knobs
+from autotune._choices import (
+    CompileMode,
+    LRSchedule,
+    Precision,
+    check_type,
+    known_keys,
+    to_enum,
+)
+from autotune._errors import ConfigError
+from autotune._trial import apply
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.utils.data import DataLoader, Dataset
+
+    from autotune._integrations import LightningSettings
+
+__all__ = ["SCHEMA_VERSION", "TrainingConfig"]
+
+SCHEMA_VERSION = 1
+_TYPE_WORDS = {
+    _knobs.ValueKind.INT: "an int",
+    _knobs.ValueKind.BOOL: "true or false",
+    _knobs.ValueKind.FLOAT: "a number",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """Every tuned knob, with PyTorch's defaults as the default values.
+
+    The defaults are what a plain training script does: batch 32, no DataLoader workers, fp32,
+    eager execution, no checkpointing, a constant learning rate.
+    """
+
+    device: str = "cpu"
+    batch_size: int = 32
+    num_workers: int = 0
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+    pin_memory: bool = False
+    precision: Precision = Precision.FP32
+    compile_mode: CompileMode = CompileMode.NONE
+    cudnn_benchmark: bool = False
+    checkpointing: int = 0  # 0: none; k: wrap every k-th repeated block in torch.utils.checkpoint
+    channels_last: bool = False
+    intra_op_threads: int | None = None  # None: leave torch's thread count as it is
+    lr_schedule: LRSchedule = dataclasses.field(default_factory=LRSchedule)
+
+    def __post_init__(self) -> None:
+        check_type("device", self.device, (str,), "a device string such as 'cpu' or 'cuda:0'")
+        for knob in _knobs.KNOBS:
+            if knob.field is not None:
+                self._check_knob(knob)
+        if isinstance(self.lr_schedule, Mapping):
+            object.__setattr__(self, "lr_schedule", LRSchedule.from_dict(self.lr_schedule))
+        if not isinstance(self.lr_schedule, LRSchedule):
+            raise ConfigError(f"`lr_schedule` must be an LRSchedule, but got {self.lr_schedule!r}.")
+        if self.num_workers == 0 and (self.persistent_workers or self.prefetch_factor is not None):
+            raise ConfigError(
+                "`persistent_workers` and `prefetch_factor` need `num_workers` > 0, but got "
+                f"num_workers=0, persistent_workers={self.persistent_workers}, "
+                f"prefetch_factor={self.prefetch_factor}. Set them to false/null or add workers."
+            )
+
+    def _check_knob(self, knob: _knobs.Knob) -> None:
+        """The field of ``knob`` against the registry's type and rule."""
+        assert knob.field is not None
+        name, value = knob.field, getattr(self, knob.field)
+        if value is None and knob.nullable:
+            return
+        if knob.kind is _knobs.ValueKind.ENUM:
+            assert knob.enum is not None
+            object.__setattr__(self, name, to_enum(knob.enum, value, name))
+            return
+        what = _TYPE_WORDS[knob.kind] + (" or null" if knob.nullable else "")
+        types: tuple[type, ...] = (int, float) if knob.kind is _knobs.ValueKind.FLOAT else (int,)
+        check_type(name, value, (bool,) if knob.kind is _knobs.ValueKind.BOOL else types, what)
+        if not knob.check(value):
+            raise ConfigError(f"`{name}` must be {knob.rule}, but got {value!r}.")
+
+    # -- JSON ---------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, enum.Enum):
+                value = value.value
+            elif isinstance(value, LRSchedule):
+                value = value.to_dict()
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainingConfig:
+        kwargs = known_keys(cls, data, "config")
+        if "lr_schedule" in kwargs:
+            kwargs["lr_schedule"] = LRSchedule.from_dict(kwargs["lr_schedule"])
+        return cls(**kwargs)
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainingConfig:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"The config is not valid JSON: {exc}.") from None
+        return cls.from_dict(data)
+
+    def replace(self, **changes: Any) -> TrainingConfig:
+        """A copy with ``changes`` applied (the config itself is frozen)."""
+        return dataclasses.replace(self, **changes)
+
+    def numerics_key(self) -> tuple[Any, ...]:
+        """The knobs that change the optimisation maths: equal keys train to the same model."""
+        return _knobs.numerics_key(self)
+
+    def describe(self) -> str:
+        """One line naming the knobs, for logs and summaries."""
+        s = self.lr_schedule
+        parts = [
+            f"batch={self.batch_size}",
+            f"workers={self.num_workers}",
+            f"precision={self.precision.value}",
+            f"compile={self.compile_mode.value}",
+            f"lr={s.kind.value}@{s.peak_lr:.3g}",
+        ]
+        if self.pin_memory:
+            parts.append("pin_memory")
+        if self.cudnn_benchmark:
+            parts.append("cudnn.benchmark")
+        if self.channels_last:
+            parts.append("channels_last")
+        if self.checkpointing:
+            parts.append(f"checkpoint every {self.checkpointing}")
+        if self.intra_op_threads is not None:
+            parts.append(f"threads={self.intra_op_threads}")
+        return " ".join(parts)
+
+    # -- Applying the config to a user's own training loop ------------------------------------
+
+    def dataloader(
+        self,
+        dataset: Dataset[Any],
+        *,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        generator: torch.Generator | None = None,
+        batch_size: int | None = None,
+    ) -> DataLoader[Any]:
+        """A DataLoader over ``dataset`` with the tuned batch size, workers and pinning."""
+        return apply.make_dataloader(
+            self,
+            dataset,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            collate_fn=collate_fn,
+            generator=generator,
+            batch_size=batch_size,
+        )
+
+    def prepare(self, model: nn.Module, *, inplace: bool = False) -> nn.Module:
+        """The model on the config's device, in its memory format, checkpointed and compiled.
+
+        The caller's model is copied first unless ``inplace=True``.
+        """
+        return apply.prepare_model(self, model, inplace=inplace)
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        """The autocast context for the config's precision (disabled for fp32/tf32)."""
+        return apply.autocast(self)
+
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        """A GradScaler, enabled only for fp16 (where gradients can underflow)."""
+        return apply.grad_scaler(self)
+
+    def backends(self) -> AbstractContextManager[None]:
+        """Set cuDNN benchmark, matmul precision and thread count; restore them on exit."""
+        return apply.backend_flags(self)
+
+    def optimizer(
+        self,
+        params: Iterable[Any],
+        optimizer_cls: Callable[..., torch.optim.Optimizer] | None = None,
+        **kwargs: Any,
+    ) -> torch.optim.Optimizer:
+        """``optimizer_cls(params, lr=peak_lr, **kwargs)``; AdamW when no class is given."""
+        cls = optimizer_cls if optimizer_cls is not None else torch.optim.AdamW
+        return cls(params, lr=self.lr_schedule.peak_lr, **kwargs)
+
+    def lr_scheduler(
+        self, optimizer: torch.optim.Optimizer, total_steps: int
+    ) -> torch.optim.lr_scheduler.LRScheduler:
+        """The tuned schedule over ``total_steps`` optimizer steps (call ``.step()`` per step)."""
+        return apply.lr_scheduler(self.lr_schedule, optimizer, total_steps)
+
+    def to_device(self, batch: Any) -> Any:
+        """Move every tensor in ``batch`` (nested tuples, lists, dicts) to the device, and
+        image-shaped inputs to channels_last when that knob is on."""
+        moved = apply.to_device(batch, self.device, non_blocking=self.pin_memory)
+        return apply.to_channels_last(moved) if self.channels_last else moved
+
+    # -- Other trainers -----------------------------------------------------------------------
+
+    def to_transformers(self) -> dict[str, Any]:
+        """Keyword arguments for ``transformers.TrainingArguments``::
+
+            args = TrainingArguments(output_dir="out", **cfg.to_transformers())
+
+        Batch size, DataLoader workers / pinning / persistence / prefetch, precision
+        (``bf16``/``fp16``/``tf32``), ``torch_compile`` and its mode, checkpointing (every k-th
+        layer), peak learning rate, schedule and warm-up map directly; ``use_cpu`` is set for a
+        config measured on the CPU. Schedules: ``constant`` -> ``"constant"`` (or
+        ``"constant_with_warmup"``), ``cosine`` -> ``"cosine"``, ``one_cycle`` -> ``"cosine"``
+        with a warm-up of OneCycleLR's warm-up share (0.05-0.5), its nearest Hugging Face shape
+        (HF warms up from 0 rather than peak/25 and does not cycle momentum).
+
+        Not TrainingArguments fields, to apply yourself: ``cudnn_benchmark`` and
+        ``intra_op_threads`` (``with cfg.backends(): trainer.train()``), ``channels_last``
+        (``model.to(memory_format=torch.channels_last)``), the CUDA device index (run with
+        ``CUDA_VISIBLE_DEVICES``), and the optimizer the search tuned the LR for (AdamW, unless
+        ``find_best(optimizer=...)`` said otherwise: set ``optim``/``weight_decay`` to match).
+        """
+        return _integrations.transformers_kwargs(self)
+
+    def to_lightning(self) -> LightningSettings:
+        """``lightning.pytorch.Trainer`` arguments (``.trainer``: accelerator, devices,
+        precision such as ``"bf16-mixed"``, cuDNN ``benchmark``), the ``DataLoader`` arguments
+        Lightning leaves to you (``.dataloader``), and ``.notes`` on applying the rest (model
+        knobs through :meth:`prepare`, the LR schedule in ``configure_optimizers``, TF32 and
+        threads through :meth:`backends`). See :class:`autotune.LightningSettings`.
+        """
+        return _integrations.lightning_settings(self)

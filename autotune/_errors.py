@@ -1,0 +1,48 @@
+"""The one exception tree of autotune.
+
+Everything autotune itself decides is wrong derives from :class:`AutotuneError`; the subclasses
+for bad input are also ``ValueError`` so that ``except ValueError`` keeps working. A ``TypeError``
+is raised for an argument of the wrong type, as Python does. The CLI prints an
+``AutotuneError`` as a one-line usage error and lets anything else (a bug, an error deep inside
+torch) show its traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArgumentError",
+    "AutotuneError",
+    "ConfigError",
+    "DataError",
+    "ModelError",
+    "SearchSpaceError",
+    "StorageError",
+]
+
+
+class AutotuneError(Exception):
+    """Base class of every error autotune raises on purpose."""
+
+
+class ArgumentError(AutotuneError, ValueError):
+    """An argument's value breaks its rule (``tolerance`` < 0, an unknown device, ...)."""
+
+
+class SearchSpaceError(AutotuneError, ValueError):
+    """A search space (built-in name or user file) is unknown or invalid."""
+
+
+class ConfigError(AutotuneError, ValueError):
+    """A :class:`~autotune.TrainingConfig` or its JSON is invalid."""
+
+
+class DataError(AutotuneError, ValueError):
+    """The dataset cannot be used as given (empty, wrong item structure, ...)."""
+
+
+class ModelError(AutotuneError, ValueError):
+    """The model cannot consume the dataset's batches."""
+
+
+class StorageError(AutotuneError, ValueError):
+    """The Optuna storage URL or the study in it cannot be used."""

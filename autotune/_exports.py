@@ -1,0 +1,237 @@
+"""How each knob maps to other trainers: Hugging Face ``TrainingArguments`` and Lightning.
+
+One function per knob and trainer; the knob registry (:mod:`autotune._knobs`) names which one
+each knob uses, and :mod:`autotune._integrations` puts them together. Nothing here imports
+either library (they are optional); the names are checked against the real signatures in
+``tests/test_integrations.py``, so a rename upstream fails there first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
+
+from autotune._choices import CompileMode, Precision, ScheduleKind
+
+if TYPE_CHECKING:
+    from autotune._config import TrainingConfig
+
+__all__ = ["LightningPart", "ToLightning", "ToTransformers"]
+
+# OneCycleLR's warm-up share, as the LR scheduler builds it.
+ONE_CYCLE_MIN_PCT, ONE_CYCLE_MAX_PCT = 0.05, 0.5
+
+
+def one_cycle_pct(warmup_fraction: float) -> float:
+    return min(ONE_CYCLE_MAX_PCT, max(warmup_fraction, ONE_CYCLE_MIN_PCT))
+
+
+def device_type(device: str) -> str:
+    return device.split(":", 1)[0]
+
+
+def on_accelerator(cfg: TrainingConfig) -> bool:
+    return device_type(cfg.device) != "cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class LightningPart:
+    """What one knob contributes to Lightning: ``Trainer`` and ``DataLoader`` arguments, a
+    model change (applied by ``cfg.prepare``), a backend setting (applied by
+    ``cfg.backends()``), and notes of its own."""
+
+    trainer: dict[str, Any] = dataclasses.field(default_factory=dict)
+    dataloader: dict[str, Any] = dataclasses.field(default_factory=dict)
+    model: str | None = None
+    backends: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+# ``names`` is the set of parameters the installed TrainingArguments takes (None: the newest).
+ToTransformers = Callable[["TrainingConfig", "Collection[str] | None"], dict[str, Any]]
+ToLightning = Callable[["TrainingConfig"], LightningPart]
+
+
+def _takes(names: Collection[str] | None, name: str) -> bool:
+    return names is None or name in names
+
+
+# -- Hugging Face transformers ----------------------------------------------------------------
+
+
+def hf_batch_size(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    return {"per_device_train_batch_size": cfg.batch_size}
+
+
+def hf_workers(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    return {"dataloader_num_workers": cfg.num_workers}
+
+
+def hf_persistent(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    return {"dataloader_persistent_workers": cfg.persistent_workers}
+
+
+def hf_prefetch(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    if cfg.num_workers > 0 and cfg.prefetch_factor is not None:
+        return {"dataloader_prefetch_factor": cfg.prefetch_factor}
+    return {}
+
+
+def hf_pin(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    # autotune pins only where batches are copied to an accelerator; so does this.
+    return {"dataloader_pin_memory": cfg.pin_memory and on_accelerator(cfg)}
+
+
+def hf_precision(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    return {
+        "bf16": cfg.precision is Precision.BF16,
+        "fp16": cfg.precision is Precision.FP16,
+        # autotune's fp32 is strict fp32 (TF32 off), as are bf16/fp16 outside autocast.
+        "tf32": cfg.precision is Precision.TF32,
+    }
+
+
+def hf_compile(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"torch_compile": cfg.compile_mode is not CompileMode.NONE}
+    if cfg.compile_mode is not CompileMode.NONE:
+        # Setting a mode switches compilation on, so it is only given when compiling.
+        out["torch_compile_mode"] = cfg.compile_mode.value
+    return out
+
+
+def hf_checkpointing(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    if _takes(names, "activation_checkpointing"):
+        out: dict[str, Any] = {"activation_checkpointing": cfg.checkpointing > 0}
+        if cfg.checkpointing > 0:
+            out["activation_checkpointing_kwargs"] = {"every_n_layers": cfg.checkpointing}
+        return out
+    # Older transformers checkpoint every layer or none: the nearest to "every k-th".
+    return {"gradient_checkpointing": cfg.checkpointing > 0}
+
+
+def hf_schedule(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    """Peak learning rate, schedule and warm-up: the whole LR schedule at once."""
+    schedule = cfg.lr_schedule
+    out: dict[str, Any] = {"learning_rate": schedule.peak_lr}
+    warmup = schedule.warmup_fraction
+    if schedule.kind is ScheduleKind.CONSTANT:
+        out["lr_scheduler_type"] = "constant_with_warmup" if warmup > 0 else "constant"
+    elif schedule.kind is ScheduleKind.COSINE:
+        out["lr_scheduler_type"] = "cosine"
+    else:
+        # OneCycleLR warms up (cosine, from peak/25) for pct_start of the run, then anneals to
+        # ~0: the nearest Hugging Face schedule is linear warm-up for that share, then cosine.
+        out["lr_scheduler_type"] = "cosine"
+        warmup = one_cycle_pct(warmup)
+    if warmup > 0:
+        if names is not None and "warmup_ratio" in names:
+            out["warmup_ratio"] = warmup
+        else:
+            out["warmup_steps"] = warmup  # a float in [0, 1) is a share of the steps
+    return out
+
+
+def hf_none(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    """Not a TrainingArguments field: ``with cfg.backends(): trainer.train()`` or the model."""
+    return {}
+
+
+# -- Lightning --------------------------------------------------------------------------------
+
+_LIGHTNING_PRECISION = {
+    Precision.FP32: "32-true",
+    Precision.TF32: "32-true",  # TF32 is a matmul setting, not a Lightning precision
+    Precision.BF16: "bf16-mixed",
+    Precision.FP16: "16-mixed",  # Lightning adds the GradScaler itself
+}
+
+
+def pl_batch_size(cfg: TrainingConfig) -> LightningPart:
+    return LightningPart(dataloader={"batch_size": cfg.batch_size})
+
+
+def pl_workers(cfg: TrainingConfig) -> LightningPart:
+    return LightningPart(dataloader={"num_workers": cfg.num_workers})
+
+
+def pl_persistent(cfg: TrainingConfig) -> LightningPart:
+    if cfg.num_workers == 0:
+        return LightningPart()
+    return LightningPart(dataloader={"persistent_workers": cfg.persistent_workers})
+
+
+def pl_prefetch(cfg: TrainingConfig) -> LightningPart:
+    if cfg.num_workers == 0 or cfg.prefetch_factor is None:
+        return LightningPart()
+    return LightningPart(dataloader={"prefetch_factor": cfg.prefetch_factor})
+
+
+def pl_pin(cfg: TrainingConfig) -> LightningPart:
+    return LightningPart(dataloader={"pin_memory": cfg.pin_memory and on_accelerator(cfg)})
+
+
+def pl_precision(cfg: TrainingConfig) -> LightningPart:
+    notes: tuple[str, ...] = ()
+    if cfg.precision is Precision.FP16 and not on_accelerator(cfg):
+        notes = (
+            "fp16 on a CPU: Lightning runs precision '16-mixed' as 'bf16-mixed' there; use "
+            "autotune.train or your own loop with cfg.autocast() to train in fp16 as measured.",
+        )
+    return LightningPart(
+        trainer={"precision": _LIGHTNING_PRECISION[cfg.precision]},
+        backends="TF32 matmuls/convolutions" if cfg.precision is Precision.TF32 else None,
+        notes=notes,
+    )
+
+
+def pl_compile(cfg: TrainingConfig) -> LightningPart:
+    if cfg.compile_mode is CompileMode.NONE:
+        return LightningPart()
+    return LightningPart(model=f"torch.compile (mode {cfg.compile_mode.value!r})")
+
+
+def pl_cudnn(cfg: TrainingConfig) -> LightningPart:
+    return LightningPart(trainer={"benchmark": cfg.cudnn_benchmark})
+
+
+def pl_checkpointing(cfg: TrainingConfig) -> LightningPart:
+    if not cfg.checkpointing:
+        return LightningPart()
+    return LightningPart(model=f"checkpointing (one in every {cfg.checkpointing} repeated blocks)")
+
+
+def pl_channels_last(cfg: TrainingConfig) -> LightningPart:
+    if not cfg.channels_last:
+        return LightningPart()
+    return LightningPart(
+        model="channels_last",
+        notes=(
+            "channels_last inputs: in training_step, `batch = cfg.to_device(batch)` converts "
+            "image batches to channels_last (batches already on the device stay there).",
+        ),
+    )
+
+
+def pl_threads(cfg: TrainingConfig) -> LightningPart:
+    if cfg.intra_op_threads is None:
+        return LightningPart()
+    return LightningPart(backends=f"{cfg.intra_op_threads} intra-op CPU threads")
+
+
+def pl_schedule(cfg: TrainingConfig) -> LightningPart:
+    s = cfg.lr_schedule
+    return LightningPart(
+        notes=(
+            f"LR schedule ({s.kind.value}, peak {s.peak_lr:.3g}, warm-up "
+            f"{s.warmup_fraction:g}): in configure_optimizers, "
+            "`opt = cfg.optimizer(self.parameters())` and return {'optimizer': opt, "
+            "'lr_scheduler': {'scheduler': cfg.lr_scheduler(opt, "
+            "self.trainer.estimated_stepping_batches), 'interval': 'step'}}.",
+        )
+    )
+
+
+def pl_none(cfg: TrainingConfig) -> LightningPart:
+    """Part of another knob's mapping (the LR schedule's fields)."""
+    return LightningPart()

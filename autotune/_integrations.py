@@ -1,0 +1,112 @@
+"""The tuned config as arguments of other trainers: Hugging Face ``TrainingArguments`` and
+Lightning's ``Trainer``, put together from each knob's mapping (the registry names it, see
+:mod:`autotune._exports`).
+
+What each trainer cannot take is applied around it in a few lines, which the notes spell out;
+``with cfg.backends():`` around ``fit``/``train`` covers cuDNN benchmark, TF32 and CPU threads for
+both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from autotune import _exports as ex
+from autotune import _knobs
+
+if TYPE_CHECKING:
+    from autotune._config import TrainingConfig
+
+__all__ = ["LightningSettings", "lightning_settings", "transformers_kwargs"]
+
+
+def _training_arguments_names() -> frozenset[str] | None:
+    """The parameter names of the installed ``transformers.TrainingArguments``; None when
+    transformers is not installed (the newest names are used then)."""
+    try:
+        from transformers import TrainingArguments
+    except Exception:  # not installed, or broken: fall back to the current names
+        return None
+    return frozenset(inspect.signature(TrainingArguments).parameters)
+
+
+def transformers_kwargs(
+    cfg: TrainingConfig, accepted: Collection[str] | None = None
+) -> dict[str, Any]:
+    """Keyword arguments of ``transformers.TrainingArguments`` for ``cfg``.
+
+    ``accepted`` is the set of names ``TrainingArguments`` takes (read from the installed
+    version when None): transformers 5 replaced ``warmup_ratio`` by a fractional
+    ``warmup_steps`` and ``gradient_checkpointing`` by ``activation_checkpointing`` (with
+    ``every_n_layers``), and the older names are used where only they exist.
+    """
+    names = frozenset(accepted) if accepted is not None else _training_arguments_names()
+    out: dict[str, Any] = {}
+    for knob in _knobs.KNOBS:
+        out.update(knob.transformers(cfg, names))
+    if not ex.on_accelerator(cfg):
+        out["use_cpu"] = True
+    return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LightningSettings:
+    """``cfg.to_lightning()``: what goes to ``lightning.pytorch.Trainer``, what goes to your
+    ``DataLoader`` (Lightning does not build it), and what to apply yourself.
+
+    ::
+
+        s = cfg.to_lightning()
+        trainer = lightning.pytorch.Trainer(max_epochs=10, **s.trainer)
+        loader = DataLoader(train_set, shuffle=True, **s.dataloader)  # or cfg.dataloader(...)
+        for note in s.notes:
+            print(note)
+    """
+
+    trainer: dict[str, Any]
+    dataloader: dict[str, Any]
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trainer": dict(self.trainer),
+            "dataloader": dict(self.dataloader),
+            "notes": list(self.notes),
+        }
+
+
+def lightning_settings(cfg: TrainingConfig) -> LightningSettings:
+    """The Trainer and DataLoader arguments for ``cfg``, and notes for the rest."""
+    kind = ex.device_type(cfg.device)
+    trainer: dict[str, Any] = {
+        "accelerator": kind,
+        "devices": [int(cfg.device.partition(":")[2] or 0)] if kind == "cuda" else 1,
+    }
+    loader: dict[str, Any] = {}
+    model: list[str] = []
+    backends: list[str] = []
+    own: list[str] = []
+    for knob in _knobs.KNOBS:
+        part = knob.lightning(cfg)
+        trainer.update(part.trainer)
+        loader.update(part.dataloader)
+        model += [part.model] if part.model else []
+        backends += [part.backends] if part.backends else []
+        own += part.notes
+    notes: list[str] = []
+    if model:
+        notes.append(
+            f"Model: {', '.join(model)} are not Trainer arguments; "
+            "`model = cfg.prepare(lightning_module)` applies them (Trainer.fit accepts the "
+            "compiled LightningModule it returns)."
+        )
+    if backends:
+        joined = " and ".join(backends)
+        notes.append(
+            f"{joined[:1].upper()}{joined[1:]}: not Trainer arguments; run "
+            "`with cfg.backends(): trainer.fit(...)`."
+        )
+    return LightningSettings(trainer=trainer, dataloader=loader, notes=(*notes, *own))

@@ -1,0 +1,441 @@
+"""The knob registry: every knob autotune tunes, declared once.
+
+A :class:`Knob` says what a space file may hold for it (type, rule, enum), which
+:class:`~autotune.TrainingConfig` field it sets, whether it changes the optimisation maths
+(``numerics``: candidates that change it pay for accuracy runs), whether it is tried late, on
+top of a good config (compile's one-time cost, checkpointing's recompute), how simple its
+values are (ties between equally fast configs go to the simpler one), when it cannot matter on
+a device or model (the device rule), and how it maps to Hugging Face and Lightning.
+
+Space parsing and restriction, building configs from sampled values, the config's own
+validation, ranking ties, the report and the exports all read this table. Adding a knob means
+one entry here, its field on the config, the line that applies it (:mod:`autotune._trial.apply`)
+and its test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from autotune import _exports as ex
+from autotune._choices import BatchScaling, CompileMode, LRSchedule, Precision, ScheduleKind
+
+if TYPE_CHECKING:
+    from autotune._config import TrainingConfig
+    from autotune._device import DeviceInfo
+
+__all__ = [
+    "KNOBS",
+    "KNOB_NAMES",
+    "Facts",
+    "Knob",
+    "ValueKind",
+    "complexity",
+    "config_from",
+    "late_knobs",
+    "numerics_free_knobs",
+    "numerics_id",
+    "numerics_key",
+    "values_of",
+]
+
+
+class ValueKind(str, enum.Enum):
+    INT = "int"
+    BOOL = "bool"
+    FLOAT = "float"
+    ENUM = "enum"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Facts:
+    """What the device rules look at: the device, and facts about the model and data."""
+
+    device: DeviceInfo
+    has_conv: bool
+    n_blocks: int  # repeated blocks that checkpointing can wrap
+    n_train: int  # training samples
+    current_threads: int  # torch's intra-op threads in this process
+
+
+# (values kept, or None when the knob cannot matter at all; why, for the space's notes)
+Restriction = tuple[tuple[Any, ...] | None, str]
+Restrict = Callable[[tuple[Any, ...], Facts], Restriction]
+Reader = Callable[["TrainingConfig", "TrainingConfig"], Any]
+
+
+def _anything(value: Any) -> bool:
+    return True
+
+
+def _differs(value: Any, baseline: Any) -> float:
+    return float(value != baseline)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Knob:
+    """One knob: everything the rest of autotune asks about it."""
+
+    name: str
+    kind: ValueKind
+    numerics: bool  # changes the optimisation maths: a candidate that changes it needs accuracy
+    field: str | None  # the TrainingConfig field it sets (None: a part of the LR schedule)
+    rule: str = ""  # what a valid value is, for error messages
+    check: Callable[[Any], bool] = _anything
+    enum: type[enum.Enum] | None = None
+    nullable: bool = False
+    powers_of_two: bool = False  # a range {low, high} in a space file means its powers of two
+    late: bool = False  # tried on top of the best config, not sampled from the start
+    needs_workers: bool = False  # only exists with DataLoader workers
+    # Rank in the tie-break between equally fast configs (0 weighs most; None: not compared)
+    # and how far a value is from plain eager training, given the baseline's value.
+    simplicity: int | None = None
+    cost: Callable[[Any, Any], float] = _differs
+    restrict: Restrict | None = None  # the device/model rule
+    reader: Reader | None = None  # the knob's value in a config; default: its field
+    transformers: ex.ToTransformers = ex.hf_none
+    lightning: ex.ToLightning = ex.pl_none
+
+    def read(self, cfg: TrainingConfig, baseline: TrainingConfig) -> Any:
+        """This knob's value in ``cfg`` (as a space file writes it; ``baseline`` for the knobs
+        that are relative to it, such as the LR multiplier)."""
+        if self.reader is not None:
+            return self.reader(cfg, baseline)
+        assert self.field is not None
+        value = getattr(cfg, self.field)
+        return value.value if isinstance(value, enum.Enum) else value
+
+    def valid(self, value: Any) -> bool:
+        return (value is None and self.nullable) or self.check(value)
+
+
+# -- Device rules -------------------------------------------------------------------------------
+
+
+def _keep(pred: Callable[[Any, Facts], bool], why: Callable[[Facts], str]) -> Restrict:
+    def restrict(values: tuple[Any, ...], facts: Facts) -> Restriction:
+        return tuple(v for v in values if pred(v, facts)), why(facts)
+
+    return restrict
+
+
+def _only_if(cond: Callable[[Facts], bool], why: str) -> Restrict:
+    def restrict(values: tuple[Any, ...], facts: Facts) -> Restriction:
+        return (values if cond(facts) else None), why
+
+    return restrict
+
+
+def _precision_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
+    d = facts.device
+    supported = {
+        Precision.FP32.value: True,
+        Precision.TF32.value: d.supports_tf32,
+        Precision.BF16.value: d.supports_bf16,
+        Precision.FP16.value: d.supports_fp16,
+    }
+    return tuple(v for v in values if supported[v]), f"not supported natively by {d.name}"
+
+
+def _compile_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
+    none = CompileMode.NONE.value
+    if not facts.device.supports_compile:
+        why = "torch.compile needs a C/C++ compiler and the Python headers"
+        return tuple(v for v in values if v == none), why
+    if facts.device.supports_cuda_graphs:
+        return values, ""
+    # CUDA graphs do not exist on this device: use the CPU-safe variant of max-autotune.
+    swap = {CompileMode.MAX_AUTOTUNE.value: CompileMode.MAX_AUTOTUNE_NO_CUDAGRAPHS.value}
+    swapped = tuple(dict.fromkeys(swap.get(str(v), v) for v in values))
+    kept = tuple(v for v in swapped if v != CompileMode.REDUCE_OVERHEAD.value)
+    return kept, "reduce-overhead uses CUDA graphs"
+
+
+def _threads_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
+    if facts.device.type != "cpu":
+        return None, "CPU threads barely matter when an accelerator computes"
+    cores, now = facts.device.cpu_count, facts.current_threads
+    kept = tuple(v for v in values if v is None or (v <= cores and v != now))
+    return kept, f"{cores} CPU cores; torch already uses {now} threads"
+
+
+def _checkpointing_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
+    if facts.n_blocks == 0:
+        return None, "the model has no repeated blocks to checkpoint"
+    return tuple(v for v in values if v <= facts.n_blocks), f"the model has {facts.n_blocks} blocks"
+
+
+# -- Readers of the LR schedule's knobs ----------------------------------------------------------
+
+
+def _lr_multiplier(cfg: TrainingConfig, baseline: TrainingConfig) -> float:
+    s = cfg.lr_schedule
+    scale = s.batch_scaling.factor(cfg.batch_size, baseline.batch_size)
+    return s.peak_lr / (baseline.lr_schedule.peak_lr * scale)
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob(
+        name="batch_size",
+        kind=ValueKind.INT,
+        numerics=True,
+        field="batch_size",
+        rule=">= 1",
+        check=lambda v: v >= 1,
+        powers_of_two=True,
+        simplicity=8,
+        restrict=_keep(
+            lambda v, f: v <= f.n_train, lambda f: f"the training set has {f.n_train} samples"
+        ),
+        transformers=ex.hf_batch_size,
+        lightning=ex.pl_batch_size,
+    ),
+    Knob(
+        name="num_workers",
+        kind=ValueKind.INT,
+        numerics=False,
+        field="num_workers",
+        rule=">= 0",
+        check=lambda v: v >= 0,
+        simplicity=2,
+        cost=lambda v, base: float(v),
+        restrict=_keep(
+            lambda v, f: v <= f.device.cpu_count, lambda f: f"{f.device.cpu_count} CPU cores"
+        ),
+        transformers=ex.hf_workers,
+        lightning=ex.pl_workers,
+    ),
+    Knob(
+        name="persistent_workers",
+        kind=ValueKind.BOOL,
+        numerics=False,
+        field="persistent_workers",
+        rule="true or false",
+        needs_workers=True,
+        transformers=ex.hf_persistent,
+        lightning=ex.pl_persistent,
+    ),
+    Knob(
+        name="prefetch_factor",
+        kind=ValueKind.INT,
+        numerics=False,
+        field="prefetch_factor",
+        rule=">= 1",
+        check=lambda v: v >= 1,
+        nullable=True,
+        needs_workers=True,
+        transformers=ex.hf_prefetch,
+        lightning=ex.pl_prefetch,
+    ),
+    Knob(
+        name="pin_memory",
+        kind=ValueKind.BOOL,
+        numerics=False,
+        field="pin_memory",
+        rule="true or false",
+        simplicity=4,
+        restrict=_only_if(
+            lambda f: f.device.type != "cpu",
+            "pinned memory only speeds up copies to an accelerator",
+        ),
+        transformers=ex.hf_pin,
+        lightning=ex.pl_pin,
+    ),
+    Knob(
+        name="precision",
+        kind=ValueKind.ENUM,
+        numerics=True,
+        field="precision",
+        enum=Precision,
+        simplicity=7,
+        restrict=_precision_rule,
+        transformers=ex.hf_precision,
+        lightning=ex.pl_precision,
+    ),
+    Knob(
+        name="compile_mode",
+        kind=ValueKind.ENUM,
+        numerics=False,
+        field="compile_mode",
+        enum=CompileMode,
+        late=True,
+        simplicity=0,
+        cost=lambda v, base: float(v != CompileMode.NONE.value),
+        restrict=_compile_rule,
+        transformers=ex.hf_compile,
+        lightning=ex.pl_compile,
+    ),
+    Knob(
+        name="cudnn_benchmark",
+        kind=ValueKind.BOOL,
+        numerics=False,
+        field="cudnn_benchmark",
+        rule="true or false",
+        simplicity=5,
+        restrict=_only_if(lambda f: f.device.has_cudnn, "no cuDNN on this device"),
+        lightning=ex.pl_cudnn,
+    ),
+    Knob(
+        name="checkpointing",
+        kind=ValueKind.INT,
+        numerics=False,
+        field="checkpointing",
+        rule="0 (none) or k >= 1 (every k-th block)",
+        check=lambda v: v >= 0,
+        late=True,
+        simplicity=1,
+        cost=lambda v, base: float(v > 0),
+        restrict=_checkpointing_rule,
+        transformers=ex.hf_checkpointing,
+        lightning=ex.pl_checkpointing,
+    ),
+    Knob(
+        name="channels_last",
+        kind=ValueKind.BOOL,
+        numerics=False,
+        field="channels_last",
+        rule="true or false",
+        simplicity=6,
+        restrict=_only_if(lambda f: f.has_conv, "the model has no convolutions"),
+        lightning=ex.pl_channels_last,
+    ),
+    Knob(
+        name="intra_op_threads",
+        kind=ValueKind.INT,
+        numerics=False,
+        field="intra_op_threads",
+        rule=">= 1 or null",
+        check=lambda v: v >= 1,
+        nullable=True,
+        simplicity=3,
+        cost=lambda v, base: float(v is not None),
+        restrict=_threads_rule,
+        lightning=ex.pl_threads,
+    ),
+    Knob(
+        name="lr_schedule",
+        kind=ValueKind.ENUM,
+        numerics=True,
+        field=None,
+        enum=ScheduleKind,
+        reader=lambda cfg, base: cfg.lr_schedule.kind.value,
+        transformers=ex.hf_schedule,  # the whole schedule: peak, shape, warm-up
+        lightning=ex.pl_schedule,
+    ),
+    Knob(
+        name="lr_multiplier",
+        kind=ValueKind.FLOAT,
+        numerics=True,
+        field=None,
+        rule="> 0",
+        check=lambda v: v > 0,
+        reader=_lr_multiplier,
+    ),
+    Knob(
+        name="warmup_fraction",
+        kind=ValueKind.FLOAT,
+        numerics=True,
+        field=None,
+        rule="in [0, 1)",
+        check=lambda v: 0 <= v < 1,
+        reader=lambda cfg, base: cfg.lr_schedule.warmup_fraction,
+    ),
+    Knob(
+        name="lr_batch_scaling",
+        kind=ValueKind.ENUM,
+        numerics=True,
+        field=None,
+        enum=BatchScaling,
+        reader=lambda cfg, base: cfg.lr_schedule.batch_scaling.value,
+    ),
+)
+
+BY_NAME: Mapping[str, Knob] = {k.name: k for k in KNOBS}
+KNOB_NAMES: tuple[str, ...] = tuple(BY_NAME)
+# The config fields that decide the trained model's numerics (the LR schedule's knobs share
+# the `lr_schedule` field).
+NUMERIC_FIELDS: tuple[str, ...] = ("batch_size", "precision", "lr_schedule")
+assert {k.field or "lr_schedule" for k in KNOBS if k.numerics} == set(NUMERIC_FIELDS)
+
+
+def late_knobs() -> frozenset[str]:
+    """Knobs tried on top of the best config rather than sampled from the start."""
+    return frozenset(k.name for k in KNOBS if k.late)
+
+
+def numerics_free_knobs() -> tuple[str, ...]:
+    """Knobs that leave the numerics alone and cost nothing up front: their values can be
+    tried on a measured config as throughput-only trials."""
+    return tuple(k.name for k in KNOBS if not k.numerics and not k.late)
+
+
+def numerics_key(cfg: TrainingConfig) -> tuple[Any, ...]:
+    """Equal keys train to the same model (same batch size, precision and LR schedule)."""
+    return tuple(getattr(cfg, name) for name in NUMERIC_FIELDS)
+
+
+def numerics_id(cfg: TrainingConfig) -> str:
+    """:func:`numerics_key` as a string, the key confirmations are filed under."""
+    values = [
+        v.to_dict() if isinstance(v, LRSchedule) else v.value if isinstance(v, enum.Enum) else v
+        for v in numerics_key(cfg)
+    ]
+    return json.dumps(values)
+
+
+def complexity(cfg: TrainingConfig, baseline: TrainingConfig) -> tuple[float, ...]:
+    """How far a config is from plain eager training: smaller is simpler. Compared in the
+    knobs' simplicity order (compile first, then checkpointing, workers, ...)."""
+    ranked = sorted((k.simplicity, k) for k in KNOBS if k.simplicity is not None)
+    return tuple(k.cost(k.read(cfg, baseline), k.read(baseline, baseline)) for _, k in ranked)
+
+
+def values_of(cfg: TrainingConfig, baseline: TrainingConfig) -> dict[str, Any]:
+    """Every knob's value in ``cfg``, as a space file writes them (the knobs that need
+    DataLoader workers only where there are workers)."""
+    return {
+        k.name: k.read(cfg, baseline)
+        for k in KNOBS
+        if not (k.needs_workers and cfg.num_workers == 0)
+    }
+
+
+def config_from(params: Mapping[str, Any], baseline: TrainingConfig) -> TrainingConfig:
+    """The config that knob values ``params`` describe, on top of ``baseline``: knobs left out
+    keep the baseline's values; the knobs that need workers are reset without them; the LR
+    schedule's peak is the baseline's, scaled for the batch size and multiplied."""
+    p = dict(params)
+    workers = int(p.get("num_workers", baseline.num_workers))
+    changes: dict[str, Any] = {}
+    for knob in KNOBS:
+        if knob.field is None or knob.name not in p:
+            continue
+        changes[knob.field] = p[knob.name]
+    changes["num_workers"] = workers
+    if workers == 0:
+        changes.update(persistent_workers=False, prefetch_factor=None)
+    elif baseline.num_workers == 0:
+        # Workers where the baseline has none: keep them alive between epochs unless told.
+        changes.setdefault("persistent_workers", True)
+    batch_size = int(changes.get("batch_size", baseline.batch_size))
+    base = baseline.lr_schedule
+    scaling = BatchScaling(p.get("lr_batch_scaling", base.batch_scaling))
+    peak = (
+        base.peak_lr
+        * scaling.factor(batch_size, baseline.batch_size)
+        * float(p.get("lr_multiplier", 1.0))
+    )
+    schedule = LRSchedule(
+        kind=p.get("lr_schedule", base.kind),
+        peak_lr=peak,
+        warmup_fraction=float(p.get("warmup_fraction", base.warmup_fraction)),
+        batch_scaling=scaling,
+        reference_batch_size=baseline.batch_size,
+    )
+    if schedule == dataclasses.replace(base, reference_batch_size=baseline.batch_size):
+        schedule = base  # unchanged numerics compare equal to the baseline's
+    return baseline.replace(lr_schedule=schedule, **changes)

@@ -1,0 +1,678 @@
+"""One self-contained HTML report of a search: ``SearchResult.report(path)`` and
+``autotune report``.
+
+The file opens offline: plotly.js is embedded once, inline, and every figure draws from data in
+the page. Where Optuna's own plots fit (optimisation history, parameter importances) they are
+used, on a study rebuilt from the result's trials, so a result from ``find_best`` and one read
+back from a storage give the same report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import html
+import logging
+import math
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution
+from optuna.trial import TrialState
+
+from autotune import _knobs
+from autotune._result.files import write_text_atomic
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from autotune._config import TrainingConfig
+    from autotune._result.result import SearchResult
+    from autotune._search.ledger import TrialRecord
+
+__all__ = ["render_report", "write_report"]
+
+MIN_TRIALS_FOR_IMPORTANCE = 4  # completed trials with varying knobs
+FEASIBLE_CONSTRAINT = "within_tolerance"
+_COLORS = {
+    "baseline": "#636efa",
+    "winner": "#00a86b",
+    "feasible": "#7fc97f",
+    "infeasible": "#e45756",
+    "unchecked": "#9e9e9e",
+}
+
+
+def write_report(result: SearchResult, path: str | os.PathLike[str]) -> Path:
+    """Write the HTML report of ``result`` to ``path`` (atomically) and return the path."""
+    target = write_text_atomic(path, render_report(result))
+    target.chmod(0o644)  # a report is for sharing, whatever the umask
+    return target
+
+
+@dataclasses.dataclass(frozen=True)
+class _Section:
+    key: str
+    title: str
+    figure: go.Figure | None = None
+    caption: str = ""
+    before: str = ""  # HTML between the title and the figure
+    after: str = ""  # HTML after the figure
+
+
+def render_report(result: SearchResult) -> str:
+    """The report as one HTML document (a few MB: plotly.js is inside)."""
+    study = _analysis_study(result)
+    importance, why_not = _importance_figure(study)
+    sections = [
+        _Section(
+            "winner",
+            "Winner against baseline",
+            _headline_figure(result),
+            before=_headline_html(result),
+        ),
+        _Section(
+            "tradeoff",
+            "Throughput against validation metric",
+            _tradeoff_figure(result),
+            _tradeoff_caption(result),
+        ),
+        _Section(
+            "history",
+            "Optimisation history",
+            _history_figure(study),
+            "Projected training time of each trial (lower is better); infeasible trials "
+            "(failed, or outside the accuracy tolerance) are marked, the line is the best "
+            "feasible so far.",
+        ),
+        _Section(
+            "importance",
+            "Which knobs mattered",
+            importance,
+            why_not
+            or "Importance of each knob for the (log) projected training time, by Optuna's "
+            "fANOVA evaluator over the completed trials.",
+        ),
+        _Section(
+            "time",
+            "Where the time goes",
+            _time_split_figure(result),
+            "Projected training time of each completed trial, split into one-time cost "
+            "(warm-up: compilation, cuDNN autotuning, worker start-up) and steady state, the "
+            "latter split by the measured fraction spent waiting for data.",
+        ),
+        _Section("trials", "Every trial", after=_trial_table(result)),
+    ]
+    parts = []
+    first = True
+    for sec in sections:
+        body = ""
+        if sec.figure is not None:
+            body = sec.figure.to_html(
+                include_plotlyjs=first,  # the whole plotly.js bundle, inline, once
+                full_html=False,
+                div_id=f"fig-{sec.key}",
+                config={"displaylogo": False, "responsive": True},
+            )
+            first = False
+        caption = f'<p class="caption">{html.escape(sec.caption)}</p>' if sec.caption else ""
+        parts.append(
+            f'<section id="{sec.key}"><h2>{html.escape(sec.title)}</h2>'
+            f"{sec.before}{caption}{body}{sec.after}</section>"
+        )
+    name = result.search.get("study_name") or "autotune search"
+    generated = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return _PAGE.format(
+        title=html.escape(f"autotune report: {name}"),
+        heading=html.escape(f"autotune report — {name}"),
+        meta=_meta_html(result, generated),
+        sections="\n".join(parts),
+    )
+
+
+# -- Pieces of the page ---------------------------------------------------------------------
+
+
+def _fmt(value: float | None, fmt: str, missing: str = "n/a") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return missing
+    return fmt.format(value)
+
+
+def _mib(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def _speedup(result: SearchResult, trial: TrialRecord) -> float | None:
+    base = result.baseline_trial.projected_time
+    if not base or not trial.projected_time:
+        return None
+    return base / trial.projected_time
+
+
+def _status(result: SearchResult, t: TrialRecord) -> str:
+    if t.failure is not None:
+        return f"failed: {t.failure}"
+    if t.number == result.winner.number:
+        return "winner"
+    if t.role == "baseline":
+        return "baseline"
+    if t.confirmed is False:
+        return "rejected at confirmation"
+    if not t.feasible:
+        return "outside tolerance"
+    return "feasible" if t.accuracy_checked else "feasible (same numerics as baseline)"
+
+
+def _meta_html(result: SearchResult, generated: str) -> str:
+    s = result.search
+    env = result.environment
+    failures = ", ".join(f"{k}: {v}" for k, v in sorted(result.failures.items())) or "none"
+    items = [
+        f"{len(result.trials)} trials in {s.get('seconds', 0):.0f} s; failures: {failures}",
+        f"storage: {s.get('storage') or 'not recorded'}; study: {s.get('study_name')}",
+    ]
+    if env:
+        items.append(
+            f"measured on {env.get('device_name')} ({env.get('device')}), "
+            f"{env.get('cpu_count')} CPUs, torch {env.get('torch')}, optuna {env.get('optuna')}, "
+            f"Python {env.get('python')}; fingerprint {env.get('fingerprint')}"
+        )
+    else:
+        items.append("environment: not recorded in the study")
+    if result.interrupted:
+        items.append("the search was interrupted: this is the best found before the stop")
+    items.append(f"report generated {generated}")
+    return "<ul class=meta>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>"
+
+
+def _headline_html(result: SearchResult) -> str:
+    w, b = result.winner, result.baseline_trial
+    wm, bm = result.metrics, result.baseline_metrics
+    guard = result.guard
+    name = guard.metric_name
+    if w.number == b.number:
+        lead = "No candidate beat the baseline within tolerance: keep your current settings."
+    else:
+        lead = (
+            f"{result.speedup:.2f}x faster than the baseline (projected training time for "
+            f"{result.planned_samples:,} samples, one-time costs included); throughput "
+            f"{result.throughput_ratio:.2f}x."
+        )
+    rows = [
+        ("config", w.config.describe(), b.config.describe()),
+        ("throughput (samples/s)", _fmt(w.throughput, "{:,.0f}"), _fmt(b.throughput, "{:,.0f}")),
+        (
+            "step time (ms)",
+            _fmt(_ms(wm.get("step_time")), "{:.2f}"),
+            _fmt(_ms(bm.get("step_time")), "{:.2f}"),
+        ),
+        (
+            "projected time (s)",
+            _fmt(w.projected_time, "{:.1f}"),
+            _fmt(b.projected_time, "{:.1f}"),
+        ),
+        (
+            "one-time cost (s)",
+            _fmt(wm.get("one_time_cost"), "{:.2f}"),
+            _fmt(bm.get("one_time_cost"), "{:.2f}"),
+        ),
+        (
+            "data wait",
+            _fmt(wm.get("data_wait_fraction"), "{:.0%}"),
+            _fmt(bm.get("data_wait_fraction"), "{:.0%}"),
+        ),
+        (
+            f"peak memory ({wm.get('memory_kind', 'n/a')})",
+            _mib(wm.get("peak_memory_bytes")),
+            _mib(bm.get("peak_memory_bytes")),
+        ),
+        (
+            f"val {name}",
+            _fmt(wm.get("validation_metric"), "{:.4f}", "not checked (same numerics)"),
+            _fmt(bm.get("validation_metric"), "{:.4f}"),
+        ),
+    ]
+    table = "".join(
+        f"<tr><th>{html.escape(label)}</th><td>{html.escape(a)}</td><td>{html.escape(c)}</td></tr>"
+        for label, a, c in rows
+    )
+    guard_line = (
+        f"Accuracy guard: tolerance {guard.tolerance:g}; baseline {name} "
+        f"{guard.baseline_metric:.4f} ± {guard.spread:.4f} over {guard.repeats} seeds; "
+        f"{'reliable' if guard.reliable else 'NOT reliable at this tolerance'}."
+    )
+    advice = guard.advice()
+    return (
+        f'<p class="lead">{html.escape(lead)}</p>'
+        f'<table class="headline"><tr><th></th><th>winner (#{w.number})</th>'
+        f"<th>baseline (#{b.number})</th></tr>{table}</table>"
+        f"<p>{html.escape(guard_line)}</p>"
+        + (f'<p class="warn">{html.escape(advice)}</p>' if advice else "")
+    )
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else v * 1e3
+
+
+def _trial_table(result: SearchResult) -> str:
+    head = [
+        "#",
+        "role",
+        "status",
+        "config",
+        "samples/s",
+        f"val {result.guard.metric_name}",
+        "projected (s)",
+        "speedup",
+        "one-time (s)",
+        "data wait",
+        "peak memory",
+        "trial (s)",
+        "reason / message",
+    ]
+    rows = []
+    for t in sorted(result.trials, key=lambda t: t.number):
+        m = t.measurement
+        status = _status(result, t)
+        message = t.message or ""
+        if t.reused:
+            message = "same config as an earlier trial: measurement reused"
+        cells = [
+            str(t.number),
+            t.role,
+            status,
+            t.config.describe(),
+            _fmt(t.throughput, "{:,.0f}"),
+            _fmt(t.metric, "{:.4f}", "—"),
+            _fmt(t.projected_time, "{:.2f}"),
+            _fmt(_speedup(result, t), "{:.2f}x"),
+            _fmt(m.one_time_cost if m else None, "{:.2f}"),
+            _fmt(m.data_wait_fraction if m else None, "{:.0%}"),
+            _mib(m.peak_memory_bytes if m else None),
+            f"{t.seconds:.1f}",
+            message,
+        ]
+        css = status.split(":")[0].split(" ")[0]
+        rows.append(
+            f'<tr class="{html.escape(css)}">'
+            + "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+            + "</tr>"
+        )
+    header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join(rows)
+    return f'<table class="trials"><thead><tr>{header}</tr></thead><tbody>{body}</tbody></table>'
+
+
+# -- Figures ----------------------------------------------------------------------------------
+
+
+def _headline_figure(result: SearchResult) -> go.Figure:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    w, b = result.winner, result.baseline_trial
+    wm, bm = result.metrics, result.baseline_metrics
+    name = result.guard.metric_name
+    panels = [
+        ("projected training time (s)", b.projected_time, w.projected_time),
+        ("throughput (samples/s)", b.throughput, w.throughput),
+        (f"val {name}", bm.get("validation_metric"), wm.get("validation_metric")),
+        (
+            "peak memory (MiB)",
+            _to_mib(bm.get("peak_memory_bytes")),
+            _to_mib(wm.get("peak_memory_bytes")),
+        ),
+    ]
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels])
+    for i, (_, base, best) in enumerate(panels, start=1):
+        fig.add_trace(
+            go.Bar(
+                x=["baseline", "winner"],
+                y=[base if base is not None else 0, best if best is not None else 0],
+                marker_color=[_COLORS["baseline"], _COLORS["winner"]],
+                text=[_fmt(base, "{:,.4g}"), _fmt(best, "{:,.4g}")],
+                textposition="auto",
+                showlegend=False,
+            ),
+            row=1,
+            col=i,
+        )
+    fig.update_layout(height=340, margin={"t": 60, "b": 30, "l": 40, "r": 20})
+    return fig
+
+
+def _to_mib(n: int | None) -> float | None:
+    return None if n is None else n / 2**20
+
+
+def _tradeoff_caption(result: SearchResult) -> str:
+    g = result.guard
+    side = "above" if g.higher_is_better else "below"
+    text = (
+        f"Every measured trial. The shaded band is the feasible region: {g.metric_name} no worse "
+        f"than the baseline's mean by more than the tolerance ({g.tolerance:g}), the dashed line "
+        f"(feasible {side} it)."
+    )
+    if g.screening_margin > g.tolerance:
+        text += (
+            f" The dotted line is the screening margin ({g.screening_margin:.4f}): the baseline's "
+            "own noise is wider than the tolerance, so one run cannot reject a smaller drop."
+        )
+    text += (
+        " Trials with the baseline's numerics (same batch size, precision and schedule) train "
+        "the same model and are drawn at the baseline's metric, hollow."
+    )
+    failed = sum(1 for t in result.trials if t.throughput is None)
+    if failed:
+        text += (
+            f" {failed} trial(s) that failed before a measurement are not drawn (see the table)."
+        )
+    return text
+
+
+def _tradeoff_figure(result: SearchResult) -> go.Figure:
+    import plotly.graph_objects as go
+
+    g = result.guard
+    base_metric = g.baseline_metric
+    groups: dict[str, list[TrialRecord]] = {
+        "feasible": [],
+        "outside tolerance / failed": [],
+        "not checked": [],
+    }
+    for t in result.trials:
+        if t.throughput is None or t.role == "baseline" or t.number == result.winner.number:
+            continue
+        if t.metric is None and t.failure is None:
+            groups["not checked"].append(t)
+        elif t.feasible:
+            groups["feasible"].append(t)
+        else:
+            groups["outside tolerance / failed"].append(t)
+    fig = go.Figure()
+    styles = {
+        "feasible": {"color": _COLORS["feasible"], "symbol": "circle"},
+        "outside tolerance / failed": {"color": _COLORS["infeasible"], "symbol": "x"},
+        "not checked": {"color": _COLORS["unchecked"], "symbol": "circle-open"},
+    }
+    for label, trials in groups.items():
+        if not trials:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[t.throughput for t in trials],
+                y=[t.metric if t.metric is not None else base_metric for t in trials],
+                mode="markers",
+                name=label,
+                marker={**styles[label], "size": 10, "line": {"width": 1}},
+                text=[_hover(result, t) for t in trials],
+                hoverinfo="text",
+            )
+        )
+    b, w = result.baseline_trial, result.winner
+    fig.add_trace(
+        go.Scatter(
+            x=[b.throughput],
+            y=[base_metric],
+            error_y={"type": "data", "array": [g.spread], "visible": True},
+            mode="markers",
+            name="baseline (mean ± std over seeds)",
+            marker={"color": _COLORS["baseline"], "symbol": "square", "size": 13},
+            text=[_hover(result, b)],
+            hoverinfo="text",
+        )
+    )
+    if w.number != b.number:
+        w_metric = result.metrics.get("validation_metric")
+        fig.add_trace(
+            go.Scatter(
+                x=[w.throughput],
+                y=[w_metric if w_metric is not None else base_metric],
+                mode="markers",
+                name="winner",
+                marker={"color": _COLORS["winner"], "symbol": "star", "size": 20},
+                text=[_hover(result, w)],
+                hoverinfo="text",
+            )
+        )
+    sign = -1.0 if g.higher_is_better else 1.0
+    limit = base_metric + sign * g.tolerance
+    metrics = [t.metric for t in result.trials if t.metric is not None] + [base_metric, limit]
+    lo, hi = min(metrics), max(metrics)
+    pad = max(0.08 * (hi - lo), 1e-3, 0.5 * g.tolerance)  # room for the markers
+    if g.higher_is_better:
+        fig.add_hrect(
+            y0=limit, y1=hi + pad, fillcolor=_COLORS["feasible"], opacity=0.12, line_width=0
+        )
+    else:
+        fig.add_hrect(
+            y0=lo - pad, y1=limit, fillcolor=_COLORS["feasible"], opacity=0.12, line_width=0
+        )
+    fig.add_hline(
+        y=limit,
+        line_dash="dash",
+        line_color="#555",
+        annotation_text=f"tolerance ({g.tolerance:g})",
+        annotation_position="bottom right",
+    )
+    if g.screening_margin > g.tolerance:
+        fig.add_hline(
+            y=base_metric + sign * g.screening_margin,
+            line_dash="dot",
+            line_color="#999",
+            annotation_text="screening margin (noise)",
+            annotation_position="bottom left",
+        )
+    fig.update_layout(
+        xaxis_title="throughput (samples/s, steady state, data loading included)",
+        yaxis_title=f"validation {g.metric_name}",
+        yaxis_range=[lo - pad, hi + pad],
+        height=460,
+        legend={"orientation": "h", "y": -0.2},
+        margin={"t": 30},
+    )
+    return fig
+
+
+def _hover(result: SearchResult, t: TrialRecord) -> str:
+    parts = [
+        f"#{t.number} {t.role}: {_status(result, t)}",
+        t.config.describe(),
+        f"{_fmt(t.throughput, '{:,.0f}')} samples/s, "
+        f"projected {_fmt(t.projected_time, '{:.2f}')} s",
+    ]
+    if t.metric is not None:
+        parts.append(f"val {result.guard.metric_name} {t.metric:.4f}")
+    return "<br>".join(html.escape(p) for p in parts)
+
+
+def _time_split_figure(result: SearchResult) -> go.Figure | None:
+    import plotly.graph_objects as go
+
+    done = [t for t in result.trials if t.measurement is not None and t.projected_time is not None]
+    if not done:
+        return None
+    done.sort(key=lambda t: float(t.projected_time or 0.0))
+    done = done[:30]
+    labels, one_time, compute, waiting, hover = [], [], [], [], []
+    for t in done:
+        m = t.measurement
+        assert m is not None and t.projected_time is not None
+        total = float(t.projected_time)
+        steady = max(0.0, total - m.one_time_cost)
+        # Whatever is not steady state (one-time cost, worker restarts between epochs).
+        fixed = total - steady
+        labels.append(f"#{t.number} {'★ ' if t.number == result.winner.number else ''}{t.role}")
+        one_time.append(fixed)
+        waiting.append(steady * m.data_wait_fraction)
+        compute.append(steady * (1 - m.data_wait_fraction))
+        hover.append(html.escape(t.config.describe()))
+    fig = go.Figure()
+    for name, values, color in (
+        ("one-time (warm-up, compile)", one_time, "#f58518"),
+        ("steady state: compute", compute, "#4c78a8"),
+        ("steady state: waiting for data", waiting, "#b279a2"),
+    ):
+        fig.add_trace(
+            go.Bar(
+                y=labels,
+                x=values,
+                name=name,
+                orientation="h",
+                marker_color=color,
+                customdata=hover,
+                hovertemplate="%{customdata}<br>%{x:.2f} s<extra>" + name + "</extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        xaxis_title=f"projected training time (s) for {result.planned_samples:,} samples",
+        yaxis={"autorange": "reversed", "type": "category"},
+        height=max(260, 26 * len(done) + 160),
+        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+        margin={"t": 60},
+    )
+    return fig
+
+
+# -- Optuna's plots, on a study rebuilt from the result's trials ----------------------------
+
+
+@contextlib.contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    level = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            yield
+    finally:
+        optuna.logging.set_verbosity(level)
+
+
+def _knob_values(t: TrialRecord, baseline: TrainingConfig) -> dict[str, Any]:
+    """The config as knob values, as a space file writes them (None spelled out: Optuna's
+    plots need a label)."""
+    values = _knobs.values_of(t.config, baseline)
+    return {k: ("default" if v is None else v) for k, v in values.items()}
+
+
+def _distributions(values: list[dict[str, Any]]) -> dict[str, BaseDistribution]:
+    out: dict[str, BaseDistribution] = {}
+    for key in values[0] if values else []:
+        seen = [v[key] for v in values]
+        unique = sorted(set(seen), key=lambda x: (str(type(x)), x))
+        if len(unique) < 2:
+            continue  # a knob that never changed cannot have mattered
+        if all(isinstance(x, float) for x in seen):
+            low, high = min(seen), max(seen)
+            out[key] = FloatDistribution(low, high, log=low > 0 and key == "lr_multiplier")
+        else:
+            out[key] = CategoricalDistribution(unique)
+    return out
+
+
+def _analysis_study(result: SearchResult) -> optuna.Study:
+    """An in-memory study of the result's trials with the config's knobs as parameters, the
+    projected time as the value and autotune's feasibility as the constraint."""
+    by_number = {t.number: t for t in result.trials}
+    base = result.baseline
+    values = [_knob_values(t, base) for t in result.trials if not t.reused]
+    dists = _distributions(values)
+    with _quiet_optuna():
+        study = optuna.create_study(direction="minimize")
+        for number in range(max(by_number) + 1 if by_number else 0):
+            t = by_number.get(number)
+            if t is None:  # a trial the search stored without a record (a rejected config)
+                study.add_trial(optuna.trial.create_trial(state=TrialState.FAIL))
+                continue
+            params = {k: v for k, v in _knob_values(t, base).items() if k in dists}
+            complete = t.projected_time is not None and t.failure is None
+            study.add_trial(
+                optuna.trial.create_trial(
+                    state=TrialState.COMPLETE if complete else TrialState.FAIL,
+                    value=float(t.projected_time) if complete else None,  # type: ignore[arg-type]
+                    params=params,
+                    distributions={k: dists[k] for k in params},
+                    user_attrs={"role": t.role, "reused": t.reused},
+                    constraints={FEASIBLE_CONSTRAINT: 0.0 if t.feasible else 1.0},
+                )
+            )
+    return study
+
+
+def _history_figure(study: optuna.Study) -> go.Figure | None:
+    if not any(t.state is TrialState.COMPLETE for t in study.trials):
+        return None
+    with _quiet_optuna():
+        fig = optuna.visualization.plot_optimization_history(
+            study, target_name="projected training time (s)"
+        )
+    fig.update_layout(title=None, height=420, margin={"t": 30}, yaxis_type="log")
+    return fig
+
+
+def _importance_figure(study: optuna.Study) -> tuple[go.Figure | None, str | None]:
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])
+        if not t.user_attrs.get("reused") and t.params
+    ]
+    params = sorted({p for t in trials for p in t.params})
+    if len(trials) < MIN_TRIALS_FOR_IMPORTANCE or not params:
+        return None, (
+            f"Not enough trials to tell which knobs mattered: {len(trials)} distinct completed "
+            f"trial(s) with varying knobs, and importance needs at least "
+            f"{MIN_TRIALS_FOR_IMPORTANCE}. Run the search longer (the same command continues "
+            "the study)."
+        )
+    try:
+        with _quiet_optuna():
+            fig = optuna.visualization.plot_param_importances(
+                study,
+                evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0),
+                target=lambda t: math.log(t.value) if t.value and t.value > 0 else 0.0,
+                target_name="log projected time",
+            )
+    except (ValueError, RuntimeError) as exc:
+        return None, f"Knob importances could not be computed for this study: {exc}"
+    fig.update_layout(title=None, height=max(260, 40 * len(params) + 120), margin={"t": 30})
+    return fig, None
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>
+body {{ font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
+       max-width: 1200px; padding: 0 1rem; color: #222; }}
+h1 {{ font-size: 1.6rem; }} h2 {{ font-size: 1.25rem; margin-top: 2.2rem;
+       border-bottom: 1px solid #ddd; padding-bottom: .2rem; }}
+.meta {{ color: #555; font-size: .9rem; }} .caption {{ color: #555; font-size: .9rem; }}
+.lead {{ font-size: 1.15rem; font-weight: 600; }} .warn {{ color: #a15c00; }}
+table {{ border-collapse: collapse; font-size: .85rem; }}
+th, td {{ border: 1px solid #ddd; padding: .25rem .5rem; text-align: left; vertical-align: top; }}
+th {{ background: #f5f5f5; }}
+table.trials tr.winner td {{ background: #e3f6ec; font-weight: 600; }}
+table.trials tr.baseline td {{ background: #e8eafe; }}
+table.trials tr.failed td {{ color: #b00020; }}
+table.trials tr.outside td, table.trials tr.rejected td {{ color: #8a4b00; }}
+</style>
+</head>
+<body>
+<h1>{heading}</h1>
+{meta}
+{sections}
+</body>
+</html>
+"""

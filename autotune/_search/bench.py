@@ -1,0 +1,139 @@
+"""Where a search's trials run and are recorded: the study, the executor and the clock, shared
+by the parts of the search (baseline, candidates, re-measuring, confirming)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune._config import TrainingConfig
+from autotune._search import storage
+from autotune._search.deadline import Deadline
+from autotune._search.guard import AccuracyGuard
+from autotune._search.ledger import Ledger
+from autotune._search.record import Record, Role
+from autotune._search.settings import SearchSettings
+from autotune._trial.isolation import TrialExecutor
+from autotune._trial.measure import Measurement
+from autotune._trial.runner import AccuracyCheck, TrialOutcome
+
+__all__ = ["Bench"]
+
+PENALTY = 10.0  # objective of a failed trial, as a multiple of the baseline's projected time
+FAILED_CONSTRAINT = "failed"
+ACCURACY_CONSTRAINT = "accuracy"
+
+
+class Bench:
+    """Runs a config through the executor within the trial limit, and stores each trial's
+    record, its constraints (the guard reaches the sampler through them) and its value."""
+
+    def __init__(
+        self,
+        *,
+        study: optuna.Study,
+        settings: SearchSettings,
+        executor: TrialExecutor,
+        deadline: Deadline,
+        report: Callable[[str], None],
+        fingerprint: str,
+    ) -> None:
+        self.study = study
+        self.settings = settings
+        self.executor = executor
+        self.deadline = deadline
+        self.report = report
+        self.fingerprint = fingerprint
+        self.auto_limit: float | None = None  # 5x the baseline's trial, once it is measured
+
+    def ledger(self) -> Ledger:
+        return Ledger.read(self.study, self.settings)
+
+    def execute(
+        self,
+        cfg: TrainingConfig,
+        *,
+        accuracy: AccuracyCheck | None = None,
+        measured: Measurement | None = None,
+    ) -> TrialOutcome:
+        """Run ``cfg`` within its wall-clock limit: the user's, or 5x the baseline's trial, and
+        never far past the search's deadline."""
+        limit = self.settings.trial_timeout
+        limit = self.deadline.trial_limit(limit if limit is not None else self.auto_limit)
+        return self.executor.run(
+            cfg, self.settings.budget, accuracy=accuracy, measured=measured, time_limit=limit
+        )
+
+    def ask(self) -> optuna.Trial:
+        with warnings.catch_warnings():
+            # Optuna warns that heartbeats are meant for study.optimize; autotune beats itself
+            # (storage.heartbeat) around each trial of its ask-and-tell loop.
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            trial = self.study.ask()
+        storage.mark_owner(trial)
+        return trial
+
+    def waiting(self) -> bool:
+        """Whether enqueued trials (first guesses, variants, retries) are still waiting."""
+        return bool(self.study.get_trials(deepcopy=False, states=[TrialState.WAITING]))
+
+    def record(self, outcome: TrialOutcome, *, role: Role, **extra: object) -> Record:
+        """The record of a finished trial: its projected time for the planned run."""
+        m = outcome.measurement
+        projected = None
+        if m is not None and outcome.ok:
+            s = self.settings
+            projected = m.projected_time(s.planned_samples, s.planned_epochs)
+        return Record(
+            role=role,
+            config=outcome.config,
+            measurement=m,
+            accuracy=outcome.accuracy,
+            failure=outcome.failure,
+            message=outcome.message,
+            seconds=outcome.seconds,
+            projected_time=projected,
+            fingerprint=self.fingerprint,
+            **extra,  # type: ignore[arg-type]
+        )
+
+    def tell(
+        self,
+        trial: optuna.Trial,
+        record: Record,
+        guard: AccuracyGuard | None,
+        baseline_time: float,
+    ) -> bool:
+        """Store the record and the constraints, then complete the trial. Returns True when the
+        sampler says it has covered the whole space (a grid)."""
+        violation = 0.0 if record.role is Role.BASELINE else -self.settings.tolerance
+        if record.metric is not None and guard is not None and record.role is Role.CANDIDATE:
+            violation = guard.violation(record.metric)
+        if not record.ok:
+            violation = max(violation, 1.0)
+        storage.store_record(trial, record)
+        trial.set_constraint(FAILED_CONSTRAINT, 0.0 if record.ok else 1.0)
+        trial.set_constraint(ACCURACY_CONSTRAINT, min(violation, 1e9))
+        penalty = PENALTY * (baseline_time if math.isfinite(baseline_time) else 1.0)
+        value = record.projected_time if record.projected_time is not None else penalty
+        try:
+            if record.pruned:
+                self.study.tell(trial, state=TrialState.PRUNED)
+            else:
+                self.study.tell(trial, value)
+        except RuntimeError as exc:
+            # A sampler that has covered its whole grid (BruteForceSampler) calls study.stop(),
+            # which Optuna only allows inside study.optimize; the trial is already stored.
+            if "Study.stop" not in str(exc):
+                raise
+            return record.role is Role.CANDIDATE  # the baseline exhausts no grid
+        return False
+
+    def fail(self, trial: optuna.Trial, message: str) -> None:
+        """Fail a trial that never ran (a combination the config itself rejects)."""
+        trial.set_user_attr("message", message)
+        self.study.tell(trial, state=TrialState.FAIL)

@@ -1,0 +1,60 @@
+"""The search's time budget, with an injectable clock so its rules can be tested alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+__all__ = ["Deadline"]
+
+GRACE_SHARE = 0.05  # of the time budget, re-measuring and confirming may run past it
+GRACE_MIN = 2.0  # seconds, at least
+TRIAL_OVERRUN = 30.0  # seconds a trial may run past the deadline before it is stopped
+MIN_TRIAL_LIMIT = 5.0  # seconds: no trial is cut off sooner than this
+
+
+@dataclasses.dataclass(frozen=True)
+class Deadline:
+    """``start`` and ``end`` are wall-clock times (``time.time()``, shared with workers on other
+    hosts); ``end`` is None when only a number of trials bounds the search."""
+
+    start: float
+    end: float | None
+    clock: Callable[[], float] = time.time
+
+    def now(self) -> float:
+        return self.clock()
+
+    def left(self) -> float | None:
+        """Seconds left (never below zero), or None without a deadline."""
+        return None if self.end is None else max(0.0, self.end - self.clock())
+
+    def fits(self, expected: float) -> bool:
+        """Whether something expected to take ``expected`` seconds ends by the deadline."""
+        return self.end is None or self.clock() + expected <= self.end
+
+    @property
+    def grace(self) -> float:
+        """How far past the deadline the last, short steps (re-measuring the leaders and
+        confirming the winner) may end: 5% of the budget, at least 2 s."""
+        if self.end is None:
+            return 0.0
+        return max(GRACE_MIN, GRACE_SHARE * (self.end - self.start))
+
+    def past(self, expected: float = 0.0) -> bool:
+        """Whether a step expected to take ``expected`` seconds would end past the deadline by
+        more than the grace: a last trial that ran long must not leave the winner unconfirmed
+        for want of a second, nor a rejected leader's successor overrun."""
+        return self.end is not None and self.clock() + expected >= self.end + self.grace
+
+    def trial_limit(self, limit: float | None) -> float | None:
+        """A trial's wall-clock limit: ``limit``, and never far past the deadline."""
+        if self.end is not None:
+            remaining = self.end - self.clock() + TRIAL_OVERRUN
+            limit = remaining if limit is None else min(limit, remaining)
+        return None if limit is None else max(limit, MIN_TRIAL_LIMIT)
+
+    def describe(self) -> str:
+        left = self.left()
+        return "no time limit" if left is None else f"{left:.0f} s left"

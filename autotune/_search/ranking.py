@@ -1,0 +1,44 @@
+"""Ranking, as pure functions: a trial's time is the median of its measurements, its noise their
+range, and between configs whose difference is within that noise the simpler one wins."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+__all__ = ["MAX_NOISE", "TIE", "best", "median_time", "relative_noise"]
+
+TIE = 0.03  # relative difference below which two configs count as equally fast (at least)
+MAX_NOISE = 0.25  # a wild outlier must not make every config "equal"
+
+T = TypeVar("T")
+
+
+def median_time(times: Sequence[float]) -> float:
+    """A trial's projected time as ranked: the median of its measurement and re-measurements."""
+    return float(statistics.median(times))
+
+
+def relative_noise(times: Sequence[float]) -> float:
+    """The range of repeated measurements over their median, at least :data:`TIE` and at most
+    :data:`MAX_NOISE`."""
+    between = (max(times) - min(times)) / statistics.median(times) if len(times) > 1 else 0.0
+    return min(MAX_NOISE, max(TIE, between))
+
+
+def best(
+    items: Sequence[T],
+    *,
+    time: Callable[[T], float],
+    noise: Callable[[T], float],
+    complexity: Callable[[T], tuple[float, ...]],
+) -> T | None:
+    """The fastest item; between items whose difference is within their noise, the simplest
+    (then the faster). None when ``items`` is empty."""
+    if not items:
+        return None
+    fastest = min(items, key=time)
+    floor = time(fastest)
+    equals = [i for i in items if time(i) <= floor * (1 + max(noise(fastest), noise(i)))]
+    return min(equals, key=lambda i: (complexity(i), time(i)))

@@ -1,0 +1,108 @@
+"""A trial's record: what the search keeps in the study about one trial, with one codec.
+
+The record lives in the trial's user attribute ``autotune`` (see :mod:`autotune._search.storage`),
+so a resumed search, a worker on another host and a report rebuilt from the storage all read the
+same thing through :meth:`Record.from_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from autotune._config import TrainingConfig
+from autotune._trial.failures import FailureReason
+from autotune._trial.measure import Measurement
+from autotune._trial.runner import AccuracyRun
+
+__all__ = ["Record", "Role"]
+
+
+class Role(str, enum.Enum):
+    BASELINE = "baseline"
+    CANDIDATE = "candidate"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Record:
+    """One trial: its config, its measurement, its accuracy runs, how it ended."""
+
+    role: Role
+    config: TrainingConfig
+    measurement: Measurement | None = None
+    accuracy: tuple[AccuracyRun, ...] = ()
+    failure: FailureReason | None = None
+    message: str | None = None
+    seconds: float = 0.0  # the whole trial, wall clock
+    measure_seconds: float = 0.0  # its throughput phase
+    projected_time: float | None = None  # for the planned run, one-time costs included
+    reused: bool = False  # the same config as an earlier trial: its record, not a new run
+    pruned: bool = False  # clearly slower than the best: no accuracy runs
+    fingerprint: str = ""  # of the machine that measured it (see autotune._device.fingerprint)
+    accuracy_samples: int | None = None  # samples each accuracy run trained on
+    trial_limit: float | None = None  # the baseline's: every later trial's wall-clock limit
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    @property
+    def metric(self) -> float | None:
+        """The validation metric, the mean over the accuracy runs (None: none were made)."""
+        if not self.accuracy:
+            return None
+        return statistics.fmean(run.metric for run in self.accuracy)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role.value,
+            "config": self.config.to_dict(),
+            "measurement": self.measurement.to_dict() if self.measurement is not None else None,
+            "accuracy_runs": [run.to_dict() for run in self.accuracy],
+            "metric": self.metric,  # derived; stored for tools that read the study directly
+            "failure": self.failure.value if self.failure is not None else None,
+            "message": self.message,
+            "seconds": self.seconds,
+            "measure_seconds": self.measure_seconds,
+            "projected_time": self.projected_time,
+            "reused": self.reused,
+            "pruned": self.pruned,
+            "fingerprint": self.fingerprint,
+            "accuracy_samples": self.accuracy_samples,
+            "trial_limit": self.trial_limit,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Record:
+        m = data.get("measurement")
+        failure = data.get("failure")
+        return cls(
+            role=Role(data["role"]),
+            config=TrainingConfig.from_dict(data["config"]),
+            measurement=Measurement.from_dict(m) if m else None,
+            accuracy=tuple(AccuracyRun.from_dict(r) for r in data.get("accuracy_runs") or ()),
+            failure=FailureReason(failure) if failure is not None else None,
+            message=data.get("message"),
+            seconds=float(data.get("seconds") or 0.0),
+            measure_seconds=float(data.get("measure_seconds") or 0.0),
+            projected_time=_float(data.get("projected_time")),
+            reused=bool(data.get("reused")),
+            pruned=bool(data.get("pruned")),
+            fingerprint=str(data.get("fingerprint") or ""),
+            accuracy_samples=_int(data.get("accuracy_samples")),
+            trial_limit=_float(data.get("trial_limit")),
+        )
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)

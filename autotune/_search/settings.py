@@ -1,0 +1,87 @@
+"""What a search is: its settings, published to the study once the baseline is measured.
+
+Workers joining the study (``autotune worker``), ``autotune.verify`` (through the exported JSON)
+and reports rebuilt from the storage read them back through :meth:`SearchSettings.from_dict`,
+so every process of a search guards the same metric, with the same hooks and tolerance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from autotune._config import TrainingConfig
+from autotune._space import SearchSpace, parse_space
+from autotune._trial.runner import Budget
+from autotune._trial.task import HookRefs
+
+__all__ = ["SearchSettings"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchSettings:
+    """Everything a process needs to take part in (or report on) a search, besides the model
+    and the data. Times are wall-clock (``time.time()``), shared across hosts."""
+
+    tolerance: float
+    metric_name: str
+    higher_is_better: bool
+    hooks: HookRefs
+    seed: int
+    val_fraction: float
+    stratified: bool  # the validation split kept the label proportions
+    space: SearchSpace  # restricted to the device and model (its notes say how)
+    baseline: TrainingConfig
+    budget: Budget
+    accuracy_repeats: int
+    accuracy_samples: int | None  # fixed by the user; None: planned from the time budget
+    n_train: int  # training samples
+    planned_epochs: float  # the length of the user's real run, which candidates are ranked for
+    n_trials: int | None
+    timeout: float | None
+    started: float
+    stage_split_at: float | None = None
+    trial_timeout: float | None = None
+    isolation: str = "auto"  # as asked: auto, process or none
+    isolated: bool = True  # whether the coordinator's trials ran in a worker process
+    guided: bool = True
+    environment: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def planned_samples(self) -> int:
+        return round(self.planned_epochs * self.n_train)
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.timeout is None else self.started + self.timeout
+
+    def replace(self, **changes: Any) -> SearchSettings:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, SearchSpace):
+                value = {**value.to_dict(), "notes": list(value.notes)}
+            elif isinstance(value, HookRefs | TrainingConfig):
+                value = value.to_dict()
+            elif isinstance(value, Budget):
+                value = dataclasses.asdict(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SearchSettings:
+        values = dict(data)
+        values["hooks"] = HookRefs.from_dict(values["hooks"])
+        space = dict(values["space"])
+        notes = tuple(space.pop("notes", ()))
+        parsed = parse_space(space, name=str(space.get("name", "space")))
+        values["space"] = dataclasses.replace(parsed, notes=notes)
+        values["baseline"] = TrainingConfig.from_dict(values["baseline"])
+        values["budget"] = Budget(**values["budget"])
+        return cls(**values)

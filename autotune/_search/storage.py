@@ -1,0 +1,332 @@
+"""The study: an ordinary Optuna study in an Optuna storage, kept honest across crashes, and
+the one place that knows where autotune keeps what in it.
+
+- Each trial's :class:`~autotune._search.record.Record` is in its user attribute ``autotune``
+  (its role also in ``autotune_role``, for tools); what spans trials is in the study's user
+  attributes: the settings, the memory probe's findings, re-measurements and confirmations.
+- Storage URLs become ``RDBStorage`` with a heartbeat, so a trial whose process died (another
+  host included) is failed once its heartbeat goes stale, and retried once.
+- On this host, a RUNNING trial whose owning process is gone (``kill -9``) is failed at once and
+  retried once, without waiting for the heartbeat's grace period.
+- Each trial is told (stored) before the next one is asked for: nothing finished is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import psutil
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune._errors import StorageError
+from autotune._search.guard import Confirmation
+from autotune._search.record import Record
+from autotune._search.settings import SearchSettings
+from autotune._trial.probe import MemoryLimits
+
+__all__ = [
+    "add_remeasurement",
+    "file_confirmation",
+    "heartbeat",
+    "load_study",
+    "mark_owner",
+    "open_study",
+    "publish_settings",
+    "read_confirmations",
+    "read_memory",
+    "read_records",
+    "read_remeasured",
+    "read_settings",
+    "reconcile_stale_trials",
+    "redact",
+    "store_record",
+    "write_memory",
+]
+
+log = logging.getLogger("autotune")
+
+OWNER = "autotune_owner"  # trial attribute: which process runs the trial
+RETRY_OF = "autotune_retry_of"  # trial attribute: the failed trial this one retries
+RECORD = "autotune"  # trial attribute: the trial's record
+ROLE = "autotune_role"  # trial attribute: "baseline" or "candidate"
+SETTINGS = "autotune_settings"  # study attribute: the search's settings
+MEMORY = "autotune_memory"  # study attribute: the memory probe's findings
+REMEASURED = "autotune_remeasured"  # study attribute: trial -> re-measured projected times
+CONFIRMATIONS = "autotune_confirmations"  # study attribute: numerics id -> confirmation
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+# -- What autotune keeps in the study -----------------------------------------------------------
+
+
+def read_records(study: optuna.Study) -> list[tuple[FrozenTrial, Record]]:
+    """Every finished trial that has a record, in trial order."""
+    out = []
+    for trial in study.get_trials(deepcopy=False, states=FINISHED):
+        data = trial.user_attrs.get(RECORD)
+        if isinstance(data, dict):
+            out.append((trial, Record.from_dict(data)))
+    return out
+
+
+def store_record(trial: optuna.Trial, record: Record) -> None:
+    trial.set_user_attr(RECORD, record.to_dict())
+    trial.set_user_attr(ROLE, record.role.value)
+
+
+def read_settings(study: optuna.Study) -> SearchSettings | None:
+    data = study.user_attrs.get(SETTINGS)
+    return SearchSettings.from_dict(data) if isinstance(data, dict) else None
+
+
+def publish_settings(study: optuna.Study, settings: SearchSettings) -> None:
+    study.set_user_attr(SETTINGS, settings.to_dict())
+
+
+def read_memory(study: optuna.Study) -> MemoryLimits | None:
+    data = study.user_attrs.get(MEMORY)
+    return MemoryLimits.from_dict(data) if isinstance(data, dict) else None
+
+
+def write_memory(study: optuna.Study, memory: MemoryLimits) -> None:
+    study.set_user_attr(MEMORY, memory.to_dict())
+
+
+def read_remeasured(study: optuna.Study) -> dict[int, tuple[float, ...]]:
+    """Trial number -> its projected times measured again (side by side with the others)."""
+    data = study.user_attrs.get(REMEASURED)
+    if not isinstance(data, dict):
+        return {}
+    return {int(k): tuple(float(t) for t in v) for k, v in data.items()}
+
+
+def add_remeasurement(study: optuna.Study, number: int, projected: float) -> None:
+    data = {str(k): list(v) for k, v in read_remeasured(study).items()}
+    data.setdefault(str(number), []).append(projected)
+    study.set_user_attr(REMEASURED, data)
+
+
+def read_confirmations(study: optuna.Study) -> dict[str, Confirmation]:
+    """Numerics id (see autotune._knobs.numerics_id) -> the confirmation filed under it."""
+    data = study.user_attrs.get(CONFIRMATIONS)
+    if not isinstance(data, dict):
+        return {}
+    return {k: Confirmation.from_dict(v) for k, v in data.items() if isinstance(v, dict)}
+
+
+def file_confirmation(study: optuna.Study, numerics: str, confirmation: Confirmation) -> None:
+    data = {k: v.to_dict() for k, v in read_confirmations(study).items()}
+    data[numerics] = confirmation.to_dict()
+    study.set_user_attr(CONFIRMATIONS, data)
+
+
+# -- Opening the study, and keeping it honest across crashes ------------------------------------
+HEARTBEAT_INTERVAL = int(os.environ.get("AUTOTUNE_HEARTBEAT_INTERVAL", "10"))
+GRACE_PERIOD = int(os.environ.get("AUTOTUNE_GRACE_PERIOD", str(3 * HEARTBEAT_INTERVAL)))
+
+
+def redact(storage: Any) -> str | None:
+    """The storage URL without its password, for logs and the exported JSON."""
+    if storage is None:
+        return None
+    if not isinstance(storage, str):
+        return type(storage).__name__
+    scheme, sep, rest = storage.partition("://")
+    if sep and "@" in rest:
+        creds, _, host = rest.rpartition("@")
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else storage
+    return storage
+
+
+def retry_once(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Enqueue a failed trial's parameters again, unless it already was a retry."""
+    if trial.user_attrs.get(RETRY_OF) is not None or not trial.params:
+        return
+    study.enqueue_trial(dict(trial.params), user_attrs={RETRY_OF: trial.number})
+    log.info("trial %d failed with its process; it will be retried once", trial.number)
+
+
+def _storage(storage: str | optuna.storages.BaseStorage | None) -> Any:
+    if storage is None or isinstance(storage, optuna.storages.BaseStorage):
+        return storage
+    if not isinstance(storage, str):
+        raise TypeError(
+            f"`storage` must be an Optuna storage URL (e.g. 'sqlite:///autotune.db') or a "
+            f"storage object, but got {type(storage).__name__}."
+        )
+    if storage.startswith("journal://"):
+        # A file journal where a database is not wanted (one host, many processes).
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        path = storage.removeprefix("journal://")
+        if not path:
+            raise StorageError(
+                f"`storage` {storage!r} names no file: use journal:///path/to/study.log."
+            )
+        return JournalStorage(JournalFileBackend(path))
+    if "://" not in storage:
+        raise StorageError(
+            f"`storage` must be a database URL such as 'sqlite:///autotune.db' or "
+            f"'postgresql://user@host/db' (or journal:///path/to/file), but got {storage!r}."
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(
+            storage,
+            heartbeat_interval=HEARTBEAT_INTERVAL,
+            grace_period=GRACE_PERIOD,
+            heartbeat_stale_trial_callback=retry_once,
+        )
+
+
+def open_study(
+    storage: str | optuna.storages.BaseStorage | None,
+    study_name: str | None,
+    seed: int,
+    sampler: optuna.samplers.BaseSampler | None = None,
+) -> optuna.Study:
+    """Create the study, or load it to continue a search (same storage and name)."""
+    if sampler is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=seed,
+                multivariate=True,
+                group=True,
+                constant_liar=True,
+                n_startup_trials=6,
+            )
+    try:
+        backend = _storage(storage)
+        return optuna.create_study(
+            storage=backend,
+            study_name=study_name,
+            sampler=sampler,
+            # A candidate slower than most trials so far (at its throughput phase) skips its
+            # accuracy runs; the search also requires it to be clearly slower than the best.
+            pruner=optuna.pruners.PercentilePruner(50.0, n_startup_trials=4, n_warmup_steps=0),
+            direction="minimize",
+            load_if_exists=True,
+        )
+    except (StorageError, TypeError):
+        raise
+    except Exception as exc:  # SQLAlchemy's errors for unreachable or malformed databases
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise StorageError(
+            f"Cannot open the study in storage {redact(storage)!r}: {type(exc).__name__}: {first}"
+        ) from exc
+
+
+def _host() -> str:
+    # AUTOTUNE_HOST names the host where hostnames are not unique (containers started from
+    # one image); pids are only compared between processes of the same host name.
+    return os.environ.get("AUTOTUNE_HOST") or socket.gethostname()
+
+
+def _owner() -> dict[str, Any]:
+    me = psutil.Process()
+    return {"host": _host(), "pid": me.pid, "started": me.create_time()}
+
+
+def mark_owner(trial: optuna.Trial) -> None:
+    trial.set_user_attr(OWNER, _owner())
+
+
+def _alive(owner: dict[str, Any]) -> bool:
+    try:
+        process = psutil.Process(int(owner["pid"]))
+        return abs(process.create_time() - float(owner["started"])) < 1.0  # not a reused pid
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+def reconcile_stale_trials(study: optuna.Study) -> list[int]:
+    """Fail RUNNING trials whose process is gone and retry each once. Returns their numbers."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)  # heartbeat storages: other hosts too
+    host = _host()
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=[TrialState.RUNNING]):
+        owner = trial.user_attrs.get(OWNER)
+        if not isinstance(owner, dict) or owner.get("host") != host or _alive(owner):
+            continue
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+            failed.append(trial.number)
+            retry_once(study, trial)
+    return failed
+
+
+@contextlib.contextmanager
+def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
+    """Record the trial's heartbeat while it runs, where the storage keeps heartbeats."""
+    storage: Any = study._storage
+    interval = storage.get_heartbeat_interval() if hasattr(storage, "record_heartbeat") else None
+    if not interval:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                storage.record_heartbeat(trial._trial_id)
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=beat, name="autotune-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def load_study(storage: str | optuna.storages.BaseStorage, study_name: str | None) -> optuna.Study:
+    """Open an existing study for reading; the error lists the studies that do exist."""
+    if isinstance(storage, str) and "://" not in storage:
+        raise StorageError(
+            f"`storage` must be a database URL such as 'sqlite:///autotune.db', but got "
+            f"{storage!r}."
+        )
+    if isinstance(storage, str) and storage.startswith("sqlite:///"):
+        # SQLAlchemy would create an empty database file at a mistyped path.
+        path = Path(storage.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise StorageError(
+                f"No SQLite database at {str(path)!r} (from storage {storage!r}). Run the command "
+                "where the search ran, or pass the storage URL it used."
+            )
+    try:
+        names = optuna.get_all_study_names(storage=storage)
+    except Exception as exc:  # SQLAlchemy's errors for unreachable or malformed databases
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise StorageError(
+            f"Cannot read storage {storage!r}: {type(exc).__name__}: {first}"
+        ) from exc
+    if study_name is None:
+        if len(names) == 1:
+            study_name = names[0]
+        else:
+            raise StorageError(
+                f"Storage {storage!r} holds {len(names)} studies; name one with --study / "
+                f"study_name. Studies there: {', '.join(names) or 'none'}."
+            )
+    if study_name not in names:
+        raise StorageError(
+            f"No study {study_name!r} in storage {storage!r}. Studies there: "
+            f"{', '.join(names) or 'none'}."
+        )
+    return optuna.load_study(study_name=study_name, storage=storage)

@@ -1,0 +1,251 @@
+"""How each knob of a :class:`~autotune.TrainingConfig` is applied.
+
+The trial runner trains through exactly these functions, so what was measured is what a user gets
+when they apply the exported config in their own loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from torch.utils import checkpoint as torch_checkpoint
+from torch.utils.data import DataLoader, Dataset
+
+from autotune._choices import CompileMode, LRSchedule, Precision, ScheduleKind
+
+if TYPE_CHECKING:
+    from autotune._config import TrainingConfig
+
+__all__ = [
+    "autocast",
+    "backend_flags",
+    "checkpointed_blocks",
+    "find_repeated_blocks",
+    "grad_scaler",
+    "lr_scheduler",
+    "make_dataloader",
+    "prepare_model",
+    "to_device",
+    "unwrap_compiled",
+]
+
+_CKPT_ATTR = "_autotune_checkpointed"
+
+
+def device_type(device: str) -> str:
+    return torch.device(device).type
+
+
+# -- DataLoader ---------------------------------------------------------------------------------
+
+
+def make_dataloader(
+    cfg: TrainingConfig,
+    dataset: Dataset[Any],
+    *,
+    shuffle: bool = True,
+    drop_last: bool = False,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    generator: torch.Generator | None = None,
+    batch_size: int | None = None,
+) -> DataLoader[Any]:
+    workers = cfg.num_workers
+    kwargs: dict[str, Any] = {}
+    if workers > 0:
+        kwargs["persistent_workers"] = cfg.persistent_workers
+        if cfg.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = cfg.prefetch_factor
+    # Pinning only means something when batches are copied to an accelerator.
+    pin = cfg.pin_memory and device_type(cfg.device) != "cpu"
+    return DataLoader(
+        dataset,
+        batch_size=batch_size if batch_size is not None else cfg.batch_size,
+        shuffle=shuffle,
+        num_workers=workers,
+        pin_memory=pin,
+        drop_last=drop_last,
+        collate_fn=collate_fn,
+        generator=generator,
+        **kwargs,
+    )
+
+
+def to_device(batch: Any, device: str, *, non_blocking: bool = False) -> Any:
+    """Move every tensor in a nested batch structure to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        return type(batch)(  # type: ignore[call-arg]
+            {k: to_device(v, device, non_blocking=non_blocking) for k, v in batch.items()}
+        )
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(to_device(v, device, non_blocking=non_blocking) for v in batch))
+    if isinstance(batch, list | tuple):
+        return type(batch)(to_device(v, device, non_blocking=non_blocking) for v in batch)
+    return batch
+
+
+def to_channels_last(batch: Any) -> Any:
+    """Image-shaped (4-D floating) tensors in ``batch`` in channels_last memory format."""
+    if isinstance(batch, torch.Tensor):
+        if batch.dim() == 4 and batch.is_floating_point():
+            return batch.contiguous(memory_format=torch.channels_last)
+        return batch
+    if isinstance(batch, Mapping):
+        return type(batch)({k: to_channels_last(v) for k, v in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, list | tuple) and not hasattr(batch, "_fields"):
+        return type(batch)(to_channels_last(v) for v in batch)
+    return batch
+
+
+# -- Model --------------------------------------------------------------------------------------
+
+
+def find_repeated_blocks(model: nn.Module) -> list[nn.Module]:
+    """The model's repeated blocks: the children of the ``ModuleList``/``Sequential`` that holds
+    the most parameters in two or more non-leaf children of one class (transformer layers, ResNet
+    stages, the conv blocks of a CNN). Empty when the model has no such container."""
+    best: list[nn.Module] = []
+    best_params = 0
+    for module in model.modules():
+        if not isinstance(module, nn.ModuleList | nn.Sequential):
+            continue
+        children = list(module.children())
+        if len(children) < 2 or len({type(c) for c in children}) != 1:
+            continue
+        if not any(True for _ in children[0].children()):
+            continue  # a run of bare layers (Linear, Conv2d) is not a block structure
+        params = sum(p.numel() for c in children for p in c.parameters())
+        if params > best_params:
+            best, best_params = children, params
+    return best
+
+
+class _CheckpointedForward:
+    """Replaces a block's ``forward`` so that, while training, its activations are recomputed in
+    the backward pass instead of stored (``torch.utils.checkpoint``, non-reentrant)."""
+
+    def __init__(self, forward: Callable[..., Any]) -> None:
+        self.forward = forward
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.is_grad_enabled():
+            return torch_checkpoint.checkpoint(self.forward, *args, use_reentrant=False, **kwargs)
+        return self.forward(*args, **kwargs)
+
+
+def apply_checkpointing(model: nn.Module, every: int) -> int:
+    """Checkpoint every ``every``-th repeated block (0: none). Returns how many were wrapped."""
+    if every <= 0:
+        return 0
+    wrapped = 0
+    for i, block in enumerate(find_repeated_blocks(model)):
+        if i % every == 0 and not getattr(block, _CKPT_ATTR, False):
+            # An instance attribute shadows the class's forward and keeps state_dict keys intact.
+            block.forward = _CheckpointedForward(block.forward)
+            setattr(block, _CKPT_ATTR, True)
+            wrapped += 1
+    return wrapped
+
+
+def checkpointed_blocks(model: nn.Module) -> list[nn.Module]:
+    """The blocks of ``model`` that :func:`apply_checkpointing` wrapped."""
+    return [m for m in unwrap_compiled(model).modules() if getattr(m, _CKPT_ATTR, False)]
+
+
+def unwrap_compiled(model: nn.Module) -> nn.Module:
+    """The eager module behind a ``torch.compile`` wrapper (shares the same parameters)."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, nn.Module) else model
+
+
+def prepare_model(cfg: TrainingConfig, model: nn.Module, *, inplace: bool = False) -> nn.Module:
+    if not inplace:
+        model = copy.deepcopy(model)
+    model = model.to(cfg.device)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    apply_checkpointing(model, cfg.checkpointing)
+    if cfg.compile_mode is not CompileMode.NONE:
+        mode = None if cfg.compile_mode is CompileMode.DEFAULT else cfg.compile_mode.value
+        model = torch.compile(model, mode=mode)  # type: ignore[assignment]
+    return model
+
+
+# -- Precision ----------------------------------------------------------------------------------
+
+
+_AUTOCAST_DTYPES = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
+
+
+def autocast(cfg: TrainingConfig) -> AbstractContextManager[Any]:
+    dtype = _AUTOCAST_DTYPES.get(cfg.precision)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type(cfg.device), dtype=dtype)
+
+
+def grad_scaler(cfg: TrainingConfig) -> torch.amp.GradScaler:
+    return torch.amp.GradScaler(device_type(cfg.device), enabled=cfg.precision is Precision.FP16)
+
+
+@contextlib.contextmanager
+def backend_flags(cfg: TrainingConfig) -> Iterator[None]:
+    """cuDNN benchmark, TF32 and intra-op threads for the config, restored on exit.
+
+    ``fp32`` means strict fp32: TF32 is switched off for both matmuls and cuDNN convolutions.
+    """
+    saved = (
+        torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.allow_tf32,
+        torch.get_float32_matmul_precision(),
+        torch.get_num_threads(),
+    )
+    try:
+        torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+        tf32 = cfg.precision is Precision.TF32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        if cfg.intra_op_threads is not None:
+            torch.set_num_threads(cfg.intra_op_threads)
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved[0]
+        torch.backends.cudnn.allow_tf32 = saved[1]
+        torch.set_float32_matmul_precision(saved[2])
+        torch.set_num_threads(saved[3])
+
+
+# -- LR schedule --------------------------------------------------------------------------------
+
+
+def lr_scheduler(
+    schedule: LRSchedule, optimizer: torch.optim.Optimizer, total_steps: int
+) -> torch.optim.lr_scheduler.LRScheduler:
+    total = max(1, int(total_steps))
+    for group in optimizer.param_groups:
+        group["lr"] = schedule.peak_lr
+    if schedule.kind is ScheduleKind.ONE_CYCLE:
+        defaults = optimizer.defaults
+        cycle_momentum = "betas" in defaults or float(defaults.get("momentum", 0.0) or 0.0) > 0
+        return torch.optim.lr_scheduler.OneCycleLR(
+            optimizer,
+            max_lr=schedule.peak_lr,
+            total_steps=total,
+            pct_start=min(0.5, max(schedule.warmup_fraction, 0.05)),
+            cycle_momentum=cycle_momentum,
+        )
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, functools.partial(_lr_factor, schedule, total)
+    )
+
+
+def _lr_factor(schedule: LRSchedule, total: int, step: int) -> float:
+    return schedule.lr_factor(step, total)

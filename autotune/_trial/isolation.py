@@ -1,0 +1,386 @@
+"""Where trials run: in a separate worker process (the default), or in this process.
+
+A trial worker is a spawned process with its own CUDA context. A hang, a segfault, a CUDA
+illegal-address error or the OS OOM-killer takes down only that worker: the trial is recorded as
+``timeout`` or ``crashed`` (with the signal or exit code) and the next trial gets a fresh worker.
+The worker lives across trials while they succeed, so the start-up cost (importing torch) is paid
+once, not per trial.
+
+In-process trials are the fallback when the model or data cannot reach a worker (objects that
+cannot be pickled); there a Python-level hang is still interrupted by an alarm signal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from autotune._config import TrainingConfig
+from autotune._device import cpu_share
+from autotune._trial.failures import FailureReason, free_memory
+from autotune._trial.measure import Measurement
+from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome, run_trial
+from autotune._trial.workload import Workload
+
+__all__ = [
+    "ISOLATION_MODES",
+    "InProcessExecutor",
+    "ProcessExecutor",
+    "TrialExecutor",
+    "TrialTimeout",
+    "make_executor",
+    "unpicklable_parts",
+    "worker_env",
+]
+
+log = logging.getLogger("autotune")
+
+START_TIMEOUT = 120.0  # seconds a new worker may take to import torch and load the workload
+
+
+class TrialTimeout(BaseException):
+    """A trial ran past its wall-clock limit. A BaseException, like KeyboardInterrupt, so that
+    the trial's own ``except Exception`` does not swallow it."""
+
+
+class TrialExecutor(Protocol):
+    isolated: bool
+
+    def run(
+        self,
+        cfg: TrainingConfig,
+        budget: Budget,
+        *,
+        accuracy: AccuracyCheck | None = None,
+        measured: Measurement | None = None,
+        time_limit: float | None = None,
+    ) -> TrialOutcome: ...
+
+    def close(self) -> None: ...
+
+
+def unpicklable_parts(workload: Workload) -> list[str]:
+    """Names of the workload's parts that cannot be pickled (so cannot reach a worker)."""
+    task = workload.task
+    parts = {
+        "model": workload.model,
+        "dataset": workload.train,
+        "val_dataset": workload.val,
+        "forward": task.forward,
+        "loss_fn": task.loss_fn,
+        "metric": task.metric_fn,
+        "collate_fn": task.collate_fn,
+        "optimizer": workload.optimizer,
+    }
+    bad = []
+    for name, value in parts.items():
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            bad.append(f"{name} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+    return bad
+
+
+def _timeout_outcome(cfg: TrainingConfig, limit: float, seconds: float) -> TrialOutcome:
+    return TrialOutcome(
+        config=cfg,
+        failure=FailureReason.TIMEOUT,
+        message=f"timeout: the trial ran past its {limit:.0f} s limit and was stopped",
+        seconds=seconds,
+    )
+
+
+# -- In process ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _alarm(limit: float | None) -> Iterator[None]:
+    """Raise TrialTimeout in the main thread after ``limit`` seconds (POSIX, main thread only).
+    Interrupts Python-level hangs; a hang inside a C call returns only when the call does."""
+    usable = (
+        limit is not None
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise TrialTimeout()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, float(limit))  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class InProcessExecutor:
+    isolated = False
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+
+    def run(
+        self,
+        cfg: TrainingConfig,
+        budget: Budget,
+        *,
+        accuracy: AccuracyCheck | None = None,
+        measured: Measurement | None = None,
+        time_limit: float | None = None,
+    ) -> TrialOutcome:
+        start = time.perf_counter()
+        try:
+            with _alarm(time_limit):
+                return run_trial(cfg, self.workload, budget, accuracy=accuracy, measured=measured)
+        except TrialTimeout:
+            pass
+        free_memory(cfg.device)  # outside the except block, as in run_trial
+        assert time_limit is not None
+        return _timeout_outcome(cfg, time_limit, time.perf_counter() - start)
+
+    def close(self) -> None:
+        pass
+
+
+# -- In a worker process ------------------------------------------------------------------------
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "the worker stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = {
+            "SIGKILL": " (the OS out-of-memory killer does this when RAM runs out)",
+            "SIGSEGV": " (a segmentation fault in native code)",
+            "SIGABRT": " (a native library aborted, e.g. after a CUDA illegal memory access)",
+            "SIGBUS": " (often /dev/shm exhausted by DataLoader workers)",
+        }.get(name, "")
+        return f"the trial's worker process was killed by {name}{hint}"
+    return f"the trial's worker process exited with code {code}"
+
+
+class WorkerStartError(RuntimeError):
+    """A trial worker could not start or could not load the workload."""
+
+
+class ProcessExecutor:
+    """Runs trials in a worker process (``python -m autotune._trial.worker``), replaced after a
+    crash or a timeout.
+
+    The worker is a fresh interpreter, not a fork and not ``multiprocessing``'s spawn, so a
+    user's script without an ``if __name__ == "__main__"`` guard is never re-run in it. Modules
+    loaded from files (CLI factories) are named in ``preload`` and imported there first.
+    """
+
+    isolated = True
+
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        env: dict[str, str] | None = None,
+        preload: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self._payload = pickle.dumps(workload)
+        self._env = env or {}
+        self._preload = preload
+        self._process: subprocess.Popen[bytes] | None = None
+        self._conn: multiprocessing.connection.Connection | None = None
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, **self._env}
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "autotune._trial.worker", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            theirs.close()
+        conn = multiprocessing.connection.Connection(ours.detach())
+        try:
+            conn.send((self._preload, self._payload))
+            if not conn.poll(START_TIMEOUT):
+                raise WorkerStartError(
+                    f"the trial worker did not start within {START_TIMEOUT:.0f} s"
+                )
+            kind, detail = conn.recv()
+        except (EOFError, OSError):
+            process.kill()
+            raise WorkerStartError(
+                f"the trial worker failed to start: {_describe_exit(process.wait())}"
+            ) from None
+        except WorkerStartError:
+            process.kill()
+            process.wait()
+            raise
+        if kind != "ready":
+            process.kill()
+            process.wait()
+            raise WorkerStartError(f"the trial worker cannot load the model and data: {detail}")
+        self._process, self._conn = process, conn
+
+    def _stop(self, *, kill: bool) -> int | None:
+        process, conn = self._process, self._conn
+        self._process = self._conn = None
+        if process is None:
+            return None
+        if kill:
+            process.kill()
+        elif conn is not None:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        try:
+            code = process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+        if conn is not None:
+            conn.close()
+        return code
+
+    def ensure_started(self) -> None:
+        """Start a worker now (raises WorkerStartError when the workload cannot reach one)."""
+        if self._process is None or self._process.poll() is not None:
+            self._stop(kill=True)
+            self._start()
+
+    def run(
+        self,
+        cfg: TrainingConfig,
+        budget: Budget,
+        *,
+        accuracy: AccuracyCheck | None = None,
+        measured: Measurement | None = None,
+        time_limit: float | None = None,
+    ) -> TrialOutcome:
+        start = time.perf_counter()
+        try:
+            self.ensure_started()
+        except WorkerStartError as exc:
+            return TrialOutcome(
+                config=cfg,
+                failure=FailureReason.CRASH,
+                message=str(exc),
+                seconds=time.perf_counter() - start,
+            )
+        assert self._conn is not None and self._process is not None
+        conn, process = self._conn, self._process
+        try:
+            conn.send((cfg, budget, accuracy, measured))
+            deadline = None if time_limit is None else start + time_limit
+            while True:
+                left = 1.0 if deadline is None else deadline - time.perf_counter()
+                if conn.poll(min(1.0, max(0.0, left))):
+                    kind, outcome = conn.recv()
+                    if kind != "outcome":
+                        raise EOFError
+                    return outcome  # type: ignore[no-any-return]
+                if process.poll() is not None:
+                    raise EOFError
+                if deadline is not None and time.perf_counter() >= deadline:
+                    self._stop(kill=True)
+                    assert time_limit is not None
+                    return _timeout_outcome(cfg, time_limit, time.perf_counter() - start)
+        except (EOFError, OSError, pickle.UnpicklingError):
+            code = self._stop(kill=True)
+            return TrialOutcome(
+                config=cfg,
+                failure=FailureReason.CRASH,
+                message=f"crashed: {_describe_exit(code)}",
+                seconds=time.perf_counter() - start,
+            )
+        except BaseException:
+            self._stop(kill=True)  # Ctrl-C: end the trial now, cleanly
+            raise
+
+    def close(self) -> None:
+        self._stop(kill=False)
+
+
+ISOLATION_MODES = ("auto", "process", "none")
+
+
+def worker_env(study_name: str) -> dict[str, str]:
+    """Environment for trial workers: this process's import path and CPU share, and one
+    compiled-kernel cache per study, shared by every worker, so that compile cost is paid once
+    per graph as in a real run, not once per worker process."""
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in study_name)[:80]
+    cache = Path(tempfile.gettempdir()) / f"autotune-inductor-{slug}"
+    env = {
+        "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+    }
+    share = cpu_share()
+    if share < (os.cpu_count() or share):
+        env["OMP_NUM_THREADS"] = str(share)  # the worker inherits the affinity: match threads
+    return env
+
+
+def make_executor(
+    workload: Workload,
+    isolation: str,
+    *,
+    env: dict[str, str] | None = None,
+    preload: tuple[tuple[str, str], ...] = (),
+) -> tuple[TrialExecutor, str | None]:
+    """The executor for ``isolation`` ('auto', 'process' or 'none'), and a note when 'auto' had
+    to fall back to in-process trials (said once, so the user knows why)."""
+    if isolation not in ISOLATION_MODES:
+        raise ValueError(
+            f"`isolation` must be one of {', '.join(ISOLATION_MODES)}, but got {isolation!r}."
+        )
+    if isolation == "none":
+        return InProcessExecutor(workload), None
+    bad = unpicklable_parts(workload)
+    problem = f"{'; '.join(bad)} cannot be pickled" if bad else None
+    executor = None
+    if problem is None:
+        # Modules the CLI loaded from files (`file.py:function`) are imported in the worker too.
+        preload = preload or tuple(
+            (name, str(module.__file__))
+            for name, module in list(sys.modules.items())
+            if name.startswith("_autotune_user_") and getattr(module, "__file__", None)
+        )
+        executor = ProcessExecutor(workload, env=env, preload=preload)
+        try:
+            executor.ensure_started()
+        except WorkerStartError as exc:
+            problem = str(exc)
+            executor = None
+    if executor is not None:
+        return executor, None
+    reason = (
+        f"trials run in this process, not in isolated workers: {problem}. A hang in native code "
+        "or a crash would then end the search; define the model, dataset and hooks in an "
+        "importable module (not __main__, not lambdas), or use the CLI's factories, to isolate "
+        "trials."
+    )
+    if isolation == "process":
+        raise ValueError(f"`isolation='process'` is impossible: {reason}")
+    return InProcessExecutor(workload), reason

@@ -1,0 +1,194 @@
+"""The memory probe: the largest batch size that fits, per precision and checkpointing setting,
+found before the search so the sampler never wastes trials on batch sizes that cannot fit.
+
+Peak memory (the CUDA allocator's peak on a GPU, the process's RSS on a CPU; a validation batch
+included) is measured at the two smallest batch sizes and fitted linearly (least squares); the
+largest batch predicted to fit in the usable memory (free memory less a safety margin) is then
+tried, and on out-of-memory the probe steps down (grow, then bisect, as Lightning's batch-size
+finder does). Where even the hungriest setting fits the largest batch with 2x headroom, nothing
+more is tried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psutil
+import torch
+
+from autotune._config import TrainingConfig
+from autotune._space import Choice, SearchSpace
+from autotune._trial.isolation import TrialExecutor
+from autotune._trial.runner import Budget
+
+__all__ = ["MemoryLimits", "probe_memory", "usable_memory"]
+
+SAFETY = 0.85  # use at most this share of the free memory: real training fragments more
+PROBE_BUDGET = Budget(warmup_steps=1, timed_samples=1, min_timed_steps=1, chunks=1)
+
+
+def usable_memory(device: str) -> int:
+    """Bytes a training run may use on ``device``: free memory less the safety margin."""
+    if torch.device(device).type == "cuda":
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free * SAFETY)
+    return int(psutil.virtual_memory().available * SAFETY)
+
+
+def _key(precision: str, checkpointing: int) -> str:
+    return f"{precision}/ckpt{checkpointing}"
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryLimits:
+    """Largest batch size that fits, by precision and checkpointing ("bf16/ckpt0")."""
+
+    capacity: int
+    limits: dict[str, int]
+    points: dict[str, list[tuple[int, int]]]  # measured (batch size, peak bytes)
+    notes: tuple[str, ...] = ()
+
+    def limit(self, cfg: TrainingConfig) -> int | None:
+        return self.limits.get(_key(cfg.precision.value, cfg.checkpointing))
+
+    def allows(self, cfg: TrainingConfig) -> bool:
+        limit = self.limit(cfg)
+        return limit is None or cfg.batch_size <= limit
+
+    def predicted_peak(self, cfg: TrainingConfig) -> int | None:
+        points = self.points.get(_key(cfg.precision.value, cfg.checkpointing))
+        if not points or len(points) < 2:
+            return None
+        slope, intercept = _fit(points)
+        return int(intercept + slope * cfg.batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "capacity_bytes": self.capacity,
+            "limits": dict(self.limits),
+            "points": {k: [list(p) for p in v] for k, v in self.points.items()},
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryLimits:
+        return cls(
+            capacity=int(data["capacity_bytes"]),
+            limits={k: int(v) for k, v in data["limits"].items()},
+            points={k: [(int(a), int(b)) for a, b in v] for k, v in data["points"].items()},
+            notes=tuple(data.get("notes", ())),
+        )
+
+
+def _fit(points: Sequence[tuple[int, int]]) -> tuple[float, float]:
+    """(slope, intercept) of peak memory against batch size, least squares."""
+    slope, intercept = statistics.linear_regression(
+        [float(b) for b, _ in points], [float(p) for _, p in points]
+    )
+    return max(0.0, slope), intercept
+
+
+def probe_memory(
+    executor: TrialExecutor,
+    baseline: TrainingConfig,
+    space: SearchSpace,
+    *,
+    capacity: int,
+    report: Callable[[str], None],
+    time_limit: float | None = 120.0,
+) -> MemoryLimits | None:
+    """Probe every (precision, checkpointing) setting of the space, hungriest first."""
+    batches = space.knobs.get("batch_size")
+    if not isinstance(batches, Choice) or len(batches.values) < 2:
+        return None
+    sizes = sorted(int(b) for b in batches.values)  # type: ignore[arg-type]
+    precisions = _values(space, "precision", baseline.precision.value)
+    ckpts = _values(space, "checkpointing", baseline.checkpointing)
+    # fp32 without checkpointing stores the most activations: probe it first.
+    order = sorted(
+        ((str(p), int(c)) for p in precisions for c in ckpts),
+        key=lambda pc: (pc[0] != "fp32" and pc[0] != "tf32", pc[1]),
+    )
+    limits: dict[str, int] = {}
+    points: dict[str, list[tuple[int, int]]] = {}
+    notes: list[str] = []
+    plain = baseline.replace(num_workers=0, persistent_workers=False, prefetch_factor=None)
+    plain = plain.replace(compile_mode="none")
+    for i, (precision, ckpt) in enumerate(order):
+        key = _key(precision, ckpt)
+        cfg = plain.replace(precision=precision, checkpointing=ckpt)
+        measured: list[tuple[int, int]] = []
+        oom_at: int | None = None
+        try:
+            for size in sizes[:2]:
+                peak = _peak(executor, cfg.replace(batch_size=size), time_limit)
+                if peak is None:
+                    oom_at = size
+                    break
+                measured.append((size, peak))
+        except _ProbeFailed as exc:
+            notes.append(f"{key}: not probed ({exc})")
+            continue
+        points[key] = measured
+        if oom_at is not None:
+            fitting = [s for s in sizes if s < oom_at]
+            limits[key] = fitting[-1] if fitting else 0
+            notes.append(f"{key}: out of memory already at batch {oom_at}")
+            continue
+        slope, intercept = _fit(measured)
+        predicted = [s for s in sizes if intercept + slope * s <= capacity]
+        limit = predicted[-1] if predicted else sizes[0]
+        if limit == sizes[-1] and intercept + slope * sizes[-1] <= capacity / 2:
+            limits[key] = limit
+            if i == 0:
+                # The hungriest setting fits the largest batch twice over: so do the rest.
+                for p, c in order[1:]:
+                    limits[_key(p, c)] = limit
+                notes.append(
+                    f"every setting fits the largest batch ({limit}) with 2x headroom "
+                    f"(predicted {(intercept + slope * limit) / 2**30:.2f} GiB of "
+                    f"{capacity / 2**30:.2f} GiB usable)"
+                )
+                break
+            continue
+        # Verify the prediction, stepping down on out-of-memory.
+        candidates = [s for s in sizes if s <= limit and s > measured[-1][0]]
+        verified = measured[-1][0]
+        for size in reversed(candidates):
+            try:
+                peak = _peak(executor, cfg.replace(batch_size=size), time_limit)
+            except _ProbeFailed:
+                peak = None
+            if peak is not None:
+                points[key].append((size, peak))
+                verified = size
+                break
+        limits[key] = verified
+        notes.append(f"{key}: largest batch that fits is {verified}")
+    result = MemoryLimits(capacity=capacity, limits=limits, points=points, notes=tuple(notes))
+    for note in notes:
+        report(f"memory probe: {note}")
+    return result
+
+
+def _values(space: SearchSpace, name: str, default: Any) -> list[Any]:
+    knob = space.knobs.get(name)
+    return list(knob.values) if isinstance(knob, Choice) else [default]
+
+
+class _ProbeFailed(Exception):
+    """A probe run failed for a reason other than memory."""
+
+
+def _peak(executor: TrialExecutor, cfg: TrainingConfig, time_limit: float | None) -> int | None:
+    """Peak memory of a few steps and a validation batch at ``cfg``; None when out of memory."""
+    outcome = executor.run(cfg, PROBE_BUDGET, time_limit=time_limit)
+    if outcome.failure is not None and outcome.failure.value == "oom":
+        return None
+    m = outcome.measurement
+    if outcome.failure is not None or m is None or m.peak_memory_bytes is None:
+        raise _ProbeFailed(outcome.message or "no memory reading")
+    return int(m.peak_memory_bytes)

@@ -1,0 +1,411 @@
+"""The trial runner: short, honest runs of the user's own model under one config.
+
+A trial has up to two parts:
+
+1. **Throughput**: warm-up steps (compilation, cuDNN autotuning, worker start-up) timed apart as a
+   one-time cost, then several synchronised chunks of steady-state steps, data loading included.
+2. **Accuracy** (only for configs that change the numerics): training from the same initial
+   weights on the same sample budget as the baseline, the config's LR schedule annealed over that
+   budget, then the validation metric.
+
+Every part trains through :mod:`autotune._trial.apply`, the same code a user's loop applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import random
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from autotune._choices import CompileMode
+from autotune._config import TrainingConfig
+from autotune._trial import apply
+from autotune._trial.failures import Diverged, FailureReason, classify, free_memory
+from autotune._trial.measure import Measurement, MemoryTracker, UtilizationSampler
+from autotune._trial.workload import Workload
+
+__all__ = [
+    "AccuracyCheck",
+    "AccuracyRun",
+    "Budget",
+    "Trainer",
+    "TrialOutcome",
+    "Workload",
+    "evaluate",
+    "measure_throughput",
+    "run_trial",
+    "train_for_accuracy",
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Budget:
+    """How long a trial's throughput measurement runs. The baseline gets exactly the same
+    budget. (How long accuracy runs train is the accuracy guard's to decide, per search.)"""
+
+    warmup_steps: int = 3
+    timed_samples: int = 2048
+    min_timed_steps: int = 6
+    chunks: int = 3
+    eval_peak: bool = True  # include a validation batch in the peak memory
+    # A timed phase shorter than this measures timer noise (a small MLP does 2,048 samples in
+    # 70 ms): the steady-state steps are stretched to last about this long (at most 16x).
+    min_timed_seconds: float = 0.5
+
+    def timed_steps(self, batch_size: int) -> int:
+        steps = max(self.min_timed_steps, math.ceil(self.timed_samples / batch_size))
+        return math.ceil(steps / self.chunks) * self.chunks
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AccuracyCheck:
+    """Accuracy runs a trial makes: one per data-order seed, each training on ``samples``
+    samples from the initial weights."""
+
+    samples: int
+    seeds: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AccuracyRun:
+    seed: int
+    metric: float
+    final_loss: float
+    samples: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AccuracyRun:
+        return cls(**data)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrialOutcome:
+    config: TrainingConfig
+    measurement: Measurement | None = None
+    accuracy: tuple[AccuracyRun, ...] = ()
+    failure: FailureReason | None = None
+    message: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    @property
+    def metric(self) -> float | None:
+        if not self.accuracy:
+            return None
+        return statistics.fmean(run.metric for run in self.accuracy)
+
+
+@contextlib.contextmanager
+def preserved_rng(device: str) -> Iterator[None]:
+    """Restore the torch, numpy and random RNG states on exit: the caller's stay untouched."""
+    cuda = torch.device(device).type == "cuda"
+    devices = [torch.device(device).index or 0] if cuda else []
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+
+
+@contextlib.contextmanager
+def seeded(seed: int, device: str) -> Iterator[None]:
+    """Seed torch, numpy and random for a trial; restore the caller's RNG states after."""
+    with preserved_rng(device):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        yield
+
+
+def _synchronize(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _endless(loader: DataLoader[Any]) -> Iterator[Any]:
+    while True:
+        yielded = False
+        for batch in loader:
+            yielded = True
+            yield batch
+        if not yielded:
+            raise RuntimeError(
+                "The DataLoader produced no batches (is the batch size larger "
+                "than the dataset with drop_last=True?)"
+            )
+
+
+class Trainer:
+    """One model, optimizer, scaler and scheduler set up from a config; steps on demand."""
+
+    def __init__(self, cfg: TrainingConfig, workload: Workload, total_steps: int) -> None:
+        self.cfg = cfg
+        self.task = workload.task
+        self.model = cfg.prepare(workload.model)
+        self.model.train()
+        self.optimizer = workload.optimizer(self.model.parameters(), cfg.lr_schedule.peak_lr)
+        self.scheduler = cfg.lr_scheduler(self.optimizer, total_steps)
+        self.scaler = cfg.grad_scaler()
+        self.step_count = 0
+
+    def step(self, batch: Any) -> torch.Tensor:
+        batch = self.cfg.to_device(batch)
+        with self.cfg.autocast():
+            outputs, targets = self.task.forward(self.model, batch)
+            loss = self.task.loss_fn(outputs, targets)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.step_count < self.scheduler_total():
+            self.scheduler.step()
+        self.step_count += 1
+        return loss.detach()
+
+    def scheduler_total(self) -> int:
+        total = getattr(self.scheduler, "total_steps", None)
+        return int(total) - 1 if total is not None else 1 << 62
+
+    def check(self, losses: list[torch.Tensor]) -> None:
+        """Raise :class:`Diverged` on a NaN/inf loss or a collapsed GradScaler."""
+        if not losses:
+            return
+        stacked = torch.stack([loss.float() for loss in losses])
+        if not bool(torch.isfinite(stacked).all()):
+            bad = stacked[~torch.isfinite(stacked)][0].item()
+            raise Diverged(
+                f"diverged: loss became {bad} by step {self.step_count} under "
+                f"precision {self.cfg.precision.value}, lr {self.cfg.lr_schedule.peak_lr:.3g}"
+            )
+        if self.scaler.is_enabled() and self.scaler.get_scale() < 1e-4:
+            raise Diverged(
+                f"diverged: GradScaler's scale collapsed to {self.scaler.get_scale():.1e} "
+                "(fp16 gradients keep overflowing)"
+            )
+
+
+MAX_STRETCH = 16
+
+
+def _stretched(timed: int, budget: Budget, later_warmup_time: float) -> int:
+    """Timed steps, raised so the timed phase lasts about ``min_timed_seconds``, judging the
+    step time by the warm-up steps after the first (at most ``MAX_STRETCH`` times as many)."""
+    if budget.min_timed_seconds <= 0 or budget.warmup_steps < 2 or later_warmup_time <= 0:
+        return timed
+    per_step = later_warmup_time / (budget.warmup_steps - 1)
+    if per_step * timed >= budget.min_timed_seconds:
+        return timed
+    wanted = min(timed * MAX_STRETCH, math.ceil(budget.min_timed_seconds / per_step))
+    return math.ceil(wanted / budget.chunks) * budget.chunks
+
+
+def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) -> Measurement:
+    """Warm-up, then ``budget.chunks`` synchronised chunks of steady-state training steps,
+    stretched to last ``budget.min_timed_seconds`` where the warm-up shows steps are short."""
+    timed = budget.timed_steps(cfg.batch_size)
+    trainer = Trainer(cfg, workload, budget.warmup_steps + timed)
+    loader = cfg.dataloader(
+        workload.train,
+        shuffle=True,
+        drop_last=True,
+        collate_fn=workload.task.collate_fn,
+        generator=torch.Generator().manual_seed(0),
+    )
+    memory = MemoryTracker(cfg.device)
+    memory.start()
+    device = cfg.device
+    _synchronize(device)
+    start = time.perf_counter()
+    batches = _endless(loader)
+    batch = next(batches)
+    first_batch_time = time.perf_counter() - start
+    losses = [trainer.step(batch)]
+    _synchronize(device)
+    first_step_done = time.perf_counter()
+    for _ in range(budget.warmup_steps - 1):
+        losses.append(trainer.step(next(batches)))
+    _synchronize(device)
+    warmup_time = time.perf_counter() - start
+    trainer.check(losses)
+    timed = _stretched(timed, budget, warmup_time - (first_step_done - start))
+    chunk_steps = timed // budget.chunks
+
+    chunk_times: list[float] = []
+    data_wait = 0.0
+    with UtilizationSampler(device) as utilization:
+        for _ in range(budget.chunks):
+            losses = []
+            chunk_start = time.perf_counter()
+            for _ in range(chunk_steps):
+                t = time.perf_counter()
+                batch = next(batches)
+                data_wait += time.perf_counter() - t
+                losses.append(trainer.step(batch))
+                memory.sample()
+            _synchronize(device)
+            chunk_times.append(time.perf_counter() - chunk_start)
+            trainer.check(losses)
+    if budget.eval_peak:
+        # A validation batch of the same size: its peak counts too (after the timed region).
+        _eval_batch(trainer, cfg, workload)
+        memory.sample()
+    return Measurement(
+        batch_size=cfg.batch_size,
+        chunk_steps=chunk_steps,
+        chunk_times=tuple(chunk_times),
+        data_wait=data_wait,
+        warmup_steps=budget.warmup_steps,
+        warmup_time=warmup_time,
+        first_batch_time=first_batch_time,
+        epoch_restart=cfg.num_workers > 0 and not cfg.persistent_workers,
+        peak_memory_bytes=memory.result(),
+        memory_kind=memory.kind,
+        gpu_utilization=utilization.mean,
+    )
+
+
+def _eval_batch(trainer: Trainer, cfg: TrainingConfig, workload: Workload) -> None:
+    eager = apply.unwrap_compiled(trainer.model)
+    loader = cfg.replace(num_workers=0, persistent_workers=False, prefetch_factor=None).dataloader(
+        workload.val, shuffle=False, collate_fn=workload.task.collate_fn
+    )
+    batch = next(iter(loader), None)
+    if batch is None:
+        return
+    eager.eval()
+    try:
+        with torch.no_grad(), cfg.autocast():
+            workload.task.forward(eager, cfg.to_device(batch))
+        _synchronize(cfg.device)
+    finally:
+        eager.train()
+
+
+def evaluate(model: nn.Module, cfg: TrainingConfig, workload: Workload) -> float:
+    """The validation metric (batch-size-weighted mean over the validation set)."""
+    eager = apply.unwrap_compiled(model)  # validation speed is not tuned: skip recompiling
+    was_training = eager.training
+    eager.eval()
+    loader = cfg.replace(num_workers=0, persistent_workers=False, prefetch_factor=None).dataloader(
+        workload.val, shuffle=False, collate_fn=workload.task.collate_fn
+    )
+    total, count = 0.0, 0
+    try:
+        with torch.no_grad():
+            for batch in loader:
+                batch = cfg.to_device(batch)
+                with cfg.autocast():
+                    outputs, targets = workload.task.forward(eager, batch)
+                value = workload.task.metric_fn(outputs, targets)
+                n = int(targets.shape[0]) if isinstance(targets, torch.Tensor) else 1
+                total += float(value) * n
+                count += n
+    finally:
+        eager.train(was_training)
+    return total / max(1, count)
+
+
+def train_for_accuracy(
+    cfg: TrainingConfig, workload: Workload, samples: int, seed: int
+) -> AccuracyRun:
+    """Train from the initial weights for ``samples`` samples with data-order ``seed``, the
+    config's schedule annealed over exactly that budget; then validate."""
+    steps = max(1, math.ceil(samples / cfg.batch_size))
+    start = time.perf_counter()
+    with seeded(seed, cfg.device):
+        trainer = Trainer(cfg, workload, steps)
+        drop_last = len(workload.train) >= cfg.batch_size  # type: ignore[arg-type]
+        loader = cfg.dataloader(
+            workload.train,
+            shuffle=True,
+            drop_last=drop_last,
+            collate_fn=workload.task.collate_fn,
+            generator=torch.Generator().manual_seed(seed),
+        )
+        batches = _endless(loader)
+        losses: list[torch.Tensor] = []
+        for _ in range(steps):
+            losses.append(trainer.step(next(batches)))
+            if len(losses) == 32:
+                trainer.check(losses)
+                losses = losses[-1:]
+        trainer.check(losses)
+        final_loss = float(losses[-1])
+        del batches, loader
+        metric = evaluate(trainer.model, cfg, workload)
+    if not math.isfinite(metric):
+        raise Diverged(f"diverged: validation {workload.task.metric_name} is {metric}")
+    return AccuracyRun(
+        seed=seed,
+        metric=metric,
+        final_loss=final_loss,
+        samples=steps * cfg.batch_size,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def run_trial(
+    cfg: TrainingConfig,
+    workload: Workload,
+    budget: Budget,
+    *,
+    accuracy: AccuracyCheck | None = None,
+    measured: Measurement | None = None,
+) -> TrialOutcome:
+    """Measure ``cfg`` (unless ``measured`` already holds its throughput), then make the
+    ``accuracy`` runs. Never raises for a failing config: the outcome carries the reason."""
+    start = time.perf_counter()
+    measurement: Measurement | None = measured
+    runs: list[AccuracyRun] = []
+    failure: tuple[FailureReason, str] | None = None
+    if cfg.compile_mode is not CompileMode.NONE:
+        # Dynamo's caches are keyed on the model's code, shared by every trial's copy: without a
+        # reset, later trials hit the recompile limit and silently fall back to eager.
+        torch._dynamo.reset()
+    try:
+        with cfg.backends(), seeded(0, cfg.device):
+            if measurement is None:
+                measurement = measure_throughput(cfg, workload, budget)
+            if accuracy is not None:
+                for seed in accuracy.seeds:
+                    runs.append(train_for_accuracy(cfg, workload, accuracy.samples, seed))
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # any failure inside a trial is recorded, never fatal
+        failure = classify(exc)
+    # Outside the except block: its traceback no longer pins the trial's tensors.
+    free_memory(cfg.device)
+    if failure is not None:
+        return TrialOutcome(
+            config=cfg,
+            measurement=measurement,
+            accuracy=tuple(runs),
+            failure=failure[0],
+            message=failure[1],
+            seconds=time.perf_counter() - start,
+        )
+    return TrialOutcome(
+        config=cfg,
+        measurement=measurement,
+        accuracy=tuple(runs),
+        seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,436 @@
+"""Re-measure a result on this machine: ``autotune.verify`` and ``autotune verify``.
+
+The winner and its baseline are measured side by side in alternating rounds (the order flips
+each round, so drift in the machine's state hits both alike), with a longer timing budget than
+the search's; the ratio's median and range are reported next to what the result recorded. A
+result measured on other hardware or software is flagged field by field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+from torch.utils.data import Dataset
+
+from autotune._checks import check_int
+from autotune._config import TrainingConfig
+from autotune._device import environment, resolve_device
+from autotune._errors import ArgumentError, ConfigError
+from autotune._progress import reporter
+from autotune._result.result import SearchResult
+from autotune._trial.measure import Measurement
+from autotune._trial.runner import AccuracyCheck, Budget, run_trial
+from autotune._trial.task import (
+    CollateFn,
+    ForwardFn,
+    Hooks,
+    LossFn,
+    MetricFn,
+    OptimizerFactory,
+)
+from autotune._trial.workload import Workload, prepare_workload
+
+__all__ = ["VerifyReport", "compare_environments", "verify"]
+
+# The search's budget is 2048 timed samples in 3 chunks; a check deserves more.
+DEFAULT_BUDGET = Budget(warmup_steps=3, timed_samples=4096, min_timed_steps=10, chunks=5)
+DRIFT_WARNING = 0.15  # relative gap between re-measured and recorded speedup worth a warning
+
+# Fields of a result's `environment` that decide timings, and how to name them.
+_ENV_FIELDS = (
+    ("device_name", "device"),
+    ("cpu_model", "CPU model"),
+    ("cpu_count", "CPU count"),
+    ("torch", "torch version"),
+    ("cuda", "CUDA version"),
+    ("cudnn", "cuDNN version"),
+    ("driver", "GPU driver"),
+)
+
+
+def compare_environments(
+    recorded: Mapping[str, Any] | None, current: Mapping[str, Any]
+) -> list[str]:
+    """One warning per timing-relevant difference between where a result was measured and
+    here; empty when they match."""
+    if not recorded:
+        return [
+            "the result has no `environment` record, so it cannot be told whether it was "
+            "measured on this machine"
+        ]
+    out = []
+    for key, label in _ENV_FIELDS:
+        if key not in recorded:
+            continue
+        old, new = recorded.get(key), current.get(key)
+        if old != new:
+            out.append(f"{label} differs: the result was measured with {old!r}, here it is {new!r}")
+    old_fp, new_fp = recorded.get("fingerprint"), current.get("fingerprint")
+    if not out and old_fp is not None and old_fp != new_fp:
+        out.append(
+            f"environment fingerprint differs ({old_fp} recorded, {new_fp} here) although the "
+            "listed fields match: the result may have been edited or measured elsewhere"
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VerifyReport:
+    """The winner against its baseline, re-measured here. Ratios are winner over baseline
+    (higher is better for the winner), paired round by round."""
+
+    winner: TrainingConfig
+    baseline: TrainingConfig
+    device: str
+    baseline_measurements: tuple[Measurement, ...]
+    winner_measurements: tuple[Measurement, ...]
+    recorded_speedup: float | None
+    recorded_throughput_ratio: float | None
+    planned_samples: int
+    planned_epochs: float
+    environment_warnings: tuple[str, ...]
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)
+    metric_name: str = "metric"
+    tolerance: float | None = None
+    accuracy: dict[str, Any] | None = None  # {"samples", "baseline": [...], "winner": [...]}
+    seconds: float = 0.0
+
+    @property
+    def same_config(self) -> bool:
+        return self.winner == self.baseline
+
+    @property
+    def throughput_ratios(self) -> list[float]:
+        return [
+            w.throughput / b.throughput
+            for b, w in zip(self.baseline_measurements, self.winner_measurements, strict=False)
+        ]
+
+    @property
+    def speedups(self) -> list[float]:
+        """Projected-training-time speedup of each round, one-time costs amortised as the
+        search ranked them."""
+        out = []
+        for b, w in zip(self.baseline_measurements, self.winner_measurements, strict=False):
+            bt = b.projected_time(self.planned_samples, self.planned_epochs)
+            wt = w.projected_time(self.planned_samples, self.planned_epochs)
+            out.append(bt / wt)
+        return out
+
+    @property
+    def median_speedup(self) -> float | None:
+        return statistics.median(self.speedups) if self.speedups else None
+
+    @property
+    def median_throughput_ratio(self) -> float | None:
+        ratios = self.throughput_ratios
+        return statistics.median(ratios) if ratios else None
+
+    @property
+    def speedup_spread(self) -> float:
+        """(max - min) / median of the per-round speedups."""
+        s = self.speedups
+        return (max(s) - min(s)) / statistics.median(s) if len(s) > 1 else 0.0
+
+    @property
+    def faster_here(self) -> bool:
+        """Whether the winner still beats the baseline here (median over the rounds)."""
+        if self.same_config:
+            return True
+        if "winner" in self.failures:
+            return False
+        median = self.median_speedup
+        return median is not None and median > 1.0
+
+    @property
+    def warnings(self) -> list[str]:
+        out = list(self.environment_warnings)
+        for name, message in self.failures.items():
+            out.append(f"the {name} config failed here: {message}")
+        median = self.median_speedup
+        if median is not None and not self.same_config:
+            if median <= 1.0:
+                out.append(
+                    f"the winner is not faster than the baseline here: median speedup "
+                    f"{median:.2f}x over {len(self.speedups)} rounds"
+                )
+            recorded = self.recorded_speedup
+            if recorded and abs(median / recorded - 1) > max(DRIFT_WARNING, self.speedup_spread):
+                out.append(
+                    f"re-measured speedup {median:.2f}x differs from the recorded {recorded:.2f}x "
+                    f"by more than the rounds' spread ({self.speedup_spread:.0%})"
+                )
+        for name, ms in (
+            ("baseline", self.baseline_measurements),
+            ("winner", self.winner_measurements),
+        ):
+            noisy = [m for m in ms if m.spread > 0.10]
+            if len(noisy) > len(ms) // 2:
+                out.append(
+                    f"{name} timings are noisy ({len(noisy)} of {len(ms)} rounds spread > 10%): "
+                    "close other programs or use more rounds / --timed-samples"
+                )
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "winner": self.winner.to_dict(),
+            "baseline": self.baseline.to_dict(),
+            "device": self.device,
+            "rounds": len(self.speedups),
+            "baseline_throughput": [m.throughput for m in self.baseline_measurements],
+            "winner_throughput": [m.throughput for m in self.winner_measurements],
+            "throughput_ratios": self.throughput_ratios,
+            "speedups": self.speedups,
+            "median_speedup": self.median_speedup,
+            "median_throughput_ratio": self.median_throughput_ratio,
+            "recorded_speedup": self.recorded_speedup,
+            "recorded_throughput_ratio": self.recorded_throughput_ratio,
+            "faster_here": self.faster_here,
+            "failures": dict(self.failures),
+            "accuracy": self.accuracy,
+            "warnings": self.warnings,
+            "seconds": self.seconds,
+        }
+
+    def summary(self) -> str:
+        lines = [f"autotune verify on {self.device}"]
+        lines.append(f"  winner:   {self.winner.describe()}")
+        lines.append(f"  baseline: {self.baseline.describe()}")
+        if self.same_config:
+            lines.append(
+                "  the winner is the baseline itself (nothing beat it): nothing to compare"
+            )
+        speedups, ratios = self.speedups, self.throughput_ratios
+        if speedups:
+            lines.append("")
+            lines.append(f"  {'':28}{'median':>10}{'min':>10}{'max':>10}{'recorded':>10}")
+            for label, values, recorded in (
+                ("speedup (projected time)", speedups, self.recorded_speedup),
+                ("throughput ratio", ratios, self.recorded_throughput_ratio),
+            ):
+                rec = "n/a" if recorded is None else f"{recorded:.2f}x"
+                lines.append(
+                    f"  {label:28}{statistics.median(values):>9.2f}x{min(values):>9.2f}x"
+                    f"{max(values):>9.2f}x{rec:>10}"
+                )
+            for name, ms in (
+                ("baseline samples/s", self.baseline_measurements),
+                ("winner samples/s", self.winner_measurements),
+            ):
+                tp = [m.throughput for m in ms]
+                lines.append(
+                    f"  {name:28}{statistics.median(tp):>10,.0f}{min(tp):>10,.0f}{max(tp):>10,.0f}"
+                )
+            lines.append(
+                f"  ({len(speedups)} alternating rounds; projected for {self.planned_samples:,} "
+                f"samples over {self.planned_epochs:g} epochs)"
+            )
+        if self.accuracy:
+            b, w = self.accuracy["baseline"], self.accuracy["winner"]
+            diff = statistics.fmean(w) - statistics.fmean(b)
+            tol = "" if self.tolerance is None else f" (tolerance {self.tolerance:g})"
+            lines.append(
+                f"  val {self.metric_name} on {self.accuracy['samples']:,} samples over {len(b)} "
+                f"seeds: baseline {statistics.fmean(b):.4f}, winner {statistics.fmean(w):.4f}, "
+                f"difference {diff:+.4f}{tol}"
+            )
+        lines.append("")
+        verdict = "faster here" if self.faster_here else "NOT faster here"
+        lines.append(f"  verdict: the winner is {verdict}")
+        lines.extend(f"  ! {w}" for w in self.warnings)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+def _load(result: SearchResult | Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
+    if isinstance(result, SearchResult):
+        return result.to_dict()
+    if isinstance(result, Mapping):
+        data: Any = dict(result)
+    elif isinstance(result, str | os.PathLike):
+        try:
+            data = json.loads(Path(result).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"Cannot read result file {str(result)!r}: {exc.strerror}.") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"Result file {str(result)!r} is not valid JSON: {exc}.") from None
+    else:
+        raise TypeError(
+            "`result` must be a SearchResult, its JSON as a dict, or the path of a result JSON "
+            f"file, but got {type(result).__name__}."
+        )
+    if not isinstance(data, dict) or "config" not in data or "baseline" not in data:
+        raise ConfigError(
+            "`result` is not an autotune result: it needs `config` and `baseline` (as "
+            "result.save() writes them). A bare config has no baseline to compare against."
+        )
+    return data
+
+
+def verify(
+    result: SearchResult | Mapping[str, Any] | str | os.PathLike[str],
+    model: nn.Module,
+    dataset: Dataset[Any],
+    *,
+    val_dataset: Dataset[Any] | None = None,
+    rounds: int = 6,
+    budget: Budget | None = None,
+    device: str | None = None,
+    loss_fn: LossFn | None = None,
+    forward: ForwardFn | None = None,
+    metric: str | MetricFn = "accuracy",
+    higher_is_better: bool | None = None,
+    collate_fn: CollateFn | None = None,
+    optimizer: OptimizerFactory | None = None,
+    accuracy_seeds: int = 0,
+    progress: bool | Callable[[str], None] = False,
+) -> VerifyReport:
+    """Re-measure ``result``'s winner against its baseline on this machine, side by side.
+
+    ``result`` is a :class:`SearchResult`, its JSON dict, or the path of ``best.json``; ``model``
+    and ``dataset`` are the ones it was searched on. Each of ``rounds`` rounds measures both
+    configs' throughput (``budget``: 4,096 timed samples in 5 chunks by default), in alternating
+    order. With ``accuracy_seeds`` > 0 both are also trained on the search's accuracy budget for
+    that many data-order seeds and validated (on ``val_dataset``, or the split find_best makes).
+    ``device`` overrides the result's device (e.g. to check a GPU result on this CPU). The
+    environment the result was measured in is compared with this one: see ``report.warnings``.
+    """
+    started = time.monotonic()
+    data = _load(result)
+    check_int("rounds", rounds, rule="an int >= 1", ok=lambda v: v >= 1)
+    check_int("accuracy_seeds", accuracy_seeds, rule="an int >= 0", ok=lambda v: v >= 0)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"`model` must be a torch.nn.Module, but got {type(model).__name__}.")
+    winner, baseline, here = _configs_here(data, device)
+    report = reporter(progress)
+    env_warnings = compare_environments(data.get("environment"), environment(here))
+    for line in env_warnings:
+        report(f"warning: {line}")
+    hooks = Hooks(
+        forward=forward,
+        loss_fn=loss_fn,
+        metric=metric,
+        higher_is_better=higher_is_better,
+        collate_fn=collate_fn,
+        optimizer=optimizer,
+    )
+    search = data.get("search") or {}
+    # The split find_best made, so an accuracy check validates on the same items.
+    workload = prepare_workload(
+        model,
+        dataset,
+        val_dataset,
+        hooks,
+        val_fraction=float(search.get("val_fraction") or 0.1),
+        seed=int(search.get("seed") or 0),
+    ).workload
+    pair = {"baseline": baseline, "winner": winner}
+    measure_budget = budget or DEFAULT_BUDGET
+    measured, failures = _measure_rounds(pair, workload, measure_budget, rounds, report)
+    accuracy: dict[str, Any] | None = None
+    if accuracy_seeds and winner != baseline and not failures:
+        samples = int(
+            search.get("accuracy_samples")
+            or (data.get("accuracy_guard") or {}).get("accuracy_samples")
+            or 3 * len(workload.train)  # type: ignore[arg-type]
+        )
+        check = AccuracyCheck(samples=samples, seeds=tuple(range(accuracy_seeds)))
+        runs: dict[str, list[float]] = {}
+        for name, cfg in pair.items():
+            outcome = run_trial(
+                cfg, workload, measure_budget, accuracy=check, measured=measured[name][0]
+            )
+            if not outcome.ok:
+                failures[name] = f"{outcome.failure}: {outcome.message}"
+                break
+            runs[name] = [run.metric for run in outcome.accuracy]
+            report(f"accuracy: {name:8} {', '.join(f'{v:.4f}' for v in runs[name])}")
+        if len(runs) == len(pair):
+            accuracy = {"samples": samples, **runs}
+    metrics = data.get("metrics") or {}
+    return VerifyReport(
+        winner=winner,
+        baseline=baseline,
+        device=here,
+        baseline_measurements=tuple(measured["baseline"]),
+        winner_measurements=tuple(measured["winner"]),
+        recorded_speedup=_number(data.get("speedup")),
+        recorded_throughput_ratio=_number(data.get("throughput_ratio")),
+        planned_samples=int(metrics.get("planned_samples") or 10 * len(workload.train)),  # type: ignore[arg-type]
+        planned_epochs=float(search.get("planned_epochs") or 10.0),
+        environment_warnings=tuple(env_warnings),
+        failures=failures,
+        metric_name=workload.task.metric_name,
+        tolerance=data.get("tolerance"),
+        accuracy=accuracy,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _configs_here(
+    data: Mapping[str, Any], device: str | None
+) -> tuple[TrainingConfig, TrainingConfig, str]:
+    """The winner and the baseline, moved to the device they are measured on here."""
+    winner = TrainingConfig.from_dict(data["config"])
+    baseline = TrainingConfig.from_dict(data["baseline"]["config"])
+    if device is None:
+        try:
+            here = resolve_device(winner.device)
+        except ArgumentError as exc:
+            raise ArgumentError(
+                f"{exc} The result was measured on {winner.device!r}; pass device='cpu' "
+                "(--device cpu) to re-measure it on this machine's CPU."
+            ) from None
+    else:
+        here = resolve_device(device)
+    return winner.replace(device=here), baseline.replace(device=here), here
+
+
+def _measure_rounds(
+    pair: dict[str, TrainingConfig],
+    workload: Workload,
+    budget: Budget,
+    rounds: int,
+    report: Callable[[str], None],
+) -> tuple[dict[str, list[Measurement]], dict[str, str]]:
+    """Both configs' throughput, alternating which goes first; the failures by name."""
+    measured: dict[str, list[Measurement]] = {"baseline": [], "winner": []}
+    failures: dict[str, str] = {}
+    if pair["winner"] == pair["baseline"]:
+        return measured, failures
+    # A first, discarded pass of each: thread pools, allocator caches and lazy imports warm
+    # up in whichever config runs first, and would otherwise flatter the other one.
+    for name in ("baseline", "winner"):
+        run_trial(pair[name], workload, budget)
+    for r in range(rounds):
+        order = ["baseline", "winner"] if r % 2 == 0 else ["winner", "baseline"]
+        for name in order:
+            if name in failures:
+                continue
+            outcome = run_trial(pair[name], workload, budget)
+            if not outcome.ok or outcome.measurement is None:
+                failures[name] = f"{outcome.failure}: {outcome.message}"
+                report(f"round {r + 1}: {name} failed ({failures[name]})")
+                continue
+            measured[name].append(outcome.measurement)
+            report(f"round {r + 1}/{rounds}: {name:8} {outcome.measurement!r}")
+        if failures:
+            break
+    return measured, failures
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None

@@ -1,0 +1,237 @@
+"""The typed ledger: one codec per stored record, and one set of rules for the search and for a
+result rebuilt from the storage."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+import autotune
+from autotune import TrainingConfig
+from autotune._search import storage
+from autotune._search.guard import Confirmation
+from autotune._search.ledger import Ledger
+from autotune._search.record import Record, Role
+from autotune._search.settings import SearchSettings
+from autotune._space import load_space
+from autotune._trial.failures import FailureReason
+from autotune._trial.measure import Measurement
+from autotune._trial.runner import AccuracyRun, Budget
+from autotune._trial.task import HookRefs
+
+BASE = TrainingConfig()
+
+
+def measurement(step_time: float, batch: int = 32) -> Measurement:
+    return Measurement(
+        batch_size=batch,
+        chunk_steps=10,
+        chunk_times=(10 * step_time,) * 3,
+        data_wait=0.0,
+        warmup_steps=3,
+        warmup_time=3 * step_time,
+        first_batch_time=0.01,
+    )
+
+
+def runs(*metrics: float) -> tuple[AccuracyRun, ...]:
+    return tuple(
+        AccuracyRun(seed=i, metric=m, final_loss=0.5, samples=256, seconds=1.0)
+        for i, m in enumerate(metrics)
+    )
+
+
+def settings(**changes) -> SearchSettings:
+    values = {
+        "tolerance": 0.01,
+        "metric_name": "accuracy",
+        "higher_is_better": True,
+        "hooks": HookRefs(),
+        "seed": 0,
+        "val_fraction": 0.1,
+        "stratified": True,
+        "space": load_space(
+            {"knobs": {"batch_size": [32, 64], "compile_mode": ["none", "default"]}}
+        ),
+        "baseline": BASE,
+        "budget": Budget(),
+        "accuracy_repeats": 3,
+        "accuracy_samples": None,
+        "n_train": 1000,
+        "planned_epochs": 10.0,
+        "n_trials": 8,
+        "timeout": None,
+        "started": 1.0e9,
+        "environment": {"device": "cpu", "fingerprint": "aaa"},
+    }
+    return SearchSettings(**(values | changes))
+
+
+def test_a_record_round_trips_exactly() -> None:
+    record = Record(
+        role=Role.CANDIDATE,
+        config=BASE.replace(batch_size=64, precision="bf16"),
+        measurement=measurement(0.01, 64),
+        accuracy=runs(0.9),
+        failure=None,
+        message=None,
+        seconds=3.5,
+        measure_seconds=1.25,
+        projected_time=12.0,
+        reused=False,
+        pruned=True,
+        fingerprint="abc",
+        accuracy_samples=256,
+    )
+    data = record.to_dict()
+    assert data["metric"] == 0.9 and data["role"] == "candidate"  # stored for other tools
+    assert Record.from_dict(data) == record
+    failed = Record(role=Role.CANDIDATE, config=BASE, failure=FailureReason.OOM, message="oom")
+    assert Record.from_dict(failed.to_dict()) == failed
+
+
+def test_settings_and_confirmations_round_trip_exactly() -> None:
+    s = settings(stage_split_at=123.0, hooks=HookRefs(metric="loss", forward="m:f"))
+    assert SearchSettings.from_dict(s.to_dict()) == s
+    c = Confirmation(runs=(0.9, 0.91), passed=True, mean=0.905, drop=0.001, margin=0.01, trial=4)
+    assert Confirmation.from_dict(c.to_dict()) == c
+
+
+def _study_with(records: list[Record], remeasured: dict[int, list[float]] | None = None):
+    study = optuna.create_study()
+    for record in records:
+        trial = study.ask()
+        storage.store_record(trial, record)
+        study.tell(trial, record.projected_time or 1e9)
+    for number, times in (remeasured or {}).items():
+        for t in times:
+            storage.add_remeasurement(study, number, t)
+    return study
+
+
+def _base(**kw) -> Record:
+    return Record(
+        role=Role.BASELINE,
+        config=BASE,
+        measurement=measurement(0.02),
+        accuracy=runs(0.90, 0.91, 0.89),
+        projected_time=200.0,
+        fingerprint="aaa",
+        accuracy_samples=256,
+        **kw,
+    )
+
+
+def _candidate(cfg: TrainingConfig, projected: float, fingerprint: str = "aaa") -> Record:
+    return Record(
+        role=Role.CANDIDATE,
+        config=cfg,
+        measurement=measurement(0.01),
+        projected_time=projected,
+        fingerprint=fingerprint,
+    )
+
+
+def test_a_trial_from_other_hardware_is_never_feasible_nor_ranked(tmp_path) -> None:
+    """Trial 1 is the fastest but was measured on other hardware: the search and a report rebuilt
+    from the storage both leave it out (the report used to mark it feasible)."""
+    study = _study_with(
+        [
+            _base(),
+            _candidate(BASE.replace(num_workers=1, persistent_workers=True), 50.0, "zzz"),
+            _candidate(BASE.replace(num_workers=2, persistent_workers=True), 100.0),
+        ]
+    )
+    s = settings()
+    ledger = Ledger.read(study, s)
+    assert [ledger.feasible(e) for e in ledger.entries] == [True, False, True]
+    assert ledger.best().number == 2
+    url = f"sqlite:///{tmp_path / 'copy.db'}"
+    optuna.copy_study(
+        from_study_name=study.study_name,
+        from_storage=study._storage,
+        to_storage=url,
+        to_study_name="copy",
+    )
+    storage.publish_settings(optuna.load_study(study_name="copy", storage=url), s)
+    stored = autotune.SearchResult.from_study(url, "copy")
+    assert [t.feasible for t in stored.trials] == [True, False, True]
+    assert stored.winner.number == 2
+    assert stored.search["not_ranked"]["trials"] == [1]
+
+
+def test_a_noise_tie_goes_to_the_simpler_config_in_both_readers(tmp_path) -> None:
+    """Compiled (trial 1) measures 2% faster than eager (trial 2), within their noise: the
+    simpler wins, in the search's ledger and in the result read back from the storage (whose
+    fallback used to be a plain minimum)."""
+    compiled = BASE.replace(batch_size=64, compile_mode="default")
+    eager = BASE.replace(batch_size=64)
+    study = _study_with(
+        [_base(), _candidate(compiled, 98.0), _candidate(eager, 100.0)],
+        remeasured={1: [102.0, 97.0], 2: [99.0, 104.0]},
+    )
+    s = settings()
+    ledger = Ledger.read(study, s)
+    assert ledger.projected(ledger.entries[1]) == 98.0  # the median of 98, 102, 97
+    assert ledger.noise(ledger.entries[1]) == pytest.approx(5 / 98)
+    assert ledger.best().number == 2
+    url = f"sqlite:///{tmp_path / 'tie.db'}"
+    optuna.copy_study(
+        from_study_name=study.study_name,
+        from_storage=study._storage,
+        to_storage=url,
+        to_study_name="tie",
+    )
+    storage.publish_settings(optuna.load_study(study_name="tie", storage=url), s)
+    stored = autotune.SearchResult.from_study(url, "tie")
+    assert stored.winner.number == 2
+    assert stored.speedup == pytest.approx(200.0 / 100.0)
+
+
+def test_a_failed_confirmation_takes_a_candidate_out() -> None:
+    bf16 = BASE.replace(precision="bf16")
+    candidate = Record(
+        role=Role.CANDIDATE,
+        config=bf16,
+        measurement=measurement(0.01),
+        accuracy=runs(0.905),
+        projected_time=100.0,
+        fingerprint="aaa",
+        accuracy_samples=256,
+    )
+    study = _study_with([_base(), candidate])
+    ledger = Ledger.read(study, settings())
+    assert ledger.feasible(ledger.entries[1]) and ledger.best().number == 1
+    rejected = Confirmation(runs=(0.905, 0.80, 0.81), passed=False, mean=0.838)
+    storage.file_confirmation(study, autotune._knobs.numerics_id(bf16), rejected)
+    ledger = Ledger.read(study, settings())
+    assert not ledger.feasible(ledger.entries[1]) and ledger.best().number == 0
+    assert ledger.trial_records()[1].confirmed is False
+
+
+def test_an_empty_study_has_no_baseline_and_no_winner() -> None:
+    ledger = Ledger.read(optuna.create_study(), settings())
+    assert ledger.baseline is None and ledger.guard is None and ledger.best() is None
+
+
+def test_ranking_is_pure_median_noise_and_simpler_wins() -> None:
+    from autotune._search import ranking
+
+    assert ranking.median_time([10.0, 12.0, 11.0]) == 11.0
+    assert ranking.relative_noise([10.0]) == ranking.TIE  # one measurement: the floor
+    assert ranking.relative_noise([10.0, 11.0]) == pytest.approx(1 / 10.5)
+    assert ranking.relative_noise([10.0, 30.0]) == ranking.MAX_NOISE  # an outlier is capped
+    items = {"compiled": (9.8, 0.05, (1,)), "eager": (10.0, 0.03, (0,)), "slow": (20.0, 0.03, (0,))}
+
+    def pick(names):
+        return ranking.best(
+            names,
+            time=lambda n: items[n][0],
+            noise=lambda n: items[n][1],
+            complexity=lambda n: items[n][2],
+        )
+
+    assert pick(["compiled", "eager", "slow"]) == "eager"  # within 5%: the simpler
+    items["compiled"] = (9.0, 0.05, (1,))
+    assert pick(["compiled", "eager", "slow"]) == "compiled"  # 10% faster: beyond the noise
+    assert pick([]) is None

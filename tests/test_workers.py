@@ -1,0 +1,73 @@
+"""Workers joining a study take the coordinator's settings: the same metric, hooks and split."""
+
+from __future__ import annotations
+
+import pytest
+
+import autotune
+from autotune._search import storage
+from autotune.examples import tiny_data, tiny_model
+
+from conftest import FAST_BUDGET
+from steady import constant_metric, sum_loss
+
+
+def test_a_worker_guards_the_coordinators_metric_with_its_hooks(tmp_path) -> None:
+    """The coordinator's metric and loss are hooks in an importable module; the worker (here
+    in this process, as `autotune worker` would) loads them by reference: every candidate it
+    measures reports the coordinator's metric (a worker used to guard accuracy regardless)."""
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    joined: list[int] = []
+
+    def launcher(study) -> None:
+        joined.append(
+            autotune.join_search(
+                tiny_model(),
+                tiny_data(),
+                storage=url,
+                study_name=study.study_name,
+                isolation="none",
+                progress=lambda line: None,
+            )
+        )
+
+    result = autotune.find_best(
+        tiny_model(),
+        tiny_data(),
+        metric=constant_metric,
+        higher_is_better=False,
+        loss_fn=sum_loss,
+        space={"knobs": {"batch_size": [16, 32, 64], "lr_schedule": ["constant", "cosine"]}},
+        n_trials=3,
+        storage=url,
+        study_name="metric",
+        launcher=launcher,
+        budget=FAST_BUDGET,
+        accuracy_samples=128,
+        device="cpu",
+        isolation="none",
+    )
+    assert joined and joined[0] >= 3  # the worker ran the candidates
+    checked = [t for t in result.trials if t.role == "candidate" and t.accuracy_checked]
+    assert checked and all(t.metric == pytest.approx(0.25) for t in checked)
+    assert result.guard.metric_name == "constant_metric" and not result.guard.higher_is_better
+    study = storage.load_study(url, "metric")
+    settings = storage.read_settings(study)
+    assert settings is not None
+    assert settings.hooks.metric == "steady:constant_metric"
+    assert settings.hooks.loss_fn == "steady:sum_loss"
+
+
+def test_a_worker_refuses_hooks_it_cannot_load(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    with pytest.raises(autotune.ArgumentError, match=r"Workers cannot load the metric hook"):
+        autotune.find_best(
+            tiny_model(),
+            tiny_data(),
+            metric=lambda outputs, targets: 0.0,
+            storage=url,
+            launcher=lambda study: None,
+            n_trials=1,
+            device="cpu",
+            isolation="none",
+        )
