@@ -243,6 +243,7 @@ def _settings(args: Mapping[str, Any], *, task: Task, **facts: Any) -> SearchSet
         seed=args["seed"],
         val_fraction=float(args["val_fraction"]),
         budget=args["budget"] or Budget(),
+        calibrate=args["budget"] is None,
         accuracy_repeats=args["accuracy_repeats"],
         accuracy_samples=args["accuracy_samples"],
         planned_epochs=float(args["planned_epochs"]),

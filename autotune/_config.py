@@ -74,6 +74,7 @@ class TrainingConfig:
     pin_memory: bool = False
     precision: Precision = Precision.FP32
     compile_mode: CompileMode = CompileMode.NONE
+    compile_dynamic: bool = False  # torch.compile(dynamic=True): no recompile per batch shape
     cudnn_benchmark: bool = False
     checkpointing: int = 0  # 0: none; k: wrap every k-th repeated block in torch.utils.checkpoint
     channels_last: bool = False
@@ -89,6 +90,11 @@ class TrainingConfig:
             object.__setattr__(self, "lr_schedule", LRSchedule.from_dict(self.lr_schedule))
         if not isinstance(self.lr_schedule, LRSchedule):
             raise ConfigError(f"`lr_schedule` must be an LRSchedule, but got {self.lr_schedule!r}.")
+        if self.compile_dynamic and self.compile_mode is CompileMode.NONE:
+            raise ConfigError(
+                "`compile_dynamic` needs `compile_mode` other than none, but got "
+                "compile_mode=none, compile_dynamic=True. Set it to false or compile."
+            )
         if self.num_workers == 0 and (self.persistent_workers or self.prefetch_factor is not None):
             raise ConfigError(
                 "`persistent_workers` and `prefetch_factor` need `num_workers` > 0, but got "
@@ -167,6 +173,8 @@ class TrainingConfig:
             parts.append("cudnn.benchmark")
         if self.channels_last:
             parts.append("channels_last")
+        if self.compile_dynamic:
+            parts.append("dynamic shapes")
         if self.checkpointing:
             parts.append(f"checkpoint every {self.checkpointing}")
         if self.intra_op_threads is not None:

@@ -191,6 +191,12 @@ def pl_compile(cfg: TrainingConfig) -> LightningPart:
     return LightningPart(model=f"torch.compile (mode {cfg.compile_mode.value!r})")
 
 
+def pl_compile_dynamic(cfg: TrainingConfig) -> LightningPart:
+    if cfg.compile_mode is CompileMode.NONE or not cfg.compile_dynamic:
+        return LightningPart()
+    return LightningPart(model="dynamic shapes (torch.compile(dynamic=True))")
+
+
 def pl_cudnn(cfg: TrainingConfig) -> LightningPart:
     return LightningPart(trainer={"benchmark": cfg.cudnn_benchmark})
 

@@ -91,6 +91,7 @@ class Knob:
     powers_of_two: bool = False  # a range {low, high} in a space file means its powers of two
     late: bool = False  # tried on top of the best config, not sampled from the start
     needs_workers: bool = False  # only exists with DataLoader workers
+    needs_compile: bool = False  # only exists with torch.compile
     # Rank in the tie-break between equally fast configs (0 weighs most; None: not compared)
     # and how far a value is from plain eager training, given the baseline's value.
     simplicity: int | None = None
@@ -187,7 +188,7 @@ KNOBS: tuple[Knob, ...] = (
         rule=">= 1",
         check=lambda v: v >= 1,
         powers_of_two=True,
-        simplicity=8,
+        simplicity=9,
         restrict=_keep(
             lambda v, f: v <= f.n_train, lambda f: f"the training set has {f.n_train} samples"
         ),
@@ -201,7 +202,7 @@ KNOBS: tuple[Knob, ...] = (
         field="num_workers",
         rule=">= 0",
         check=lambda v: v >= 0,
-        simplicity=2,
+        simplicity=3,
         cost=lambda v, base: float(v),
         restrict=_keep(
             lambda v, f: v <= f.device.cpu_count, lambda f: f"{f.device.cpu_count} CPU cores"
@@ -237,7 +238,7 @@ KNOBS: tuple[Knob, ...] = (
         numerics=False,
         field="pin_memory",
         rule="true or false",
-        simplicity=4,
+        simplicity=5,
         restrict=_only_if(
             lambda f: f.device.type != "cpu",
             "pinned memory only speeds up copies to an accelerator",
@@ -251,7 +252,7 @@ KNOBS: tuple[Knob, ...] = (
         numerics=True,
         field="precision",
         enum=Precision,
-        simplicity=7,
+        simplicity=8,
         restrict=_precision_rule,
         transformers=ex.hf_precision,
         lightning=ex.pl_precision,
@@ -270,12 +271,27 @@ KNOBS: tuple[Knob, ...] = (
         lightning=ex.pl_compile,
     ),
     Knob(
+        name="compile_dynamic",
+        kind=ValueKind.BOOL,
+        numerics=False,
+        field="compile_dynamic",
+        rule="true or false",
+        late=True,
+        needs_compile=True,
+        simplicity=1,
+        restrict=_only_if(
+            lambda f: f.device.supports_compile,
+            "torch.compile needs a C/C++ compiler and the Python headers",
+        ),
+        lightning=ex.pl_compile_dynamic,
+    ),
+    Knob(
         name="cudnn_benchmark",
         kind=ValueKind.BOOL,
         numerics=False,
         field="cudnn_benchmark",
         rule="true or false",
-        simplicity=5,
+        simplicity=6,
         restrict=_only_if(lambda f: f.device.has_cudnn, "no cuDNN on this device"),
         lightning=ex.pl_cudnn,
     ),
@@ -287,7 +303,7 @@ KNOBS: tuple[Knob, ...] = (
         rule="0 (none) or k >= 1 (every k-th block)",
         check=lambda v: v >= 0,
         late=True,
-        simplicity=1,
+        simplicity=2,
         cost=lambda v, base: float(v > 0),
         restrict=_checkpointing_rule,
         transformers=ex.hf_checkpointing,
@@ -299,7 +315,7 @@ KNOBS: tuple[Knob, ...] = (
         numerics=False,
         field="channels_last",
         rule="true or false",
-        simplicity=6,
+        simplicity=7,
         restrict=_only_if(lambda f: f.has_conv, "the model has no convolutions"),
         lightning=ex.pl_channels_last,
     ),
@@ -311,7 +327,7 @@ KNOBS: tuple[Knob, ...] = (
         rule=">= 1 or null",
         check=lambda v: v >= 1,
         nullable=True,
-        simplicity=3,
+        simplicity=4,
         cost=lambda v, base: float(v is not None),
         restrict=_threads_rule,
         lightning=ex.pl_threads,
@@ -394,14 +410,16 @@ def complexity(cfg: TrainingConfig, baseline: TrainingConfig) -> tuple[float, ..
     return tuple(k.cost(k.read(cfg, baseline), k.read(baseline, baseline)) for _, k in ranked)
 
 
+def _absent(knob: Knob, cfg: TrainingConfig) -> bool:
+    """Whether ``knob`` does not exist in ``cfg`` (it needs workers, or compile, it lacks)."""
+    no_compile = cfg.compile_mode is CompileMode.NONE
+    return (knob.needs_workers and cfg.num_workers == 0) or (knob.needs_compile and no_compile)
+
+
 def values_of(cfg: TrainingConfig, baseline: TrainingConfig) -> dict[str, Any]:
     """Every knob's value in ``cfg``, as a space file writes them (the knobs that need
-    DataLoader workers only where there are workers)."""
-    return {
-        k.name: k.read(cfg, baseline)
-        for k in KNOBS
-        if not (k.needs_workers and cfg.num_workers == 0)
-    }
+    DataLoader workers, or compile, only where there are)."""
+    return {k.name: k.read(cfg, baseline) for k in KNOBS if not _absent(k, cfg)}
 
 
 def config_from(params: Mapping[str, Any], baseline: TrainingConfig) -> TrainingConfig:
@@ -421,6 +439,8 @@ def config_from(params: Mapping[str, Any], baseline: TrainingConfig) -> Training
     elif baseline.num_workers == 0:
         # Workers where the baseline has none: keep them alive between epochs unless told.
         changes.setdefault("persistent_workers", True)
+    if CompileMode(changes.get("compile_mode", baseline.compile_mode)) is CompileMode.NONE:
+        changes["compile_dynamic"] = False
     batch_size = int(changes.get("batch_size", baseline.batch_size))
     base = baseline.lr_schedule
     scaling = BatchScaling(p.get("lr_batch_scaling", base.batch_scaling))

@@ -101,7 +101,7 @@ class SearchSpace:
         params = {
             name: _suggest(trial, name, knob)
             for name, knob in self.knobs.items()
-            if not _knobs.BY_NAME[name].needs_workers  # sampled only with workers, in build
+            if not _conditional(name)  # sampled only where they exist, in build
         }
         return self.build(params, baseline, trial=trial)
 
@@ -113,13 +113,18 @@ class SearchSpace:
         trial: optuna.Trial | None = None,
     ) -> TrainingConfig:
         """The config that ``params`` (knob name -> value) describe, on top of ``baseline``.
-        Knobs that need DataLoader workers are sampled (or take their first value) only where
-        there are workers."""
+        Knobs that need DataLoader workers (or compile) are sampled, or take their first value,
+        only where there are workers (or compile)."""
         p = dict(params)
-        if int(p.get("num_workers", baseline.num_workers)) > 0:
-            for name, knob in self.knobs.items():
-                if _knobs.BY_NAME[name].needs_workers and name not in p:
-                    p[name] = _suggest(trial, name, knob) if trial is not None else _first(knob)
+        workers = int(p.get("num_workers", baseline.num_workers)) > 0
+        compiled = str(p.get("compile_mode", baseline.compile_mode.value)) != "none"
+        for name, knob in self.knobs.items():
+            spec = _knobs.BY_NAME[name]
+            if name in p or not (
+                (spec.needs_workers and workers) or (spec.needs_compile and compiled)
+            ):
+                continue
+            p[name] = _suggest(trial, name, knob) if trial is not None else _first(knob)
         return _knobs.config_from(p, baseline)
 
     def without(self, names: AbstractSet[str]) -> SearchSpace:
@@ -184,6 +189,11 @@ class SearchSpace:
                 lines.append(f"  {name}: {knob.low} .. {knob.high}{scale}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+def _conditional(name: str) -> bool:
+    spec = _knobs.BY_NAME[name]
+    return spec.needs_workers or spec.needs_compile
 
 
 def _first(knob: Knob) -> Any:

@@ -38,4 +38,4 @@ def tiny() -> tuple[torch.nn.Module, torch.utils.data.Dataset]:
 def fast_kwargs() -> dict:
     """find_best options that keep a search to a few seconds on a CPU. Trials run in-process
     here so tests can watch them; tests/test_faults.py covers isolated workers."""
-    return {"budget": FAST_BUDGET, "accuracy_samples": 256, "device": "cpu", "isolation": "none"}
+    return {"budget": FAST_BUDGET, "accuracy_samples": 2048, "device": "cpu", "isolation": "none"}

@@ -37,9 +37,9 @@ def per_step_model() -> nn.Module:
     return PerStepCost()
 
 
-def constant_metric(outputs: torch.Tensor, targets: torch.Tensor) -> float:
-    """A metric hook whose value says which metric a trial guarded: always 0.25."""
-    return 0.25
+def offset_accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
+    """A metric hook whose values say which metric a trial guarded: accuracy, plus 10."""
+    return 10.0 + float((outputs.argmax(dim=-1) == targets).float().mean())
 
 
 def sum_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -98,15 +98,16 @@ def test_prepare_copies_by_default_and_applies_channels_last() -> None:
 def test_compile_mode_is_passed_to_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[object] = []
 
-    def fake_compile(model, mode=None):
-        seen.append(mode)
+    def fake_compile(model, mode=None, dynamic=None):
+        seen.append((mode, dynamic))
         return model
 
     monkeypatch.setattr(knobs.torch, "compile", fake_compile)
     TrainingConfig(compile_mode="max-autotune-no-cudagraphs").prepare(tiny_model())
-    TrainingConfig(compile_mode="default").prepare(tiny_model())
+    TrainingConfig(compile_mode="default", compile_dynamic=True).prepare(tiny_model())
     TrainingConfig(compile_mode="none").prepare(tiny_model())
-    assert seen == ["max-autotune-no-cudagraphs", None]
+    # dynamic=None is torch's own default: static shapes until one changes.
+    assert seen == [("max-autotune-no-cudagraphs", None), (None, True)]
 
 
 def test_backend_flags_are_set_and_restored() -> None:

@@ -40,7 +40,7 @@ def test_search_show_round_trip(tmp_path, capsys) -> None:
 
     assert main(["show", str(out)]) == 0
     shown = capsys.readouterr().out
-    assert "winner:" in shown and "baseline:" in shown and "accuracy guard" in shown
+    assert "winner:" in shown and "baseline:" in shown and "safe answer" in shown
     assert main(["show", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == data["config"]
 

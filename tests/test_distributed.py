@@ -39,7 +39,7 @@ def _search(storage: str, study: str, out: Path, *args: str) -> list[str]:
     return [
         sys.executable, "-m", "autotune", "search",
         "--model", "autotune.examples:tiny_model", "--data", "autotune.examples:tiny_data",
-        "--space", "quick", "--accuracy-samples", "128", "--storage", storage,
+        "--space", "quick", "--accuracy-samples", "2048", "--storage", storage,
         "--study", study, "--out", str(out), *args,
     ]  # fmt: skip
 
@@ -97,17 +97,24 @@ def test_a_killed_worker_has_its_trial_failed_by_heartbeat_and_retried(postgres,
              "beats", "--model", "faulty:slow_model", "--data", "autotune.examples:tiny_data"],
             env=_env(**fast_beats, AUTOTUNE_HOST="host-b"), stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        victim = None
-        while time.time() < deadline and victim is None:
-            for t in _trials(postgres, "beats"):
-                owner = t.user_attrs.get("autotune_owner", {})
-                if t.state is TrialState.RUNNING and owner.get("pid") == worker.pid:
-                    victim = t.number
-            time.sleep(0.2)
-        assert victim is not None, "the worker never ran a trial"
+
+        def running() -> list[int]:
+            return [
+                t.number
+                for t in _trials(postgres, "beats")
+                if t.state is TrialState.RUNNING
+                and t.user_attrs.get("autotune_owner", {}).get("pid") == worker.pid
+            ]
+
+        while time.time() < deadline and not running():
+            time.sleep(0.1)
         children = psutil.Process(worker.pid).children(recursive=True)
         worker.send_signal(signal.SIGKILL)  # host-a cannot see host-b's pids: only heartbeats
         worker.wait()
+        # The trial it was running when it died: still RUNNING until its heartbeat goes stale.
+        killed = running()
+        assert len(killed) == 1, f"the worker was running {killed} when killed"
+        victim = killed[0]
         psutil.wait_procs(children, timeout=10)
         _, err = coordinator.communicate(timeout=600)
         assert coordinator.returncode == 0, err[-3000:]

@@ -35,7 +35,7 @@ def search(model, data=None, **overrides):
         "space": ONLY_64,
         "n_trials": 1,
         "budget": FAST_BUDGET,
-        "accuracy_samples": 256,
+        "accuracy_samples": 2048,
         "device": "cpu",
         "isolation": "process",
     } | overrides

@@ -1,64 +1,74 @@
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
 
 from autotune import AccuracyGuard
-from autotune._search.guard import AccuracyPlan, plan_accuracy_budget, worth_growing
+from autotune._search.guard import AccuracyPlan, Verdict, plan_accuracy_budget
 from autotune._trial.task import make_task, split_dataset
 from autotune.examples import tiny_data
 
 
-def guard(runs, tolerance=0.01, higher=True):
+def guard(runs, tolerance=0.01, higher=True, initial=None):
     return AccuracyGuard(
         metric_name="accuracy",
         higher_is_better=higher,
         tolerance=tolerance,
         baseline_runs=tuple(runs),
         accuracy_samples=1000,
+        initial_metric=initial,
     )
 
 
-def test_noise_margin_from_the_baselines_own_spread() -> None:
-    g = guard([0.90, 0.91, 0.89])
-    assert g.baseline_metric == pytest.approx(0.90)
-    assert g.spread == pytest.approx(0.01)
-    # one-sided 95% t quantile with 2 dof is 2.919986; sqrt(1 + 1/3) for one run vs a mean of 3
-    assert g.noise_margin() == pytest.approx(2.919986 * 0.01 * math.sqrt(4 / 3), rel=1e-5)
-    assert g.screening_margin == g.noise_margin()
-    assert g.violation(0.87) < 0  # a 0.03 drop is within one run's noise: not rejected on noise
-    assert g.violation(0.85) > 0  # a 0.05 drop is real
-    # Three runs against three (4 dof, t = 2.131847): still wider than 0.01.
-    assert g.confirmation_resolution == pytest.approx(2.131847 * 0.01 * math.sqrt(2 / 3), rel=1e-5)
-    assert not g.reliable
-    assert "accuracy_samples > 1000" in g.advice()
+def test_screening_is_paired_with_the_baselines_run_of_the_same_seed() -> None:
+    g = guard([0.90, 0.91, 0.89])  # spread 0.01
+    # One pair varies by up to t(2 dof) * s * sqrt(2): 2.92 * 0.01 * 1.414 = 0.0413.
+    assert g.screening_margin == pytest.approx(2.919986 * 0.01 * math.sqrt(2), rel=1e-5)
+    assert g.violation(0.87) < 0  # a 0.03 drop from seed 0's 0.90: within one pair's noise
+    assert g.violation(0.85) > 0  # 0.05: real
+    assert g.violation(0.86, seed=1) == pytest.approx(0.05 - g.screening_margin)
+    assert g.violation(float("nan")) == math.inf
 
 
-def test_confirmation_compares_means_at_the_baselines_spread() -> None:
-    g = guard([0.900, 0.902, 0.898])  # std 0.002: three runs resolve ~0.0035 < 0.01
-    assert g.reliable
-    ok = g.confirm([0.895, 0.893, 0.894])
-    assert ok.passed and ok.drop == pytest.approx(0.006) and ok.margin == 0.01
-    bad = g.confirm([0.888, 0.886, 0.887])
-    assert not bad.passed and bad.drop == pytest.approx(0.013)
-    # An unstable candidate (one lucky seed) does not widen its own margin.
-    unstable = g.confirm([0.95, 0.60, 0.62])
-    assert not unstable.passed and unstable.margin == 0.01
+def test_a_paired_check_resolves_what_independent_runs_cannot() -> None:
+    """The baseline's seeds spread by 0.02, far wider than the tolerance, yet a candidate that
+    tracks each seed's run within 0.001 is confirmed: the shared noise cancels in the pairs."""
+    g = guard([0.90, 0.93, 0.87])
+    c = g.confirm([0.899, 0.930, 0.868], trial=4)
+    assert c.verdict is Verdict.CONFIRMED and c.passed and c.trial == 4
+    assert c.drop == pytest.approx(0.001)
+    # t(2 dof) * stdev([0.001, 0.0, 0.002]) / sqrt(3)
+    assert c.resolution == pytest.approx(2.919986 * 0.001 / math.sqrt(3), rel=1e-4)
 
 
-def test_quiet_baseline_uses_the_tolerance() -> None:
-    g = guard([0.900, 0.901, 0.900])
-    assert g.reliable and g.advice() is None
-    assert g.screening_margin == 0.01
-    assert g.violation(0.895) < 0 < g.violation(0.885)
+def test_a_clear_drop_is_rejected_and_a_noisy_one_left_unresolved() -> None:
+    g = guard([0.90, 0.93, 0.87])
+    rejected = g.confirm([0.87, 0.90, 0.84])  # 0.03 below, every seed
+    assert rejected.verdict is Verdict.REJECTED and not rejected.passed
+    noisy = g.confirm([0.95, 0.88, 0.87])  # -0.05, +0.05, 0.0: cannot tell
+    assert noisy.verdict is Verdict.UNRESOLVED and not noisy.passed
+    assert noisy.need is not None and noisy.need > 3
+    assert f"about {noisy.need} seeds" in (noisy.settle or "")
+
+
+def test_a_baseline_that_did_not_learn_confirms_nothing() -> None:
+    g = guard([0.501, 0.502, 0.500], initial=0.50)  # 0.001 above the untrained model, within
+    assert not g.learned  # twice its own spread (0.001): the seeds alone move it that much
+    c = g.confirm([0.501, 0.502, 0.500])
+    assert c.verdict is Verdict.UNRESOLVED
+    assert "barely moved from the untrained model's" in (c.settle or "")
+    assert "barely moved" in (g.advice() or "")
+    learned = guard([0.80, 0.81, 0.79], initial=0.50)
+    assert learned.learned and learned.advice() is None
 
 
 def test_lower_is_better_metrics() -> None:
-    g = guard([1.0, 1.0, 1.0], tolerance=0.1, higher=False)
+    g = guard([1.0, 1.0, 1.0], tolerance=0.1, higher=False, initial=2.0)
+    assert g.learned
     assert g.violation(1.05) < 0 < g.violation(1.2)
-    assert g.violation(float("nan")) == math.inf
+    assert g.confirm([1.02, 1.03, 1.01]).passed  # mean paired drop 0.02 <= 0.1
+    assert g.confirm([1.5, 1.5, 1.5]).verdict is Verdict.REJECTED
 
 
 def test_split_is_stratified() -> None:
@@ -76,61 +86,34 @@ def test_split_is_stratified() -> None:
 
 def test_accuracy_budget_without_a_deadline_is_three_epochs() -> None:
     plan = plan_accuracy_budget(
-        n_train=4096, batch_size=32, throughput=1900.0, repeats=3, seconds_left=None
+        n_train=4096, batch_size=32, throughput=1900.0, repeats=3, seconds=None
     )
-    assert plan == AccuracyPlan(first=12288, most=12288, floor=4096)
+    assert plan == AccuracyPlan(samples=12288)
 
 
-def test_accuracy_budget_may_grow_up_to_the_planned_run() -> None:
-    # A small dataset (digits: 1,437 training samples) whose baseline is still noisy after
-    # three epochs may be checked on up to the ten epochs the user plans to train.
+def test_accuracy_budget_takes_at_most_a_quarter_of_the_budget() -> None:
+    # 25% of 100 s at 1,000 samples/s over 3 runs: 8,333 samples, less than three epochs.
     plan = plan_accuracy_budget(
-        n_train=1437,
-        batch_size=32,
-        throughput=30000.0,
-        repeats=3,
-        seconds_left=None,
-        planned_epochs=10,
+        n_train=4096, batch_size=32, throughput=1000.0, repeats=3, seconds=100.0
     )
-    assert plan == AccuracyPlan(first=4311, most=14370, floor=1437)
-    assert [plan.grown(4311), plan.grown(8622)] == [8622, 14370]
+    assert plan.samples == 8333 and plan.note is None
 
 
-def test_accuracy_budget_takes_its_share_of_a_long_deadline() -> None:
-    # 15% of 100 s at 1,000 samples/s over 3 runs: 5,000 samples, between floor and target.
+def test_less_than_an_epoch_is_said_up_front_never_the_whole_budget() -> None:
+    """A slow real model: 100 samples/s, 4,000 samples, 240 s. The baseline's runs take a
+    quarter of the budget (2,000 samples each, half an epoch) and the result says so."""
     plan = plan_accuracy_budget(
-        n_train=4096, batch_size=32, throughput=1000.0, repeats=3, seconds_left=100.0
+        n_train=4000, batch_size=32, throughput=100.0, repeats=3, seconds=240.0
     )
-    assert (plan.first, plan.most, plan.floor, plan.note) == (5000, 12288, 4096, None)
+    assert plan.samples == 2000
+    assert plan.note is not None and "50% of an epoch" in plan.note
+    assert "A timeout of 480 s or more gives it a full epoch" in plan.note
+    tiny = plan_accuracy_budget(n_train=4000, batch_size=32, throughput=10.0, repeats=3, seconds=60)
+    assert tiny.samples == 8 * 32  # a few steps at the least
 
 
-def test_a_short_deadline_keeps_the_floor_and_says_so_up_front() -> None:
-    # 15% of 16 s at 1,900 samples/s over 3 runs is 1,520 samples: below one epoch (4,096),
-    # where large batches get a handful of steps and any of them looks as good as the baseline.
+def test_the_budget_never_exceeds_the_planned_run() -> None:
     plan = plan_accuracy_budget(
-        n_train=4096, batch_size=32, throughput=1900.0, repeats=3, seconds_left=16.0
+        n_train=4096, batch_size=32, throughput=1e6, repeats=3, seconds=1e6, planned_epochs=2
     )
-    assert (plan.first, plan.floor) == (4096, 4096)
-    assert plan.note is not None
-    assert "at least 4096 samples (one epoch), about 6 s in all" in plan.note
-    assert "a timeout of 43 s or more" in plan.note
-
-
-def test_a_large_dataset_floors_at_baseline_steps_not_an_epoch() -> None:
-    plan = plan_accuracy_budget(
-        n_train=1_000_000, batch_size=32, throughput=1000.0, repeats=3, seconds_left=60.0
-    )
-    assert (plan.first, plan.floor, plan.most) == (4096, 4096, 3_000_000)
-    assert plan.note is not None and "(128 baseline steps)" in plan.note
-
-
-def test_the_budget_grows_only_while_it_helps_and_fits() -> None:
-    plan = AccuracyPlan(first=1000, most=4000, floor=1000)
-    noisy = guard([0.90, 0.91, 0.89])  # not reliable at 1000 samples
-    assert worth_growing(noisy, plan, run_seconds=2.0, seconds_left=100.0)  # ~4 s <= 30 s
-    assert not worth_growing(noisy, plan, run_seconds=2.0, seconds_left=10.0)  # 4 s > 3 s
-    assert worth_growing(noisy, plan, run_seconds=2.0, seconds_left=None)
-    assert not worth_growing(guard([0.900, 0.901, 0.900]), plan, run_seconds=2.0, seconds_left=None)
-    at_most = dataclasses.replace(noisy, accuracy_samples=4000)
-    assert not worth_growing(at_most, plan, run_seconds=2.0, seconds_left=None)
-    assert plan.grown(1000) == 2000 and plan.grown(3000) == 4000
+    assert plan.samples == 2 * 4096

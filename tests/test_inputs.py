@@ -42,8 +42,8 @@ class Items(torch.utils.data.Dataset):
         (
             {"dataset": Items({"x": torch.zeros(8), "y": 1})},
             autotune.DataError,
-            r"`dataset\[0\]` must be an \(inputs, targets\) pair, but got a dict with keys "
-            r"\['x', 'y'\].*forward=",
+            r"`dataset\[0\]` is a dict with keys \['x', 'y'\] but no `labels`.*model\(\*\*batch\)"
+            r".*forward=",
         ),
         (
             {"dataset": Items((torch.zeros(5), 1))},

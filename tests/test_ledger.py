@@ -3,15 +3,17 @@ result rebuilt from the storage."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import optuna
 import pytest
 
 import autotune
 from autotune import TrainingConfig
 from autotune._search import storage
-from autotune._search.guard import Confirmation
+from autotune._search.guard import Confirmation, Verdict
 from autotune._search.ledger import Ledger
-from autotune._search.record import Record, Role
+from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._search.settings import SearchSettings
 from autotune._space import load_space
 from autotune._trial.failures import FailureReason
@@ -55,6 +57,7 @@ def settings(**changes) -> SearchSettings:
         ),
         "baseline": BASE,
         "budget": Budget(),
+        "calibrate": False,
         "accuracy_repeats": 3,
         "accuracy_samples": None,
         "n_train": 1000,
@@ -91,21 +94,23 @@ def test_a_record_round_trips_exactly() -> None:
 
 
 def test_settings_and_confirmations_round_trip_exactly() -> None:
-    s = settings(stage_split_at=123.0, hooks=HookRefs(metric="loss", forward="m:f"))
+    s = settings(hooks=HookRefs(metric="loss", forward="m:f"), trial_timeout=30.0)
     assert SearchSettings.from_dict(s.to_dict()) == s
-    c = Confirmation(runs=(0.9, 0.91), passed=True, mean=0.905, drop=0.001, margin=0.01, trial=4)
-    assert Confirmation.from_dict(c.to_dict()) == c
+    c = Confirmation(
+        runs=(0.9, 0.91), verdict=Verdict.CONFIRMED, mean=0.905, drop=0.001, resolution=0.004,
+        trial=4, at=12.5,
+    )  # fmt: skip
+    assert Confirmation.from_dict(c.to_dict()) == c and c.to_dict()["passed"] is True
 
 
-def _study_with(records: list[Record], remeasured: dict[int, list[float]] | None = None):
+def _study_with(records: list[Record], rounds: list[dict[int, float]] | None = None):
     study = optuna.create_study()
     for record in records:
         trial = study.ask()
         storage.store_record(trial, record)
         study.tell(trial, record.projected_time or 1e9)
-    for number, times in (remeasured or {}).items():
-        for t in times:
-            storage.add_remeasurement(study, number, t)
+    for measured in rounds or []:
+        storage.add_round(study, measured)
     return study
 
 
@@ -161,14 +166,14 @@ def test_a_trial_from_other_hardware_is_never_feasible_nor_ranked(tmp_path) -> N
 
 
 def test_a_noise_tie_goes_to_the_simpler_config_in_both_readers(tmp_path) -> None:
-    """Compiled (trial 1) measures 2% faster than eager (trial 2), within their noise: the
-    simpler wins, in the search's ledger and in the result read back from the storage (whose
-    fallback used to be a plain minimum)."""
-    compiled = BASE.replace(batch_size=64, compile_mode="default")
-    eager = BASE.replace(batch_size=64)
+    """Compiled (trial 1) measures 2% faster than with loader workers (trial 2), within their
+    noise: the simpler wins, in the search's ledger and in the result read back from the
+    storage (whose fallback used to be a plain minimum)."""
+    compiled = BASE.replace(compile_mode="default")
+    eager = BASE.replace(num_workers=1, persistent_workers=True)
     study = _study_with(
         [_base(), _candidate(compiled, 98.0), _candidate(eager, 100.0)],
-        remeasured={1: [102.0, 97.0], 2: [99.0, 104.0]},
+        rounds=[{0: 200.0, 1: 102.0, 2: 99.0}, {0: 200.0, 1: 97.0, 2: 104.0}],
     )
     s = settings()
     ledger = Ledger.read(study, s)
@@ -185,10 +190,13 @@ def test_a_noise_tie_goes_to_the_simpler_config_in_both_readers(tmp_path) -> Non
     storage.publish_settings(optuna.load_study(study_name="tie", storage=url), s)
     stored = autotune.SearchResult.from_study(url, "tie")
     assert stored.winner.number == 2
-    assert stored.speedup == pytest.approx(200.0 / 100.0)
+    assert stored.round_speedups == pytest.approx((200.0 / 99.0, 200.0 / 104.0))
+    assert stored.speedup == pytest.approx((200.0 / 99.0 + 200.0 / 104.0) / 2)  # side by side
 
 
-def test_a_failed_confirmation_takes_a_candidate_out() -> None:
+def test_a_change_of_the_numerics_wins_only_once_confirmed() -> None:
+    """bf16 passed its screening run (paired with seed 0): it is pending, not an answer. A
+    passing confirmation makes it the fast answer; a failing one takes it out."""
     bf16 = BASE.replace(precision="bf16")
     candidate = Record(
         role=Role.CANDIDATE,
@@ -200,13 +208,52 @@ def test_a_failed_confirmation_takes_a_candidate_out() -> None:
         accuracy_samples=256,
     )
     study = _study_with([_base(), candidate])
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+    )
     ledger = Ledger.read(study, settings())
-    assert ledger.feasible(ledger.entries[1]) and ledger.best().number == 1
-    rejected = Confirmation(runs=(0.905, 0.80, 0.81), passed=False, mean=0.838)
+    assert ledger.screened(ledger.entries[1]) is True
+    assert not ledger.feasible(ledger.entries[1]) and ledger.best().number == 0
+    assert ledger.pending().number == 1
+    confirmed = ledger.guard.confirm([0.905, 0.91, 0.889])
+    assert confirmed.passed
+    storage.file_confirmation(study, autotune._knobs.numerics_id(bf16), confirmed)
+    ledger = Ledger.read(study, settings())
+    assert ledger.best_fast().number == 1 and ledger.best().number == 1
+    assert ledger.best_safe().number == 0 and ledger.pending() is None
+    rejected = Confirmation(runs=(0.905, 0.80, 0.81), verdict=Verdict.REJECTED, mean=0.838)
     storage.file_confirmation(study, autotune._knobs.numerics_id(bf16), rejected)
     ledger = Ledger.read(study, settings())
     assert not ledger.feasible(ledger.entries[1]) and ledger.best().number == 0
     assert ledger.trial_records()[1].confirmed is False
+
+
+def test_the_pareto_front_keeps_what_nothing_beats_on_both() -> None:
+    """Safe configs sit at the baseline's metric; bf16 is faster and as good; batch 64 is
+    faster still but worse; trial 3 is slower and no better than the baseline's model."""
+    study = _study_with(
+        [
+            _base(),
+            _candidate(BASE.replace(precision="bf16"), 100.0),
+            _candidate(BASE.replace(batch_size=64), 50.0),
+            _candidate(BASE.replace(num_workers=1, persistent_workers=True), 250.0),
+        ]
+    )
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256)
+    )
+    ledger = Ledger.read(study, settings())
+    metric = {1: 0.92, 2: 0.80}
+    entries = [
+        dataclasses.replace(
+            e, record=dataclasses.replace(e.record, accuracy=runs(metric[e.number]))
+        )
+        if e.number in metric
+        else e
+        for e in ledger.entries
+    ]
+    ledger = dataclasses.replace(ledger, entries=tuple(entries))
+    assert [e.number for e in ledger.pareto()] == [2, 1]
 
 
 def test_an_empty_study_has_no_baseline_and_no_winner() -> None:

@@ -1,13 +1,13 @@
-"""The stage policy, the first guesses and the deadline, tested alone: no search runs here."""
+"""The stage policy, the guesses and the deadline, tested alone: no search runs here."""
 
 from __future__ import annotations
 
-from test_ledger import _base, _candidate, _study_with, settings
+from test_ledger import _base, _candidate, _study_with, measurement, settings
 
 from autotune import TrainingConfig, load_space
 from autotune._search.deadline import Deadline
 from autotune._search.ledger import Ledger
-from autotune._search.policy import Stage, StagePolicy, first_guesses, late_variants
+from autotune._search.policy import Stage, StagePolicy, fast_guesses, late_variants
 from autotune._search.record import Record
 
 BASE = TrainingConfig()
@@ -19,6 +19,7 @@ SPACE = load_space(
             "precision": ["fp32", "bf16"],
             "channels_last": [False, True],
             "compile_mode": ["none", "default"],
+            "compile_dynamic": [False, True],
             "checkpointing": [0, 1],
             "lr_schedule": ["constant", "cosine"],
         }
@@ -34,70 +35,127 @@ class Clock:
         return self.now
 
 
-def _ledger(*records: Record) -> Ledger:
-    return Ledger.read(_study_with(list(records)), settings(space=SPACE))
+def _ledger(*records: Record, accuracy: bool = False):
+    study = _study_with(list(records))
+    if accuracy:
+        from test_ledger import runs
+
+        from autotune._search import storage
+        from autotune._search.record import BaselineAccuracy
+
+        storage.write_baseline_accuracy(
+            study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+        )
+    return Ledger.read(study, settings(space=SPACE))
 
 
-def test_stage_one_samples_without_the_late_knobs_until_its_share_is_spent() -> None:
-    split = {"reached": False}
-    policy = StagePolicy(SPACE, BASE, guided=True, split=lambda: split["reached"])
-    ledger = _ledger(_base())
-    step = policy.next(ledger, waiting=False)
-    assert step.stage is Stage.FIRST and not step.enqueue
-    assert "compile_mode" not in step.space.knobs and "checkpointing" not in step.space.knobs
-    assert "batch_size" in step.space.knobs
+def _configs(step) -> list[TrainingConfig]:
+    return [SPACE.build(p, BASE) for p in step.enqueue]
 
 
-def test_stage_two_refines_the_best_then_stage_three_takes_the_whole_space() -> None:
-    best = BASE.replace(batch_size=64, num_workers=1, persistent_workers=True)
+def test_the_safe_stage_tries_each_numerics_free_knob_on_the_best_safe_config() -> None:
+    policy = StagePolicy(SPACE, BASE, guided=True, cpus=2)
+    step = policy.next(_ledger(_base()), used=0.0, checks=None)
+    assert step.stage is Stage.SAFE
+    assert [c.num_workers for c in _configs(step)] == [1, 2]
+    # Should the sampler propose one, the numerics and the late knobs stay the baseline's.
+    assert step.pinned == {
+        "batch_size": 32,
+        "precision": "fp32",
+        "lr_schedule": "constant",
+        "compile_mode": "none",
+        "checkpointing": 0,
+    }
+    # Workers measured, two workers the faster: channels_last next, on top of it.
+    two = BASE.replace(num_workers=2, persistent_workers=True)
     ledger = _ledger(
-        _base(), _candidate(best, 50.0), _candidate(BASE.replace(batch_size=128), 80.0)
+        _base(),
+        _candidate(BASE.replace(num_workers=1, persistent_workers=True), 190.0),
+        _candidate(two, 150.0),
     )
-    policy = StagePolicy(SPACE, BASE, guided=True, split=lambda: True)
-    step = policy.next(ledger, waiting=False)
-    assert step.stage is Stage.REFINE and step.space is SPACE
-    assert list(step.enqueue) == late_variants(SPACE, BASE, best, [])
-    assert policy.next(ledger, waiting=True).stage is Stage.REFINE  # variants still queued
-    assert policy.next(ledger, waiting=False).stage is Stage.WHOLE
-    assert policy.next(ledger, waiting=True).stage is Stage.WHOLE  # never back
+    step = policy.next(ledger, used=0.1, checks=None)
+    assert step.stage is Stage.SAFE and _configs(step) == [two.replace(channels_last=True)]
+
+
+def test_changes_of_the_numerics_wait_for_the_baselines_accuracy_runs() -> None:
+    policy = StagePolicy(SPACE.without({"num_workers", "channels_last"}), BASE, guided=True, cpus=2)
+    step = policy.next(_ledger(_base()), used=0.1, checks=None)
+    assert step.stage is Stage.FAST and step.needs_checks and not step.enqueue
+    fast = policy.next(_ledger(_base(), accuracy=True), used=0.1, checks=True)
+    assert fast.stage is Stage.FAST and not fast.needs_checks
+    guesses = _configs(fast)
+    assert guesses[0] == BASE.replace(precision="bf16")  # the safe guess: same steps
+    bold = guesses[1]
+    assert (bold.batch_size, bold.precision.value, bold.lr_schedule.kind.value) == (
+        128,
+        "bf16",
+        "cosine",
+    )
+    # No accuracy checks possible: past the safe knobs, compile on the best, then explore.
+    late = policy.next(_ledger(_base()), used=0.1, checks=False)
+    assert late.stage is Stage.LATE
+    assert [c.compile_mode.value for c in _configs(late)] == ["default"]
+
+
+def test_after_the_fast_share_compile_then_the_whole_space() -> None:
+    policy = StagePolicy(SPACE.without({"num_workers", "channels_last"}), BASE, guided=True, cpus=2)
+    ledger = _ledger(_base(), accuracy=True)
+    late = policy.next(ledger, used=0.8, checks=True)
+    assert late.stage is Stage.LATE
+    explore = policy.next(ledger, used=0.8, checks=True)  # compile already queued (tried)
+    assert explore.stage is Stage.EXPLORE
+    assert explore.pinned == {"compile_mode": "none", "checkpointing": 0}
 
 
 def test_unguided_is_the_sampler_over_the_whole_space_throughout() -> None:
-    policy = StagePolicy(SPACE, BASE, guided=False, split=lambda: True)
-    for _ in range(3):
-        step = policy.next(_ledger(_base()), waiting=False)
-        assert step.stage is Stage.SAMPLING and step.space is SPACE and not step.enqueue
+    policy = StagePolicy(SPACE, BASE, guided=False, cpus=2)
+    for used in (0.0, 0.5, 0.9):
+        step = policy.next(_ledger(_base()), used=used, checks=True)
+        assert step.stage is Stage.SAMPLING and not step.pinned and not step.enqueue
 
 
-def test_late_variants_vary_one_numerics_free_knob_then_compile_then_checkpointing() -> None:
+def test_late_variants_compile_then_dynamic_where_shapes_changed_then_checkpointing() -> None:
     cfg = BASE.replace(batch_size=64, precision="bf16")
-    variants = late_variants(SPACE, BASE, cfg, oom_sizes=[128])
-    base = SPACE.params_of(cfg, BASE)
-    changed = [{k: v for k, v in p.items() if base.get(k) != v} for p in variants]
-    assert changed == [
-        {"num_workers": 1},
-        {"num_workers": 2},
-        {"channels_last": True},
-        {"compile_mode": "default"},
-        # checkpointing only where it lets a batch fit that ran out of memory without it
-        {"checkpointing": 1, "batch_size": 128},
+    compiled = BASE.replace(compile_mode="default")
+    recompiled = Record(
+        role=_candidate(compiled, 90.0).role,
+        config=compiled,
+        measurement=__import__("dataclasses").replace(measurement(0.01), recompiles=3),
+        projected_time=90.0,
+        fingerprint="aaa",
+    )
+    ledger = _ledger(_base(), _candidate(cfg, 80.0), recompiled, _failed_at(128))
+    best = next(e for e in ledger.entries if e.config == cfg)
+    variants = late_variants(SPACE, best, ledger)
+    assert variants == [
+        cfg.replace(compile_mode="default"),
+        compiled.replace(compile_dynamic=True),  # it recompiled: batch shapes change
+        cfg.replace(checkpointing=1, batch_size=128),  # 128 ran out of memory without it
     ]
-    assert late_variants(SPACE, BASE, cfg, oom_sizes=[])[-1] == {**base, "compile_mode": "default"}
 
 
-def test_first_guesses_are_the_rules_of_thumb_and_the_safe_one() -> None:
-    guesses = first_guesses(SPACE, BASE, cpus=2)
-    bold, no_workers, safe = guesses
-    assert bold["batch_size"] == 128 and bold["precision"] == "bf16"
-    assert bold["num_workers"] == 1 and bold["channels_last"] is True
-    assert bold["lr_schedule"] == "cosine"
-    assert no_workers == {**bold, "num_workers": 0}
-    # The safe guess keeps the baseline's batch and schedule: only precision and memory format.
-    assert SPACE.build(safe, BASE) == BASE.replace(precision="bf16", channels_last=True)
+def _failed_at(batch: int) -> Record:
+    from autotune._search.record import Role
+    from autotune._trial.failures import FailureReason
+
+    return Record(
+        role=Role.CANDIDATE,
+        config=BASE.replace(batch_size=batch),
+        failure=FailureReason.OOM,
+        message="out of memory",
+        fingerprint="aaa",
+    )
+
+
+def test_fast_guesses_keep_the_best_safe_knobs() -> None:
+    safe = BASE.replace(num_workers=1, persistent_workers=True, channels_last=True)
+    guesses = fast_guesses(SPACE, BASE, safe, memory=None)
+    assert all(g.num_workers == 1 and g.channels_last for g in guesses)
+    assert guesses[0] == safe.replace(precision="bf16")
 
 
 def test_the_deadline_keeps_a_grace_for_the_last_steps() -> None:
-    """Re-measuring and confirming may pass the deadline by 5% of the budget (at least 2 s)."""
+    """Confirming and re-measuring may pass the deadline by 5% of the budget (at least 2 s)."""
     clock = Clock()
     d = Deadline(start=900.0, end=996.0, clock=clock)  # a 96 s budget: grace 4.8 s
     clock.now = 1000.0  # 4 s past

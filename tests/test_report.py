@@ -22,7 +22,7 @@ from conftest import FAST_BUDGET
 from steady import PerStepCost
 
 SECTIONS = (
-    "Winner against baseline",
+    "The answer against the baseline",
     "Throughput against validation metric",
     "Optimisation history",
     "Which knobs mattered",
@@ -52,7 +52,7 @@ def searched(tmp_path_factory) -> tuple[autotune.SearchResult, str]:
         # One thread: a busy neighbour on a small machine cannot stall an OpenMP barrier.
         baseline={"intra_op_threads": 1},
         budget=FAST_BUDGET,
-        accuracy_samples=256,
+        accuracy_samples=2048,
         device="cpu",
         isolation="none",
         storage=storage,

@@ -27,13 +27,13 @@ def result_file(tmp_path_factory) -> str:
     result = autotune.find_best(
         PerStepCost(),
         tiny_data(),
-        n_trials=2,
-        space="quick",
+        n_trials=1,
+        space={"knobs": {"batch_size": [32, 128]}},
         tolerance=1.0,
         # One thread: a busy neighbour on a small machine cannot stall an OpenMP barrier.
         baseline={"intra_op_threads": 1},
         budget=FAST_BUDGET,
-        accuracy_samples=256,
+        accuracy_samples=2048,
         device="cpu",
         isolation="none",
     )
@@ -117,9 +117,9 @@ def test_accuracy_seeds_train_both_on_the_searchs_budget(result_file):
         budget=FAST_BUDGET,
         accuracy_seeds=2,
     )
-    assert report.accuracy is not None and report.accuracy["samples"] == 256
+    assert report.accuracy is not None and report.accuracy["samples"] == 2048
     assert len(report.accuracy["baseline"]) == len(report.accuracy["winner"]) == 2
-    assert "val accuracy on 256 samples over 2 seeds" in report.summary()
+    assert "val accuracy on 2,048 samples over 2 seeds" in report.summary()
 
 
 def test_a_winner_that_does_not_fit_here_is_reported_not_raised(result_file):

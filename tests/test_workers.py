@@ -9,13 +9,14 @@ from autotune._search import storage
 from autotune.examples import tiny_data, tiny_model
 
 from conftest import FAST_BUDGET
-from steady import constant_metric, sum_loss
+from steady import offset_accuracy, sum_loss
 
 
 def test_a_worker_guards_the_coordinators_metric_with_its_hooks(tmp_path) -> None:
     """The coordinator's metric and loss are hooks in an importable module; the worker (here
     in this process, as `autotune worker` would) loads them by reference: every candidate it
-    measures reports the coordinator's metric (a worker used to guard accuracy regardless)."""
+    checks reports the coordinator's metric, accuracy + 10 (a worker used to guard plain
+    accuracy whatever the coordinator used)."""
     url = f"sqlite:///{tmp_path / 'study.db'}"
     joined: list[int] = []
 
@@ -34,8 +35,7 @@ def test_a_worker_guards_the_coordinators_metric_with_its_hooks(tmp_path) -> Non
     result = autotune.find_best(
         tiny_model(),
         tiny_data(),
-        metric=constant_metric,
-        higher_is_better=False,
+        metric=offset_accuracy,
         loss_fn=sum_loss,
         space={"knobs": {"batch_size": [16, 32, 64], "lr_schedule": ["constant", "cosine"]}},
         n_trials=3,
@@ -43,18 +43,18 @@ def test_a_worker_guards_the_coordinators_metric_with_its_hooks(tmp_path) -> Non
         study_name="metric",
         launcher=launcher,
         budget=FAST_BUDGET,
-        accuracy_samples=128,
+        accuracy_samples=2048,
         device="cpu",
         isolation="none",
     )
     assert joined and joined[0] >= 3  # the worker ran the candidates
     checked = [t for t in result.trials if t.role == "candidate" and t.accuracy_checked]
-    assert checked and all(t.metric == pytest.approx(0.25) for t in checked)
-    assert result.guard.metric_name == "constant_metric" and not result.guard.higher_is_better
+    assert checked and all(10.0 <= t.metric <= 11.0 for t in checked)  # accuracy + 10
+    assert result.guard.metric_name == "offset_accuracy" and result.guard.higher_is_better
     study = storage.load_study(url, "metric")
     settings = storage.read_settings(study)
     assert settings is not None
-    assert settings.hooks.metric == "steady:constant_metric"
+    assert settings.hooks.metric == "steady:offset_accuracy"
     assert settings.hooks.loss_fn == "steady:sum_loss"
 
 

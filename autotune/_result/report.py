@@ -72,7 +72,7 @@ def render_report(result: SearchResult) -> str:
     sections = [
         _Section(
             "winner",
-            "Winner against baseline",
+            "The answer against the baseline",
             _headline_figure(result),
             before=_headline_html(result),
         ),
@@ -159,14 +159,20 @@ def _status(result: SearchResult, t: TrialRecord) -> str:
     if t.failure is not None:
         return f"failed: {t.failure}"
     if t.number == result.winner.number:
-        return "winner"
+        return f"winner ({result.chosen} answer)"
     if t.role == "baseline":
         return "baseline"
-    if t.confirmed is False:
-        return "rejected at confirmation"
-    if not t.feasible:
+    if result.safe is not None and t.number == result.safe.number:
+        return "safe answer"
+    if t.confirmation is not None:
+        return f"{t.confirmation.verdict.value} at confirmation"
+    if t.screened is False:
         return "outside tolerance"
-    return "feasible" if t.accuracy_checked else "feasible (same numerics as baseline)"
+    if t.safe:
+        return "safe (same numerics as the baseline)"
+    if t.screened:
+        return "screened, not confirmed"
+    return "not checked" if not t.accuracy_checked else "checked"
 
 
 def _meta_html(result: SearchResult, generated: str) -> str:
@@ -191,19 +197,31 @@ def _meta_html(result: SearchResult, generated: str) -> str:
     return "<ul class=meta>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>"
 
 
+def _lead(result: SearchResult) -> str:
+    w, b = result.winner, result.baseline_trial
+    if w.number == b.number:
+        return "No candidate beat the baseline: keep your current settings."
+    span = result.speedup_range
+    how = (
+        f"side by side over {len(result.round_speedups)} rounds, range {span[0]:.2f}-{span[1]:.2f}x"
+        if span
+        else "from the trials' own measurements"
+    )
+    kind = (
+        "the fast answer (its accuracy confirmed)"
+        if result.chosen == "fast"
+        else "the safe answer (the baseline's numerics)"
+    )
+    return (
+        f"{result.speedup:.2f}x faster than the baseline ({how}; projected training time for "
+        f"{result.planned_samples:,} samples, one-time costs included): {kind}."
+    )
+
+
 def _headline_html(result: SearchResult) -> str:
     w, b = result.winner, result.baseline_trial
     wm, bm = result.metrics, result.baseline_metrics
-    guard = result.guard
-    name = guard.metric_name
-    if w.number == b.number:
-        lead = "No candidate beat the baseline within tolerance: keep your current settings."
-    else:
-        lead = (
-            f"{result.speedup:.2f}x faster than the baseline (projected training time for "
-            f"{result.planned_samples:,} samples, one-time costs included); throughput "
-            f"{result.throughput_ratio:.2f}x."
-        )
+    name = result.metric_name
     rows = [
         ("config", w.config.describe(), b.config.describe()),
         ("throughput (samples/s)", _fmt(w.throughput, "{:,.0f}"), _fmt(b.throughput, "{:,.0f}")),
@@ -234,27 +252,58 @@ def _headline_html(result: SearchResult) -> str:
         ),
         (
             f"val {name}",
-            _fmt(wm.get("validation_metric"), "{:.4f}", "not checked (same numerics)"),
-            _fmt(bm.get("validation_metric"), "{:.4f}"),
+            _fmt(wm.get("validation_metric"), "{:.4f}", "not checked"),
+            _fmt(bm.get("validation_metric"), "{:.4f}", "not checked"),
         ),
     ]
     table = "".join(
         f"<tr><th>{html.escape(label)}</th><td>{html.escape(a)}</td><td>{html.escape(c)}</td></tr>"
         for label, a, c in rows
     )
-    guard_line = (
-        f"Accuracy guard: tolerance {guard.tolerance:g}; baseline {name} "
-        f"{guard.baseline_metric:.4f} ± {guard.spread:.4f} over {guard.repeats} seeds; "
-        f"{'reliable' if guard.reliable else 'NOT reliable at this tolerance'}."
-    )
-    advice = guard.advice()
+    notes = [_answers_line(result), _guard_line(result)]
+    if result.pending is not None and result.pending.confirmation is not None:
+        settle = result.pending.confirmation.settle
+        if settle:
+            notes.append(f"Trial #{result.pending.number} would be faster; to settle it: {settle}.")
     return (
-        f'<p class="lead">{html.escape(lead)}</p>'
+        f'<p class="lead">{html.escape(_lead(result))}</p>'
         f'<table class="headline"><tr><th></th><th>winner (#{w.number})</th>'
         f"<th>baseline (#{b.number})</th></tr>{table}</table>"
-        f"<p>{html.escape(guard_line)}</p>"
-        + (f'<p class="warn">{html.escape(advice)}</p>' if advice else "")
+        + "".join(f"<p>{html.escape(n)}</p>" for n in notes if n)
     )
+
+
+def _answers_line(result: SearchResult) -> str:
+    safe = result.safe
+    safe_text = (
+        f"safe answer #{safe.number} ({_fmt(_speedup(result, safe), '{:.2f}x')})"
+        if safe is not None
+        else "no safe answer"
+    )
+    fast = result.fast
+    fast_text = (
+        f"fast answer #{fast.number} ({_fmt(_speedup(result, fast), '{:.2f}x')}, accuracy "
+        "confirmed)"
+        if fast is not None
+        else "no fast answer confirmed"
+    )
+    return f"Answers: {safe_text}; {fast_text}; chosen: the {result.chosen} one."
+
+
+def _guard_line(result: SearchResult) -> str:
+    guard = result.guard
+    if guard is None:
+        return (
+            "No accuracy check was made (no time for the baseline's accuracy runs): only knobs "
+            "that leave the numerics alone could win."
+        )
+    line = (
+        f"Accuracy guard: tolerance {guard.tolerance:g}, paired with the baseline's runs; "
+        f"baseline {guard.metric_name} {guard.baseline_metric:.4f} ± {guard.spread:.4f} over "
+        f"{guard.repeats} seeds of {guard.accuracy_samples:,} samples."
+    )
+    advice = guard.advice()
+    return f"{line} {advice}" if advice else line
 
 
 def _ms(v: float | None) -> float | None:
@@ -268,7 +317,7 @@ def _trial_table(result: SearchResult) -> str:
         "status",
         "config",
         "samples/s",
-        f"val {result.guard.metric_name}",
+        f"val {result.metric_name}",
         "projected (s)",
         "speedup",
         "one-time (s)",
@@ -319,7 +368,7 @@ def _headline_figure(result: SearchResult) -> go.Figure:
 
     w, b = result.winner, result.baseline_trial
     wm, bm = result.metrics, result.baseline_metrics
-    name = result.guard.metric_name
+    name = result.metric_name
     panels = [
         ("projected training time (s)", b.projected_time, w.projected_time),
         ("throughput (samples/s)", b.throughput, w.throughput),
@@ -354,6 +403,8 @@ def _to_mib(n: int | None) -> float | None:
 
 def _tradeoff_caption(result: SearchResult) -> str:
     g = result.guard
+    if g is None:
+        return "No accuracy check was made, so there is no metric to draw against."
     side = "above" if g.higher_is_better else "below"
     text = (
         f"Every measured trial. The shaded band is the feasible region: {g.metric_name} no worse "
@@ -367,7 +418,8 @@ def _tradeoff_caption(result: SearchResult) -> str:
         )
     text += (
         " Trials with the baseline's numerics (same batch size, precision and schedule) train "
-        "the same model and are drawn at the baseline's metric, hollow."
+        "the same model and are drawn at the baseline's metric, hollow. The line joins the "
+        "Pareto front: no other config is both faster and as accurate."
     )
     failed = sum(1 for t in result.trials if t.throughput is None)
     if failed:
@@ -377,30 +429,32 @@ def _tradeoff_caption(result: SearchResult) -> str:
     return text
 
 
-def _tradeoff_figure(result: SearchResult) -> go.Figure:
+def _tradeoff_figure(result: SearchResult) -> go.Figure | None:
     import plotly.graph_objects as go
 
     g = result.guard
+    if g is None:
+        return None
     base_metric = g.baseline_metric
     groups: dict[str, list[TrialRecord]] = {
-        "feasible": [],
+        "may win (safe, or confirmed)": [],
         "outside tolerance / failed": [],
-        "not checked": [],
+        "not checked or not settled": [],
     }
     for t in result.trials:
         if t.throughput is None or t.role == "baseline" or t.number == result.winner.number:
             continue
-        if t.metric is None and t.failure is None:
-            groups["not checked"].append(t)
-        elif t.feasible:
-            groups["feasible"].append(t)
-        else:
+        if t.feasible:
+            groups["may win (safe, or confirmed)"].append(t)
+        elif t.failure is not None or t.screened is False or (t.confirmed is False):
             groups["outside tolerance / failed"].append(t)
+        else:
+            groups["not checked or not settled"].append(t)
     fig = go.Figure()
     styles = {
-        "feasible": {"color": _COLORS["feasible"], "symbol": "circle"},
+        "may win (safe, or confirmed)": {"color": _COLORS["feasible"], "symbol": "circle"},
         "outside tolerance / failed": {"color": _COLORS["infeasible"], "symbol": "x"},
-        "not checked": {"color": _COLORS["unchecked"], "symbol": "circle-open"},
+        "not checked or not settled": {"color": _COLORS["unchecked"], "symbol": "circle-open"},
     }
     for label, trials in groups.items():
         if not trials:
@@ -429,6 +483,19 @@ def _tradeoff_figure(result: SearchResult) -> go.Figure:
             hoverinfo="text",
         )
     )
+    front = [t for t in result.trials if t.number in result.pareto and t.throughput]
+    if len(front) > 1:
+        metrics_of = [result.metrics_of(t)["validation_metric"] for t in front]
+        fig.add_trace(
+            go.Scatter(
+                x=[t.throughput for t in front],
+                y=[m if m is not None else base_metric for m in metrics_of],
+                mode="lines",
+                name="Pareto front",
+                line={"color": "#555", "width": 1, "dash": "dot"},
+                hoverinfo="skip",
+            )
+        )
     if w.number != b.number:
         w_metric = result.metrics.get("validation_metric")
         fig.add_trace(
@@ -489,7 +556,7 @@ def _hover(result: SearchResult, t: TrialRecord) -> str:
         f"projected {_fmt(t.projected_time, '{:.2f}')} s",
     ]
     if t.metric is not None:
-        parts.append(f"val {result.guard.metric_name} {t.metric:.4f}")
+        parts.append(f"val {result.metric_name} {t.metric:.4f}")
     return "<br>".join(html.escape(p) for p in parts)
 
 

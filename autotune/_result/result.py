@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -32,21 +33,34 @@ __all__ = ["SearchResult", "load_config"]
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SearchResult:
-    """What :func:`autotune.find_best` found.
+    """What :func:`autotune.find_best` found: two answers and one choice.
 
-    ``config`` is the fastest config whose metric stayed within tolerance of the baseline's
-    (the baseline itself when nothing beat it); ``speedup`` is the baseline's projected training
-    time over the winner's.
+    ``safe`` is the fastest config that trains the baseline's model (its numerics unchanged:
+    no accuracy risk); ``fast`` the fastest that changed the numerics and whose accuracy was
+    confirmed within the tolerance, paired with the baseline's runs. ``config`` is the chosen
+    one: ``fast`` where it was confirmed and is faster, ``safe`` otherwise (the baseline itself
+    when nothing beat it). ``pending`` is a faster candidate whose check could not settle, with
+    what would settle it. ``speedup`` is the baseline's projected training time over the
+    chosen config's, measured side by side in alternating rounds where there was time
+    (``speedup_range``), from the trials' own measurements otherwise.
     """
 
     winner: TrialRecord
     baseline_trial: TrialRecord
     trials: tuple[TrialRecord, ...]
-    guard: AccuracyGuard
+    guard: AccuracyGuard | None  # None when no accuracy check was made
+    tolerance: float
+    metric_name: str
+    higher_is_better: bool
     environment: dict[str, Any]
     search: dict[str, Any]
     planned_samples: int
     interrupted: bool = False
+    safe: TrialRecord | None = None
+    fast: TrialRecord | None = None
+    pending: TrialRecord | None = None
+    pareto: tuple[int, ...] = ()  # trial numbers on the speed/accuracy Pareto front
+    round_speedups: tuple[float, ...] = ()  # the chosen config's, side by side, per round
 
     @classmethod
     def from_ledger(
@@ -61,13 +75,14 @@ class SearchResult:
         memory: MemoryLimits | None,
     ) -> SearchResult:
         """The result a study's ledger amounts to: the ledger's best trial wins."""
-        base, guard = ledger.baseline, ledger.guard
-        if base is None or guard is None:
+        base = ledger.baseline
+        if base is None:
             raise StorageError(
                 f"Study {study_name!r} has no completed autotune baseline trial, so there is "
                 "nothing to report yet (is it an autotune study, and has its baseline finished?)."
             )
         best = ledger.best() or base
+        first_win = ledger.first_win_at()
         search: dict[str, Any] = {
             "study_name": study_name,
             "storage": storage,
@@ -80,11 +95,16 @@ class SearchResult:
             "timeout": settings.timeout,
             "planned_epochs": settings.planned_epochs,
             "isolation": "process" if settings.isolated else "in-process",
-            "trial_limit": settings.trial_timeout or base.record.trial_limit,
+            # The user's limit per run; without one, 5x what a run is expected to take.
+            "trial_limit": settings.trial_timeout,
             "guided": settings.guided,
             "hooks": settings.hooks.to_dict(),
             "seconds": seconds,
-            "accuracy_samples": guard.accuracy_samples,
+            "candidates": len(ledger.candidates),
+            "configs_measured": ledger.configs_measured(),
+            "first_win_seconds": None if first_win is None else first_win - settings.started,
+            "accuracy_samples": ledger.guard.accuracy_samples if ledger.guard else None,
+            "accuracy_note": ledger.baseline_accuracy.note if ledger.baseline_accuracy else None,
         }
         if memory is not None:
             search["memory_probe"] = memory.to_dict()
@@ -95,15 +115,25 @@ class SearchResult:
                 "reason": "measured on hardware or software other than the baseline's "
                 f"(fingerprint {base.record.fingerprint}); timings do not compare",
             }
+        pending = ledger.pending(unresolved=True)
+        fast = ledger.best_fast()
         return cls(
             winner=ledger.trial_record(best),
             baseline_trial=ledger.trial_record(base),
             trials=ledger.trial_records(),
-            guard=guard,
+            guard=ledger.guard,
+            tolerance=settings.tolerance,
+            metric_name=settings.metric_name,
+            higher_is_better=settings.higher_is_better,
             environment=dict(settings.environment),
             search=search,
             planned_samples=settings.planned_samples,
             interrupted=interrupted,
+            safe=ledger.trial_record(ledger.best_safe() or base),
+            fast=None if fast is None else ledger.trial_record(fast),
+            pending=None if pending is None else ledger.trial_record(pending),
+            pareto=tuple(e.number for e in ledger.pareto()),
+            round_speedups=tuple(ledger.round_speedups(best)),
         )
 
     @classmethod
@@ -150,21 +180,40 @@ class SearchResult:
         return self.baseline_trial.config
 
     @property
-    def tolerance(self) -> float:
-        return self.guard.tolerance
+    def chosen(self) -> str:
+        """Which answer ``config`` is: "fast" (confirmed) or "safe"."""
+        return (
+            "fast" if self.fast is not None and self.winner.number == self.fast.number else "safe"
+        )
 
     @property
     def metrics(self) -> dict[str, Any]:
-        return self.winner.metrics(self.guard.metric_name, self.planned_samples)
+        return self.metrics_of(self.winner)
 
     @property
     def baseline_metrics(self) -> dict[str, Any]:
-        return self.baseline_trial.metrics(self.guard.metric_name, self.planned_samples)
+        return self.metrics_of(self.baseline_trial)
+
+    def metrics_of(self, trial: TrialRecord) -> dict[str, Any]:
+        out = trial.metrics(self.metric_name, self.planned_samples)
+        if out["validation_metric"] is None and trial.safe and self.guard is not None:
+            out["validation_metric"] = self.guard.baseline_metric  # the baseline's model
+        return out
 
     @property
     def speedup(self) -> float:
+        """Side by side (the median over rounds) where measured so, else projected."""
+        if len(self.round_speedups) >= 2:
+            return float(statistics.median(self.round_speedups))
         base, best = self.baseline_trial.projected_time, self.winner.projected_time
         return base / best if base and best else 1.0
+
+    @property
+    def speedup_range(self) -> tuple[float, float] | None:
+        """The lowest and highest side-by-side speedup over the rounds (None: not measured)."""
+        if len(self.round_speedups) < 2:
+            return None
+        return min(self.round_speedups), max(self.round_speedups)
 
     @property
     def throughput_ratio(self) -> float:
@@ -180,18 +229,54 @@ class SearchResult:
         search["trials"] = len(self.trials)
         search["failures"] = self.failures
         search["interrupted"] = self.interrupted
+        span = self.speedup_range
         return {
             "schema_version": SCHEMA_VERSION,
             "config": self.config.to_dict(),
             "metrics": self.metrics,
             "baseline": {"config": self.baseline.to_dict(), "metrics": self.baseline_metrics},
             "speedup": self.speedup,
+            "speedup_range": list(span) if span else None,
+            "speedup_rounds": len(self.round_speedups),
             "throughput_ratio": self.throughput_ratio,
             "tolerance": self.tolerance,
-            "accuracy_guard": self.guard.to_dict(),
+            "accuracy_guard": self.guard.to_dict() if self.guard is not None else None,
+            "answers": self._answers(),
+            "pareto_front": [self._point(t) for t in self.trials if t.number in self.pareto],
             "environment": self.environment,
             "search": search,
             "trials": [t.to_dict() for t in self.trials],
+        }
+
+    def _answers(self) -> dict[str, Any]:
+        def answer(t: TrialRecord | None) -> dict[str, Any] | None:
+            if t is None:
+                return None
+            base = self.baseline_trial.projected_time
+            return {
+                "trial": t.number,
+                "config": t.config.to_dict(),
+                "speedup": base / t.projected_time if base and t.projected_time else None,
+                "validation_metric": self.metrics_of(t)["validation_metric"],
+                "confirmation": t.confirmation.to_dict() if t.confirmation else None,
+            }
+
+        return {
+            "chosen": self.chosen,
+            "safe": answer(self.safe),
+            "fast": answer(self.fast),
+            "pending": answer(self.pending),
+        }
+
+    def _point(self, t: TrialRecord) -> dict[str, Any]:
+        base = self.baseline_trial.projected_time
+        return {
+            "trial": t.number,
+            "config": t.config.describe(),
+            "projected_training_time": t.projected_time,
+            "speedup": base / t.projected_time if base and t.projected_time else None,
+            "validation_metric": self.metrics_of(t)["validation_metric"],
+            "safe": t.safe,
         }
 
     def to_json(self) -> str:

@@ -24,19 +24,8 @@ def _fmt_metric(value: float | None) -> str:
 def render_summary(data: dict[str, Any]) -> str:
     """A readable summary of an exported result (what ``autotune show`` prints)."""
     m, b = data["metrics"], data["baseline"]["metrics"]
-    guard = data.get("accuracy_guard", {})
-    search = data.get("search", {})
-    env = data.get("environment", {})
-    kept = data["config"] == data["baseline"]["config"]
-    headline = (
-        "autotune result: no config was measured faster than the baseline within the tolerance; "
-        "keep the baseline's settings"
-        if kept
-        else f"autotune result: {data['speedup']:.2f}x faster than the baseline "
-        f"(projected for {m.get('planned_samples', 0):,} training samples)"
-    )
     lines = [
-        headline,
+        _headline(data),
         "",
         f"  winner:   {_describe(data['config'])}",
         f"  baseline: {_describe(data['baseline']['config'])}",
@@ -68,47 +57,109 @@ def render_summary(data: dict[str, Any]) -> str:
         f"{_fmt_metric(b.get('validation_metric')):>16}"
     )
     lines.append("")
-    if guard:
-        lines.append(
-            f"  accuracy guard: tolerance {guard['tolerance']:g}; baseline {name} "
-            f"{guard['baseline_metric']:.4f} ± {guard['baseline_spread']:.4f} over "
-            f"{len(guard['baseline_runs'])} seeds; "
-            f"{'reliable' if guard['reliable'] else 'NOT reliable at this tolerance'}"
+    lines += _answers(data, name)
+    lines += _search_lines(data)
+    return "\n".join(lines)
+
+
+def _headline(data: dict[str, Any]) -> str:
+    m = data["metrics"]
+    if data["config"] == data["baseline"]["config"]:
+        return (
+            "autotune result: no config was measured faster than the baseline; keep the "
+            "baseline's settings"
         )
-        if m.get("accuracy_confirmed") and guard["reliable"]:
-            lines.append(
-                f"  winner's {name} confirmed over {m['validation_metric_runs']} seeds "
-                "(mean within tolerance of the baseline's)"
-            )
-        elif m.get("accuracy_confirmed"):
-            resolution = guard.get("confirmation_resolution")
-            within = f"±{resolution:.4f}" if resolution is not None else "its noise"
-            lines.append(
-                f"  ! winner's {name} passed confirmation over {m['validation_metric_runs']} "
-                f"seeds only within the noise ({within}), not within the tolerance "
-                f"{guard['tolerance']:g}"
-            )
-        elif m.get("accuracy_checked") and m.get("accuracy_confirmed") is None and not kept:
-            lines.append(
-                f"  ! winner's {name} was screened with one run only (no time was left to "
-                "confirm it over several seeds)"
-            )
+    span = data.get("speedup_range")
+    how = (
+        f"side by side over {data.get('speedup_rounds')} rounds: {span[0]:.2f}-{span[1]:.2f}x"
+        if span
+        else "from the trials' measurements, not re-measured side by side"
+    )
+    return (
+        f"autotune result: {data['speedup']:.2f}x faster than the baseline ({how}; projected "
+        f"for {m.get('planned_samples', 0):,} training samples)"
+    )
+
+
+def _answers(data: dict[str, Any], name: str) -> list[str]:
+    """The two answers, the accuracy check behind the fast one, and what would settle a
+    faster candidate left unsettled."""
+    answers = data.get("answers") or {}
+    guard = data.get("accuracy_guard")
+    lines = []
+    safe, fast, pending = answers.get("safe"), answers.get("fast"), answers.get("pending")
+    if safe is not None:
+        lines.append(
+            f"  safe answer (numerics unchanged, no accuracy risk): trial #{safe['trial']}, "
+            f"{_x(safe.get('speedup'))}"
+        )
+    if fast is not None:
+        c = fast.get("confirmation") or {}
+        lines.append(
+            f"  fast answer (numerics changed): trial #{fast['trial']}, "
+            f"{_x(fast.get('speedup'))}; {name} confirmed over {len(c.get('runs', []))} paired "
+            f"seeds: drop {c.get('drop', 0):+.4f}, resolution ±{c.get('resolution') or 0:.4f}, "
+            f"tolerance {data.get('tolerance'):g}"
+        )
+    lines.append(f"  chosen: the {answers.get('chosen', 'safe')} answer")
+    if pending is not None:
+        c = pending.get("confirmation") or {}
+        why = c.get("settle") or "its check could not be made in the time left"
+        lines.append(
+            f"  ! trial #{pending['trial']} ({_x(pending.get('speedup'))}) changes the numerics "
+            f"and passed screening, but its accuracy is not settled: {why}"
+        )
+    if guard is None:
+        lines.append(
+            "  ! no accuracy check was made (no time for the baseline's accuracy runs): only "
+            "knobs that leave the numerics alone could win"
+        )
+    else:
+        lines.append(
+            f"  accuracy guard: tolerance {guard['tolerance']:g}, paired runs; baseline {name} "
+            f"{guard['baseline_metric']:.4f} ± {guard['baseline_spread']:.4f} over "
+            f"{len(guard['baseline_runs'])} seeds of {guard['accuracy_samples']:,} samples"
+        )
         if guard.get("advice"):
             lines.append(f"  ! {guard['advice']}")
+    note = (data.get("search") or {}).get("accuracy_note")
+    if note:
+        lines.append(f"  ! {note}")
+    return lines
+
+
+def _search_lines(data: dict[str, Any]) -> list[str]:
+    search = data.get("search", {})
+    env = data.get("environment", {})
     failures = search.get("failures") or {}
     failed = ", ".join(f"{k}: {v}" for k, v in sorted(failures.items())) or "none"
-    lines.append(
-        f"  search: {search.get('trials', 0)} trials in {search.get('seconds', 0):.0f} s, "
-        f"failures: {failed}; study {search.get('study_name')!r}"
-    )
+    first = search.get("first_win_seconds")
+    lines = [
+        f"  search: {search.get('trials', 0)} trials ({search.get('configs_measured', 0)} configs "
+        "measured) "
+        f"in {search.get('seconds', 0):.0f} s of {_budget(search)}; first verified win "
+        f"{'none' if first is None else f'after {first:.0f} s'}; failures: {failed}; study "
+        f"{search.get('study_name')!r}"
+    ]
     if search.get("interrupted"):
-        lines.append("  (interrupted: this is the best config found before the stop)")
+        lines.append("  (interrupted: this is the best answer found before the stop)")
     if env:
         lines.append(
             f"  measured on: {env.get('device_name')} ({env.get('device')}), "
             f"torch {env.get('torch')}, {env.get('cpu_count')} CPUs"
         )
-    return "\n".join(lines)
+    return lines
+
+
+def _budget(search: dict[str, Any]) -> str:
+    timeout = search.get("timeout")
+    if timeout:
+        return f"{timeout:.0f} s"
+    return f"{search.get('n_trials')} trials"
+
+
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
 
 
 def _ms(v: float | None) -> float | None:

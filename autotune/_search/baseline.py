@@ -1,8 +1,7 @@
-"""The baseline: measured first, with the same budget as every candidate, and trained over
-several data-order seeds so the accuracy guard knows its noise.
-
-The accuracy budget is fixed once, from the baseline's speed and spread (the guard's plan):
-every candidate then trains on the same number of samples.
+"""The baseline: its throughput measured first, with the same budget as every candidate; its
+accuracy runs (one per data-order seed, which the guard pairs with each candidate's) measured
+only when the first candidate that changes the numerics needs them, within a bounded share of
+the budget.
 """
 
 from __future__ import annotations
@@ -11,24 +10,27 @@ import dataclasses
 import statistics
 
 from autotune._errors import AutotuneError
+from autotune._search import storage
 from autotune._search.bench import Bench
-from autotune._search.guard import (
-    AccuracyGuard,
-    AccuracyPlan,
-    plan_accuracy_budget,
-    worth_growing,
-)
-from autotune._search.ledger import Entry, Ledger, make_guard
-from autotune._search.record import Record, Role
-from autotune._space import SearchSpace
-from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyCheck, TrialOutcome
+from autotune._search.guard import AccuracyGuard, plan_accuracy_budget
+from autotune._search.ledger import Entry, Ledger
+from autotune._search.record import BaselineAccuracy, Record, Role
+from autotune._space import Choice, SearchSpace
+from autotune._trial.runner import AccuracyCheck, Budget
 
-__all__ = ["Baseline", "measure_baseline"]
+__all__ = [
+    "Baseline",
+    "calibrate",
+    "measure_baseline",
+    "measure_baseline_accuracy",
+    "measurement_seconds",
+]
 
-MIN_TRIAL_LIMIT = 60.0  # seconds: the automatic trial limit is never shorter
-TRIAL_LIMIT_FACTOR = 5.0  # the automatic trial limit, as a multiple of the baseline's trial
-CONFIRM_SLACK = 1.2  # a confirmation's expected time, as a multiple of the baseline's runs
+SLACK = 1.2  # expected times of runs like the baseline's, as a multiple of the baseline's
+# The steady-state part of a measurement lasts about 1% of the budget, within these bounds: a
+# 240-s search then measures ~2.4 s per config, a 1-hour one 10 s.
+TIMED_SHARE, MIN_TIMED, MAX_TIMED, UNTIMED_TARGET = 0.01, 1.0, 10.0, 3.0
+MAX_MEASURE_SHARE = 0.10  # a batch size one measurement of which takes more is not searched
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,14 +38,15 @@ class Baseline:
     """The measured baseline, and what the rest of the search derives from it."""
 
     entry: Entry
-    guard: AccuracyGuard
+    accuracy: BaselineAccuracy | None  # None until its accuracy runs are measured
+    guard: AccuracyGuard | None
 
     @classmethod
     def of(cls, ledger: Ledger) -> Baseline | None:
         entry = ledger.baseline
-        if entry is None or ledger.guard is None:
+        if entry is None:
             return None
-        return cls(entry, ledger.guard)
+        return cls(entry, ledger.baseline_accuracy, ledger.guard)
 
     @property
     def record(self) -> Record:
@@ -54,48 +57,116 @@ class Baseline:
         return float(self.record.projected_time or 0.0)
 
     @property
-    def accuracy(self) -> AccuracyCheck:
-        """The accuracy budget every candidate gets (one seed; confirmations add the rest)."""
-        return AccuracyCheck(samples=self.guard.accuracy_samples, seeds=(0,))
+    def throughput(self) -> float:
+        m = self.record.measurement
+        return m.throughput if m is not None else 0.0
 
     @property
-    def confirm_seconds(self) -> float:
-        """Expected time of confirming a winner: as many more runs as the baseline made, less
-        one; candidates worth confirming train faster than the baseline."""
-        seconds = [run.seconds for run in self.record.accuracy]
-        return CONFIRM_SLACK * statistics.fmean(seconds) * (len(seconds) - 1) if seconds else 0.0
+    def check(self) -> AccuracyCheck | None:
+        """The accuracy run every candidate that changes the numerics makes (seed 0)."""
+        if self.accuracy is None:
+            return None
+        return AccuracyCheck(samples=self.accuracy.samples, seeds=(0,))
+
+    def run_seconds(self, throughput: float | None = None) -> float:
+        """Expected seconds of one accuracy run of a config with ``throughput`` (the
+        baseline's own when not given)."""
+        if self.accuracy is None or not self.accuracy.runs:
+            return 0.0
+        mean = statistics.fmean(run.seconds for run in self.accuracy.runs)
+        ratio = self.throughput / throughput if throughput and self.throughput else 1.0
+        return SLACK * mean * ratio
+
+    def confirm_seconds(self, throughput: float | None = None) -> float:
+        """Expected seconds of confirming a candidate: as many more runs as the baseline made,
+        less the one it screened with."""
+        repeats = len(self.accuracy.runs) if self.accuracy is not None else 0
+        return self.run_seconds(throughput) * max(0, repeats - 1)
 
     @property
-    def remeasure_seconds(self) -> float:
-        """Expected time of measuring a config's throughput again."""
-        return self.record.measure_seconds
+    def measure_seconds(self) -> float:
+        """Seconds of measuring a config's throughput once, as the baseline's took."""
+        return SLACK * self.record.measure_seconds
+
+
+def measurement_seconds(
+    batch_size: int, budget: Budget, throughput: float, overhead: float
+) -> float:
+    """Seconds one measurement of a config at ``batch_size`` takes at ``throughput``:
+    its warm-up and timed steps, plus a fixed ``overhead`` (model copy, set-up, a validation
+    batch)."""
+    steps = budget.warmup_steps + budget.timed_steps(batch_size)
+    return overhead + steps * batch_size / max(throughput, 1e-9)
+
+
+def calibrate(bench: Bench, space: SearchSpace) -> SearchSpace:
+    """Measure the baseline once, to warm the trial worker up (the first run in a fresh
+    process is slow) and to learn its speed; then fix the measurement budget every config gets:
+    the same number of timed samples (the same batches, for configs of one batch size), about
+    1% of the time budget at the baseline's speed. Batch sizes one measurement of which would
+    take more than a tenth of the budget leave the space. Returns the space."""
+    s = bench.settings
+    if not s.calibrate:
+        return space
+    cfg = s.baseline
+    outcome = bench.execute(cfg)
+    m = outcome.measurement
+    if not outcome.ok or m is None:
+        return space  # the baseline's own measurement says why, next
+    overhead = max(
+        0.0, outcome.seconds - (m.warmup_steps + m.timed_steps) * m.batch_size / m.throughput
+    )
+    seconds = UNTIMED_TARGET
+    if s.timeout is not None:
+        seconds = min(MAX_TIMED, max(MIN_TIMED, TIMED_SHARE * s.timeout))
+    budget = dataclasses.replace(
+        s.budget,
+        warmup_steps=2,
+        timed_samples=max(cfg.batch_size, round(m.throughput * seconds)),
+        min_timed_steps=3,
+        min_timed_seconds=0.0,  # the same samples for every config, however fast
+        max_timed_seconds=0.0,
+    )
+    bench.settings = s.replace(budget=budget)
+    batch = space.knobs.get("batch_size")
+    if s.timeout is None or not isinstance(batch, Choice):
+        return space
+    limit = MAX_MEASURE_SHARE * s.timeout
+    kept = tuple(
+        b
+        for b in batch.values
+        if b == cfg.batch_size
+        or SLACK * measurement_seconds(int(b), budget, m.throughput, overhead) <= limit  # type: ignore[arg-type]
+    )
+    if kept == batch.values:
+        return space
+    dropped = ", ".join(str(b) for b in batch.values if b not in kept)
+    note = (
+        f"batch_size: dropped {dropped} (one measurement would take more than "
+        f"{MAX_MEASURE_SHARE:.0%} of the budget at the baseline's {m.throughput:,.0f} samples/s)"
+    )
+    bench.report(f"space: {note}")
+    return space.with_choice("batch_size", kept, note)
 
 
 def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
-    """Measure the baseline (or adopt the study's) and store it as a trial of the study."""
-    ledger = bench.ledger()
-    found = Baseline.of(ledger)
+    """Measure the baseline's throughput (or adopt the study's) and store it as a trial."""
+    found = Baseline.of(bench.ledger())
     if found is not None:
         bench.report(f"baseline: reusing trial {found.entry.number} from the study")
         return found
     cfg = bench.settings.baseline
     bench.report(f"baseline: {cfg.describe()}")
-    probe = bench.execute(cfg)
-    if not probe.ok or probe.measurement is None:
+    outcome = bench.execute(cfg)
+    if not outcome.ok or outcome.measurement is None:
         raise AutotuneError(
-            f"The baseline config failed ({probe.failure}): {probe.message}. Nothing can be "
-            "compared against it: fix the model/data, or pass a baseline= that runs."
+            f"The baseline config failed ({outcome.failure}): {outcome.message}. Nothing can "
+            "be compared against it: fix the model/data, or pass a baseline= that runs."
         )
-    samples, outcome = _accuracy_runs(bench, probe.measurement)
-    runs = [r.seconds for r in outcome.accuracy]
     record = bench.record(
-        dataclasses.replace(outcome, seconds=outcome.seconds + probe.seconds),
+        outcome,
         role=Role.BASELINE,
-        measure_seconds=probe.seconds,
-        accuracy_samples=samples,
-        trial_limit=max(
-            MIN_TRIAL_LIMIT, TRIAL_LIMIT_FACTOR * (probe.seconds + statistics.fmean(runs))
-        ),
+        measure_seconds=outcome.seconds,
     )
     # The baseline is a point of the space (the space includes it), so it is stored with its
     # parameters and every sampler, grid samplers included, can place it.
@@ -108,45 +179,60 @@ def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
     return baseline
 
 
-def _accuracy_runs(bench: Bench, m: Measurement) -> tuple[int, TrialOutcome]:
-    """The baseline's accuracy runs over ``accuracy_repeats`` seeds. Unless the user fixed
-    ``accuracy_samples``, the budget starts from the plan (time share, floor) and doubles while
-    the baseline's own spread hides a drop of the tolerance and time allows."""
+def accuracy_plan_seconds(bench: Bench, baseline: Baseline) -> tuple[int, float, str | None]:
+    """(samples per run, expected seconds of all the baseline's runs, the plan's note)."""
     s = bench.settings
-    seeds = tuple(range(s.accuracy_repeats))
     plan = plan_accuracy_budget(
         n_train=s.n_train,
         batch_size=s.baseline.batch_size,
-        throughput=m.throughput,
+        throughput=baseline.throughput,
         repeats=s.accuracy_repeats,
-        seconds_left=bench.deadline.left(),
+        seconds=s.timeout,
         planned_epochs=s.planned_epochs,
     )
+    samples, note = plan.samples, plan.note
     if s.accuracy_samples is not None:
-        plan = AccuracyPlan(first=s.accuracy_samples, most=s.accuracy_samples, floor=plan.floor)
-    elif plan.note is not None:
-        bench.report(f"accuracy guard: {plan.note}")
-    samples = plan.first
-    spent = 0.0
-    while True:
-        outcome = bench.execute(
-            s.baseline, accuracy=AccuracyCheck(samples=samples, seeds=seeds), measured=m
+        samples, note = s.accuracy_samples, None
+    seconds = SLACK * s.accuracy_repeats * samples / max(baseline.throughput, 1e-9)
+    return samples, seconds, note
+
+
+def measure_baseline_accuracy(bench: Bench, baseline: Baseline) -> Baseline:
+    """The baseline's accuracy runs over ``accuracy_repeats`` seeds (and the untrained model's
+    metric), stored in the study: the guard every candidate is then held to."""
+    s = bench.settings
+    samples, expected, note = accuracy_plan_seconds(bench, baseline)
+    if note is not None:
+        bench.report(f"accuracy guard: {note}")
+    check = AccuracyCheck(samples=samples, seeds=tuple(range(s.accuracy_repeats)), initial=True)
+    outcome = bench.execute(
+        s.baseline, accuracy=check, measured=baseline.record.measurement, expected=expected
+    )
+    if not outcome.ok:
+        raise AutotuneError(
+            f"The baseline config failed its accuracy runs ({outcome.failure}): {outcome.message}."
         )
-        if not outcome.ok:
-            raise AutotuneError(
-                f"The baseline config failed its accuracy runs ({outcome.failure}): "
-                f"{outcome.message}."
-            )
-        spent += outcome.seconds
-        guard = make_guard(s, tuple(r.metric for r in outcome.accuracy), samples)
-        run_seconds = sum(r.seconds for r in outcome.accuracy)
-        left = bench.deadline.left()
-        if not worth_growing(guard, plan, run_seconds=run_seconds, seconds_left=left):
-            return samples, dataclasses.replace(outcome, seconds=spent)
-        grown = plan.grown(samples)
-        bench.report(
-            f"accuracy guard: at {samples} samples per run the baseline's "
-            f"{guard.metric_name} varies by ±{guard.spread:.4f} over {guard.repeats} seeds, "
-            f"too much to resolve a drop of {s.tolerance:g}: measuring again at {grown}"
-        )
-        samples = grown
+    accuracy = BaselineAccuracy(
+        runs=outcome.accuracy,
+        samples=samples,
+        initial_metric=outcome.initial_metric,
+        seconds=outcome.seconds,
+        note=note,
+    )
+    storage.write_baseline_accuracy(bench.study, accuracy)
+    measured = Baseline.of(bench.ledger())
+    assert measured is not None and measured.guard is not None
+    guard = measured.guard
+    bench.report(
+        f"accuracy guard: baseline {guard.metric_name} {guard.baseline_metric:.4f} "
+        f"± {guard.spread:.4f} over {guard.repeats} seeds of {samples} samples "
+        f"(untrained model: {_fmt(guard.initial_metric)}), in {outcome.seconds:.0f} s"
+    )
+    advice = guard.advice()
+    if advice:
+        bench.report(f"accuracy guard: {advice}")
+    return measured
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

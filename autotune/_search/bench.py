@@ -24,6 +24,8 @@ from autotune._trial.runner import AccuracyCheck, TrialOutcome
 __all__ = ["Bench"]
 
 PENALTY = 10.0  # objective of a failed trial, as a multiple of the baseline's projected time
+MIN_TRIAL_LIMIT = 60.0  # seconds: no run is stopped sooner, unless the user says so
+TRIAL_LIMIT_FACTOR = 5.0  # a run's limit, as a multiple of what it is expected to take
 FAILED_CONSTRAINT = "failed"
 ACCURACY_CONSTRAINT = "accuracy"
 
@@ -48,7 +50,6 @@ class Bench:
         self.deadline = deadline
         self.report = report
         self.fingerprint = fingerprint
-        self.auto_limit: float | None = None  # 5x the baseline's trial, once it is measured
 
     def ledger(self) -> Ledger:
         return Ledger.read(self.study, self.settings)
@@ -59,13 +60,20 @@ class Bench:
         *,
         accuracy: AccuracyCheck | None = None,
         measured: Measurement | None = None,
+        expected: float | None = None,
     ) -> TrialOutcome:
-        """Run ``cfg`` within its wall-clock limit: the user's, or 5x the baseline's trial, and
-        never far past the search's deadline."""
+        """Run ``cfg`` within its wall-clock limit: the user's ``trial_timeout``, or 5x what
+        the run is ``expected`` to take (at least a minute), and never far past the search's
+        deadline."""
         limit = self.settings.trial_timeout
-        limit = self.deadline.trial_limit(limit if limit is not None else self.auto_limit)
+        if limit is None and expected is not None:
+            limit = max(MIN_TRIAL_LIMIT, TRIAL_LIMIT_FACTOR * expected)
         return self.executor.run(
-            cfg, self.settings.budget, accuracy=accuracy, measured=measured, time_limit=limit
+            cfg,
+            self.settings.budget,
+            accuracy=accuracy,
+            measured=measured,
+            time_limit=self.deadline.trial_limit(limit),
         )
 
     def ask(self) -> optuna.Trial:
@@ -98,6 +106,7 @@ class Bench:
             seconds=outcome.seconds,
             projected_time=projected,
             fingerprint=self.fingerprint,
+            at=self.deadline.now(),
             **extra,  # type: ignore[arg-type]
         )
 

@@ -1,5 +1,7 @@
 """One candidate trial: ask the sampler, skip what is already known, measure throughput first,
-prune the clearly slower, pay for accuracy runs only where the numerics change, record."""
+pay for an accuracy run only where the numerics change and the candidate could still win, and
+confirm a candidate that passed screening while it leads, so the study always holds a verified
+answer."""
 
 from __future__ import annotations
 
@@ -8,22 +10,25 @@ import dataclasses
 import optuna
 from optuna.trial import TrialState
 
+from autotune._choices import CompileMode
 from autotune._config import TrainingConfig
 from autotune._errors import ConfigError
-from autotune._search import storage
-from autotune._search.baseline import Baseline
+from autotune._search import ranking, storage
+from autotune._search.baseline import SLACK, Baseline, measurement_seconds
 from autotune._search.bench import Bench
+from autotune._search.finish import confirm
 from autotune._search.ledger import Ledger
+from autotune._search.policy import STAGE_ATTR, Stage, Step
 from autotune._search.progress import trial_line
 from autotune._search.record import Record, Role
 from autotune._space import SearchSpace
 from autotune._trial.failures import FailureReason
 from autotune._trial.probe import MemoryLimits
-from autotune._trial.runner import TrialOutcome
+from autotune._trial.runner import Budget, TrialOutcome
 
-__all__ = ["CandidateRun", "run_candidate"]
+__all__ = ["COMPILE_GUESS", "CandidateRun", "expected_seconds", "run_candidate"]
 
-PRUNE_MARGIN = 1.10  # prune only candidates >10% slower than the best (beyond timing noise)
+COMPILE_GUESS = 90.0  # seconds a first compiled trial is expected to take, before any was seen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,16 +40,71 @@ class CandidateRun:
     exhausted: bool = False  # the sampler has covered its whole space
 
 
+def expected_seconds(
+    cfg: TrainingConfig, ledger: Ledger, baseline: Baseline, budget: Budget
+) -> float:
+    """How long measuring ``cfg``'s throughput is expected to take: its warm-up and timed
+    steps at the baseline's speed, plus the baseline's fixed overhead (a bigger batch does
+    fewer, larger steps of the same samples); for a compiled config, as long as the slowest
+    compiled trial so far (a first one: :data:`COMPILE_GUESS`)."""
+    typical = baseline.measure_seconds
+    m = baseline.record.measurement
+    if m is not None:
+        base_cost = measurement_seconds(m.batch_size, budget, m.throughput, 0.0)
+        overhead = max(0.0, baseline.record.measure_seconds - base_cost)
+        steps = measurement_seconds(cfg.batch_size, budget, m.throughput, overhead)
+        typical = SLACK * steps
+    if cfg.compile_mode is CompileMode.NONE:
+        return typical
+    compiled = [
+        e.record.measure_seconds
+        for e in ledger.entries
+        if e.config.compile_mode is not CompileMode.NONE and e.record.measure_seconds > 0
+    ]
+    return max(compiled) if compiled else max(COMPILE_GUESS, 3 * typical)
+
+
 def run_candidate(
     bench: Bench,
+    step: Step,
     space: SearchSpace,
     *,
     baseline: Baseline,
     memory: MemoryLimits | None,
-    guided: bool,
-    stage: str,
+    reserve: float,
 ) -> CandidateRun:
+    """Run the next candidate: the next enqueued trial (the loop enqueues ``step``'s configs,
+    or its pinned parameters for the sampler to complete), built from ``space``.
+    ``reserve``: seconds kept back for pending work (confirming a leader, the side-by-side
+    rounds), which no phase may eat into."""
     trial = bench.ask()
+    try:
+        # The heartbeat from the start: a process that dies at any point leaves a stale beat,
+        # by which the others fail its trial and retry it.
+        with storage.heartbeat(bench.study, trial):
+            run = _run(bench, trial, step, space, baseline, memory, reserve)
+    except KeyboardInterrupt:
+        # The trial did not finish: fail it and let a resumed search run it again.
+        if trial.number not in {e.number for e in bench.ledger().entries}:
+            bench.study.tell(trial, state=TrialState.FAIL)
+            storage.retry_once(bench.study, bench.study.trials[trial.number])
+        raise
+    if bench.settings.guided and run.seconds is not None:
+        _confirm_if_leading(bench, baseline, trial.number, reserve)
+    return run
+
+
+def _run(
+    bench: Bench,
+    trial: optuna.Trial,
+    step: Step,
+    space: SearchSpace,
+    baseline: Baseline,
+    memory: MemoryLimits | None,
+    reserve: float,
+) -> CandidateRun:
+    stage = trial.user_attrs.get(STAGE_ATTR)  # the stage that queued it
+    step = dataclasses.replace(step, stage=Stage(stage) if stage else step.stage)
     try:
         cfg = space.suggest(trial, bench.settings.baseline)
     except ConfigError as exc:  # a combination the config itself rejects
@@ -55,27 +115,20 @@ def run_candidate(
     if previous is not None:
         # Its record again, as a candidate (even when it repeats the baseline's config).
         record = dataclasses.replace(previous.record, reused=True, role=Role.CANDIDATE)
-        return _finish(bench, trial, record, baseline, stage, repeated=True)
+        return _finish(bench, trial, record, baseline, step, repeated=True)
     predicted = _predicted_oom(cfg, memory)
     if predicted is not None:
-        record = bench.record(predicted, role=Role.CANDIDATE)
-        return _finish(bench, trial, record, baseline, stage)
-    checked = cfg.numerics_key() != baseline.record.config.numerics_key()
-    # Same batch size, precision and schedule train the same model: reuse its accuracy runs.
-    known = ledger.accuracy_of_numerics(cfg) if checked else None
-    try:
-        with storage.heartbeat(bench.study, trial):
-            record = _measure(bench, trial, cfg, baseline, ledger, guided, checked and not known)
-    except KeyboardInterrupt:
-        # The trial did not finish: fail it and let a resumed search run it again.
-        bench.study.tell(trial, state=TrialState.FAIL)
-        storage.retry_once(bench.study, bench.study.trials[trial.number])
-        raise
-    if known is not None and record.ok:
-        record = dataclasses.replace(
-            record, accuracy=known, accuracy_samples=baseline.accuracy.samples
+        return _finish(bench, trial, bench.record(predicted, role=Role.CANDIDATE), baseline, step)
+    expected = expected_seconds(cfg, ledger, baseline, bench.settings.budget)
+    if not bench.deadline.fits(expected + reserve):
+        bench.fail(trial, f"not started: expected to take ~{expected:.0f} s, more than is left")
+        bench.report(
+            f"skipped {cfg.describe()}: expected to take ~{expected:.0f} s, and "
+            f"{bench.deadline.describe()} with {reserve:.0f} s kept for pending work"
         )
-    return _finish(bench, trial, record, baseline, stage, seconds=record.seconds)
+        return CandidateRun()
+    record = _measure(bench, trial, cfg, baseline, ledger, reserve)
+    return _finish(bench, trial, record, baseline, step, seconds=record.seconds)
 
 
 def _measure(
@@ -84,41 +137,94 @@ def _measure(
     cfg: TrainingConfig,
     baseline: Baseline,
     ledger: Ledger,
-    guided: bool,
-    needs_accuracy: bool,
+    reserve: float,
 ) -> Record:
-    """Throughput first: a clearly slower candidate does not pay for accuracy runs."""
-    outcome = bench.execute(cfg)
+    """Throughput first; then, where the numerics change, an accuracy run (seed 0) unless the
+    candidate cannot win or there is no time for it."""
+    budget = bench.settings.budget
+    outcome = bench.execute(cfg, expected=expected_seconds(cfg, ledger, baseline, budget))
     measured = outcome.seconds
-    pruned = False
-    if outcome.ok and needs_accuracy:
-        pruned = guided and _should_prune(bench, trial, outcome, ledger)
-        if not pruned:
-            outcome = bench.execute(cfg, accuracy=baseline.accuracy, measured=outcome.measurement)
-            outcome = dataclasses.replace(outcome, seconds=outcome.seconds + measured)
-    samples = baseline.accuracy.samples if outcome.accuracy else None
+    if not outcome.ok or cfg.numerics_key() == baseline.record.config.numerics_key():
+        return bench.record(outcome, role=Role.CANDIDATE, measure_seconds=measured)
+    known = ledger.accuracy_of_numerics(cfg)
+    if known is not None:  # the same trained model: its accuracy runs carry over
+        outcome = dataclasses.replace(outcome, accuracy=known)
+        return bench.record(
+            outcome,
+            role=Role.CANDIDATE,
+            measure_seconds=measured,
+            accuracy_samples=baseline.check.samples if baseline.check else None,
+        )
+    skip = _no_accuracy_run(bench, trial, outcome, baseline, ledger, reserve)
+    if skip is not None:
+        return bench.record(
+            dataclasses.replace(outcome, message=skip),
+            role=Role.CANDIDATE,
+            measure_seconds=measured,
+            pruned=True,
+        )
+    check = baseline.check
+    assert check is not None and outcome.measurement is not None
+    outcome = bench.execute(
+        cfg,
+        accuracy=check,
+        measured=outcome.measurement,
+        expected=baseline.run_seconds(outcome.measurement.throughput),
+    )
+    outcome = dataclasses.replace(outcome, seconds=outcome.seconds + measured)
     return bench.record(
-        outcome,
-        role=Role.CANDIDATE,
-        pruned=pruned,
-        measure_seconds=measured,
-        accuracy_samples=samples,
+        outcome, role=Role.CANDIDATE, measure_seconds=measured, accuracy_samples=check.samples
     )
 
 
-def _should_prune(bench: Bench, trial: optuna.Trial, outcome: TrialOutcome, ledger: Ledger) -> bool:
-    """Optuna's pruner on the throughput phase's projected time, and clearly (beyond noise)
-    slower than the best feasible config so far."""
+def _no_accuracy_run(
+    bench: Bench,
+    trial: optuna.Trial,
+    outcome: TrialOutcome,
+    baseline: Baseline,
+    ledger: Ledger,
+    reserve: float,
+) -> str | None:
+    """Why a candidate that changes the numerics gets no accuracy run, or None when it does:
+    there is no guard (no time was left for the baseline's runs), it could not win (not
+    faster than the best verified answer, beyond a tie), or its run does not fit the budget."""
     assert outcome.measurement is not None
+    if baseline.check is None:
+        return "no accuracy check: the baseline's accuracy runs were not measured"
     s = bench.settings
     projected = outcome.measurement.projected_time(s.planned_samples, s.planned_epochs)
-    trial.report(projected, step=0)
+    trial.report(projected, step=0)  # Optuna's intermediate value: the throughput phase
     best = ledger.best()
-    if best is None:
-        return False
-    return bool(trial.should_prune()) and projected > PRUNE_MARGIN * float(
-        ledger.projected(best) or 0
-    )
+    if s.guided and best is not None:
+        floor = float(ledger.projected(best) or 0.0)
+        if projected > floor * (1 - ranking.TIE):
+            return (
+                f"not faster than the best verified config (trial #{best.number}): no accuracy "
+                "run, it could not win"
+            )
+    run = baseline.run_seconds(outcome.measurement.throughput)
+    if not bench.deadline.fits(run + reserve):
+        return f"no time left for its accuracy run (~{run:.0f} s)"
+    return None
+
+
+def _confirm_if_leading(bench: Bench, baseline: Baseline, number: int, reserve: float) -> None:
+    """Confirm a candidate that passed screening and leads the answers so far, at once: the
+    study then holds it as a verified answer should the search be cut off."""
+    ledger = bench.ledger()
+    leader = ledger.unconfirmed_leader()
+    if leader is None or leader.number != number or baseline.guard is None:
+        return
+    if baseline.guard.repeats < 2:
+        return
+    m = leader.record.measurement
+    cost = baseline.confirm_seconds(m.throughput if m else None)
+    if not bench.deadline.fits(cost + reserve):
+        bench.report(
+            f"trial #{number} passed screening; no time to confirm its accuracy (~{cost:.0f} s)"
+        )
+        return
+    confirm(bench, baseline, leader)
 
 
 def _predicted_oom(cfg: TrainingConfig, memory: MemoryLimits | None) -> TrialOutcome | None:
@@ -143,7 +249,7 @@ def _finish(
     trial: optuna.Trial,
     record: Record,
     baseline: Baseline,
-    stage: str,
+    step: Step,
     *,
     repeated: bool = False,
     seconds: float | None = None,
@@ -155,7 +261,7 @@ def _finish(
         trial_line(
             ledger,
             entry,
-            stage=stage,
+            stage=step.stage.value,
             n_trials=bench.settings.n_trials,
             time_left=bench.deadline.describe(),
         )

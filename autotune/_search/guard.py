@@ -1,23 +1,29 @@
 """The accuracy guard: is a candidate's validation metric within tolerance of the baseline's?
 
-Short-budget metrics are noisy, so the guard first measures the baseline's own run-to-run spread
-over several data-order seeds. It then decides in two steps:
+Accuracy runs are paired: a candidate's run with data-order seed ``s`` starts from the same
+initial weights and sees the same samples in the same order as the baseline's run with seed
+``s``, so the noise the two share cancels in their difference. The guard decides in two steps:
 
-- **Screening** (every candidate, one run): a candidate is rejected only for a drop larger than
-  both the tolerance and what one run can resolve against that spread. Cheap, and never rejects
-  on noise; it may let a borderline candidate through.
-- **Confirmation** (the winner, as many runs as the baseline): the means are compared, at the
-  baseline's spread; a candidate whose drop exceeds the tolerance (or, when the noise is wider than
-  the tolerance, what the runs can resolve) does not win.
+- **Screening** (every candidate whose numerics change, one run, seed 0): rejected only for a
+  drop larger than the tolerance plus what one pair can vary by. Before any confirmation that
+  variation is bounded by the baseline's own seed-to-seed spread (lenient); once confirmations
+  have measured how much paired differences really vary, by that (much tighter, since the
+  shared noise cancels), so a clearly worse candidate is not sent to a costly confirmation.
+- **Confirmation** (a candidate about to become the fast answer, as many seeds as the
+  baseline): the mean of the paired differences, and its resolution (one-sided 95%, Student's t
+  on the differences' own spread). *Confirmed*: the drop is within the tolerance and the
+  resolution is finer than it. *Rejected*: the drop is beyond the tolerance, clearly. Otherwise
+  *unresolved*: the check cannot tell, and says what would settle it.
 
-When even the confirmation cannot resolve a drop of ``tolerance`` the guard says so plainly
-(``reliable`` is False, and ``advice`` says what to change) instead of passing or failing
-candidates on noise.
+Where the baseline did not learn measurably in its accuracy budget (its metric barely moved
+from the untrained model's), no change of the numerics can be confirmed: every check would
+compare untrained models.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -29,38 +35,58 @@ __all__ = [
     "AccuracyGuard",
     "AccuracyPlan",
     "Confirmation",
+    "Verdict",
     "plan_accuracy_budget",
-    "worth_growing",
 ]
 
 CONFIDENCE = 0.95
-ACCURACY_SHARE = 0.15  # of the time left, for the baseline's accuracy runs
-FLOOR_STEPS = 128  # baseline steps (at most one epoch) below which an accuracy run says little
+ACCURACY_SHARE = 0.25  # of the whole budget, the most the baseline's accuracy runs may take
 TARGET_EPOCHS = 3  # the accuracy budget when time allows: three epochs (and >= 64 steps)
-GROWTH_SHARE = 0.3  # of the time left, the most a re-measurement at a doubled budget may take
+MIN_STEPS = 8  # baseline steps an accuracy run takes at the least
+LEARNED = 2.0  # the baseline must move its metric by this many of its own spreads (std) to learn
 
 
 def _t_quantile(q: float, dof: int) -> float:
     return float(stats.t.ppf(q, dof))
 
 
+class Verdict(str, enum.Enum):
+    CONFIRMED = "confirmed"
+    REJECTED = "rejected"
+    UNRESOLVED = "unresolved"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Confirmation:
-    """The leading candidate's accuracy re-checked over as many seeds as the baseline's: the
-    mean of ``runs`` against the baseline's, ``drop`` compared with ``margin``. A confirmation
-    whose runs failed carries the ``failure`` message and did not pass."""
+    """A candidate's accuracy checked over several seeds, paired with the baseline's runs:
+    ``drop`` is the mean paired drop, ``resolution`` the smallest drop its runs can tell from
+    noise. A confirmation whose runs failed carries the ``failure`` message."""
 
-    runs: tuple[float, ...]
-    passed: bool
+    runs: tuple[float, ...]  # the candidate's metric per seed (0, 1, ...)
+    verdict: Verdict
     mean: float | None = None
     drop: float | None = None
-    margin: float | None = None
+    resolution: float | None = None
     failure: str | None = None
-    trial: int | None = None  # the trial it confirmed
+    settle: str | None = None  # what would settle an unresolved check
+    need: int | None = None  # seeds that would resolve the tolerance, at the pairs' spread
+    trial: int | None = None  # the trial it checked
+    at: float | None = None  # wall-clock time it was filed
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.CONFIRMED
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"runs": list(self.runs), "passed": self.passed}
-        for key in ("mean", "drop", "margin", "failure", "trial"):
+        out: dict[str, Any] = {
+            "runs": list(self.runs),
+            "verdict": self.verdict.value,
+            "passed": self.passed,
+        }
+        for key in ("mean", "drop", "resolution", "failure", "settle", "need", "trial", "at"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -69,30 +95,40 @@ class Confirmation:
     def from_dict(cls, data: Mapping[str, Any]) -> Confirmation:
         return cls(
             runs=tuple(float(r) for r in data.get("runs") or ()),
-            passed=bool(data["passed"]),
+            verdict=Verdict(data["verdict"]),
             mean=data.get("mean"),
             drop=data.get("drop"),
-            margin=data.get("margin"),
+            resolution=data.get("resolution"),
             failure=data.get("failure"),
+            settle=data.get("settle"),
+            need=data.get("need"),
             trial=data.get("trial"),
+            at=data.get("at"),
         )
 
     def describe(self) -> str:
-        if self.mean is None or self.drop is None or self.margin is None:
+        if self.drop is None:
             return str(self.failure)
+        resolution = "unknown" if self.resolution is None else f"±{self.resolution:.4f}"
         return (
-            f"mean {self.mean:.4f} over {len(self.runs)} seeds, drop {self.drop:+.4f} vs "
-            f"margin {self.margin:.4f}"
+            f"mean paired drop {self.drop:+.4f} over {len(self.runs)} seeds, resolution "
+            f"{resolution}"
         )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AccuracyGuard:
+    """The baseline's accuracy runs (one per data-order seed), and the rules they make."""
+
     metric_name: str
     higher_is_better: bool
     tolerance: float
-    baseline_runs: tuple[float, ...]
+    baseline_runs: tuple[float, ...]  # the baseline's metric for seeds 0, 1, ...
     accuracy_samples: int
+    initial_metric: float | None = None  # the untrained model's metric
+    # The spread (std) of paired differences that confirmations measured, and its dof.
+    paired_spread: float | None = None
+    paired_dof: int = 0
 
     @property
     def repeats(self) -> int:
@@ -107,75 +143,132 @@ class AccuracyGuard:
         """Sample standard deviation of the baseline's metric across data-order seeds."""
         return statistics.stdev(self.baseline_runs) if self.repeats > 1 else 0.0
 
-    def noise_margin(self, n: int = 1) -> float:
-        """The smallest drop of a mean of ``n`` candidate runs below the baseline's mean that is
-        not noise (one-sided, 95%): t * s * sqrt(1/k + 1/n), s the baseline's spread, the
-        candidate's runs assumed to scatter alike (dof k + n - 2 when n > 1)."""
-        k = self.repeats
-        if k < 2:
-            return 0.0
-        dof = k + n - 2 if n > 1 else k - 1
-        return _t_quantile(CONFIDENCE, dof) * self.spread * math.sqrt(1 / k + 1 / n)
-
     @property
-    def screening_margin(self) -> float:
-        """The drop one candidate run may show and still pass screening."""
-        return max(self.tolerance, self.noise_margin())
-
-    @property
-    def confirmation_resolution(self) -> float:
-        """What a mean of as many runs as the baseline's can resolve, at the baseline's spread."""
-        return self.noise_margin(self.repeats) if self.repeats > 1 else math.inf
-
-    @property
-    def reliable(self) -> bool:
-        """Whether the confirmation can resolve a drop of ``tolerance`` at all."""
-        return self.repeats > 1 and self.confirmation_resolution <= self.tolerance
+    def learned(self) -> bool:
+        """Whether the baseline's metric moved from the untrained model's by more than twice
+        its own seed-to-seed spread: only then do its accuracy runs tell a config that trains
+        from one that does not (a budget too short to learn leaves every config at the
+        untrained metric, and every check would pass)."""
+        if self.initial_metric is None or not math.isfinite(self.initial_metric):
+            return True
+        floor = 1e-6 * max(1.0, abs(self.initial_metric))
+        return self.drop(self.initial_metric) > max(LEARNED * self.spread, floor)
 
     def drop(self, metric: float) -> float:
-        """How much worse than the baseline mean ``metric`` is (negative: better)."""
+        """How much worse than the baseline's mean ``metric`` is (negative: better)."""
         diff = self.baseline_metric - metric
         return diff if self.higher_is_better else -diff
 
-    def violation(self, metric: float) -> float:
+    def _paired_drop(self, seed: int, metric: float) -> float:
+        base = self.baseline_runs[seed] if seed < self.repeats else self.baseline_metric
+        diff = base - metric
+        return diff if self.higher_is_better else -diff
+
+    @property
+    def screening_margin(self) -> float:
+        """The drop one paired run may show and still pass screening: the tolerance, or what
+        the baseline's spread lets one pair vary by (one-sided 95%), whichever is larger; once
+        confirmations measured the paired differences' own spread, at most the tolerance plus
+        what that lets one pair vary by."""
+        if self.repeats < 2:
+            return self.tolerance
+        noise = _t_quantile(CONFIDENCE, self.repeats - 1) * self.spread * math.sqrt(2)
+        margin = max(self.tolerance, noise)
+        if self.paired_spread is not None and self.paired_dof > 0:
+            paired = _t_quantile(CONFIDENCE, self.paired_dof) * self.paired_spread
+            margin = min(margin, self.tolerance + paired)
+        return margin
+
+    def with_pairs(self, confirmations: Sequence[Confirmation]) -> AccuracyGuard:
+        """This guard, screening with the largest spread of paired differences that the
+        ``confirmations`` (those with two or more finite runs) measured."""
+        spreads: list[tuple[float, int]] = []
+        for c in confirmations:
+            drops = [self._paired_drop(seed, m) for seed, m in enumerate(c.runs)]
+            if len(drops) > 1 and all(math.isfinite(d) for d in drops):
+                spreads.append((statistics.stdev(drops), len(drops) - 1))
+        if not spreads:
+            return self
+        spread, dof = max(spreads)
+        return dataclasses.replace(self, paired_spread=spread, paired_dof=dof)
+
+    def violation(self, metric: float, seed: int = 0) -> float:
         """Screening, as an Optuna constraint value: <= 0 means it may be within tolerance."""
         if not math.isfinite(metric):
             return math.inf
-        return self.drop(metric) - self.screening_margin
+        return self._paired_drop(seed, metric) - self.screening_margin
 
-    def confirm(self, runs: Sequence[float], *, trial: int | None = None) -> Confirmation:
-        """Compare the means of ``runs`` (several seeds) and the baseline's."""
+    def confirm(
+        self, runs: Sequence[float], *, trial: int | None = None, at: float | None = None
+    ) -> Confirmation:
+        """Compare ``runs`` (the candidate's metric for seeds 0, 1, ...) with the baseline's
+        runs of the same seeds, pair by pair."""
+        drops = [self._paired_drop(seed, m) for seed, m in enumerate(runs)]
         mean = statistics.fmean(runs)
-        # The noise level is the baseline's: a candidate whose own runs scatter widely is
-        # unstable, and that must not widen the margin it is held to.
-        margin = max(self.tolerance, self.noise_margin(len(runs)))
-        drop = self.drop(mean) if math.isfinite(mean) else math.inf
+        if not all(math.isfinite(d) for d in drops):
+            return Confirmation(
+                runs=tuple(runs), verdict=Verdict.REJECTED, mean=mean, drop=math.inf,
+                failure="a run's metric is not finite", trial=trial, at=at,
+            )  # fmt: skip
+        drop = statistics.fmean(drops)
+        n = len(drops)
+        resolution = math.inf
+        if n > 1:
+            resolution = _t_quantile(CONFIDENCE, n - 1) * statistics.stdev(drops) / math.sqrt(n)
+        tol = self.tolerance
+        if drop - resolution > tol or (drop > tol and resolution <= tol):
+            verdict = Verdict.REJECTED
+        elif drop <= tol and resolution <= tol and self.learned:
+            verdict = Verdict.CONFIRMED
+        else:
+            verdict = Verdict.UNRESOLVED
+        settle, need = None, None
+        if verdict is Verdict.UNRESOLVED:
+            settle, need = self._settle(drops)
         return Confirmation(
             runs=tuple(runs),
+            verdict=verdict,
             mean=mean,
             drop=drop,
-            margin=margin,
-            passed=drop <= margin,
+            resolution=resolution if math.isfinite(resolution) else None,
+            settle=settle,
+            need=need,
             trial=trial,
+            at=at,
         )
 
+    def _settle(self, drops: Sequence[float]) -> tuple[str, int | None]:
+        """What would settle an unresolved check, and how many seeds (None: more seeds would
+        not do it)."""
+        if not self.learned:
+            return (
+                f"the baseline's {self.metric_name} barely moved from the untrained model's in "
+                f"{self.accuracy_samples} samples per run: a longer accuracy budget "
+                "(a longer timeout, or accuracy_samples=) would let the check tell"
+            ), None
+        if len(drops) < 2:
+            return "accuracy_repeats >= 2 would let the check measure its own noise", None
+        sd = statistics.stdev(drops)
+        need = len(drops)
+        while need < 1000 and (
+            _t_quantile(CONFIDENCE, need - 1) * sd / math.sqrt(need) > self.tolerance
+        ):
+            need += 1
+        return (
+            f"the paired differences vary by ±{sd:.4f}: about {need} seeds "
+            f"(accuracy_repeats={need}), or a longer accuracy budget, would resolve a drop of "
+            f"{self.tolerance:g}"
+        ), need
+
     def advice(self) -> str | None:
-        if self.reliable:
-            return None
+        if not self.learned:
+            return self._settle([])[0]
         if self.repeats < 2:
             return (
-                "The baseline was trained with one data-order seed, so its run-to-run noise is "
-                "unknown; use accuracy_repeats >= 2 for an honest accuracy guard."
+                "The baseline was trained with one data-order seed; use accuracy_repeats >= 2 "
+                "so that a change of the numerics can be confirmed at all."
             )
-        return (
-            f"The baseline's {self.metric_name} varies by ±{self.spread:.4f} (std) across "
-            f"{self.repeats} data-order seeds, so even {self.repeats} runs of a candidate cannot "
-            f"resolve a drop of {self.tolerance:g}: only drops above "
-            f"{self.confirmation_resolution:.4f} can be told from noise. For a guard at "
-            f"{self.tolerance:g}, give the accuracy check a longer budget (accuracy_samples > "
-            f"{self.accuracy_samples}), more repeats (accuracy_repeats > {self.repeats}), or "
-            f"accept a tolerance >= {self.confirmation_resolution:.3f}."
-        )
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,32 +278,23 @@ class AccuracyGuard:
             "baseline_runs": list(self.baseline_runs),
             "baseline_metric": self.baseline_metric,
             "baseline_spread": self.spread,
+            "initial_metric": self.initial_metric,
+            "learned": self.learned,
             "screening_margin": self.screening_margin,
-            "confirmation_resolution": (
-                self.confirmation_resolution
-                if math.isfinite(self.confirmation_resolution)
-                else None
-            ),
-            "reliable": self.reliable,
+            "paired_spread": self.paired_spread,
             "accuracy_samples": self.accuracy_samples,
+            "paired": True,
             "advice": self.advice(),
         }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AccuracyPlan:
-    """How many training samples each accuracy run gets: ``first`` to start with, growing
-    (doubling) towards ``most`` (the planned run's length) while the baseline's own spread
-    hides a drop of the tolerance.
-    ``note`` says when the time budget cannot hold even ``floor`` in its share."""
+    """How many training samples each accuracy run gets, and, when that is less than an epoch,
+    a note that says the guard is weaker and what timeout would give it an epoch."""
 
-    first: int
-    most: int
-    floor: int
+    samples: int
     note: str | None = None
-
-    def grown(self, samples: int) -> int:
-        return min(self.most, 2 * samples)
 
 
 def plan_accuracy_budget(
@@ -219,45 +303,27 @@ def plan_accuracy_budget(
     batch_size: int,
     throughput: float,
     repeats: int,
-    seconds_left: float | None,
+    seconds: float | None,
     planned_epochs: float = TARGET_EPOCHS,
 ) -> AccuracyPlan:
-    """The baseline's accuracy budget: three epochs (at least 64 steps) when time allows; with a
-    deadline, what fits in ``ACCURACY_SHARE`` of the time left; never below one epoch or
-    ``FLOOR_STEPS`` baseline steps, whichever is fewer, because a shorter run measures noise
-    (large batches get a handful of steps and look as good as any). It may grow up to the
-    planned run (``planned_epochs``) where the spread calls for it. When the floor does not fit
-    its share, the plan says so up front, with the timeout that would hold it."""
+    """The baseline's accuracy budget: three epochs (at least 64 steps, at most the planned
+    run) when time allows; with a time budget, what fits in ``ACCURACY_SHARE`` of ``seconds``
+    (the search's whole budget) for ``repeats`` runs, never fewer than ``MIN_STEPS`` steps.
+    Less than an epoch is said up front: the check is weaker, and which timeout would hold an
+    epoch."""
     target = max(TARGET_EPOCHS * n_train, 64 * batch_size)
-    most = max(target, math.ceil(planned_epochs * n_train))
-    floor = min(n_train, FLOOR_STEPS * batch_size)
-    if seconds_left is None:
-        return AccuracyPlan(first=target, most=most, floor=floor)
-    share = int(ACCURACY_SHARE * seconds_left * throughput / repeats)
-    first = max(floor, min(target, share))
+    target = min(target, max(n_train, math.ceil(planned_epochs * n_train)))
+    if seconds is None:
+        return AccuracyPlan(samples=target)
+    share = int(ACCURACY_SHARE * seconds * throughput / repeats)
+    samples = max(MIN_STEPS * batch_size, min(target, share))
     note = None
-    if share < floor:
-        need = repeats * floor / throughput
-        what = "one epoch" if floor == n_train else f"{FLOOR_STEPS} baseline steps"
+    if samples < n_train:
+        need = repeats * n_train / throughput / ACCURACY_SHARE
         note = (
-            f"the time budget is short for an honest accuracy check: {ACCURACY_SHARE:.0%} of the "
-            f"{seconds_left:.0f} s left is {ACCURACY_SHARE * seconds_left:.0f} s for the "
-            f"baseline's {repeats} accuracy runs, but each needs at least {floor} samples "
-            f"({what}), about {need:.0f} s in all. The check takes that, leaving less time for "
-            f"candidates; a timeout of {need / ACCURACY_SHARE:.0f} s or more holds it in its "
-            "share (or pass accuracy_samples= to choose the budget yourself)."
+            f"the accuracy check trains on {samples} samples per run ({samples / n_train:.0%} "
+            f"of an epoch), all its {ACCURACY_SHARE:.0%} share of the budget allows for "
+            f"{repeats} seeds: a weaker check, said in the result. A timeout of {need:.0f} s "
+            "or more gives it a full epoch (or pass accuracy_samples= to choose)."
         )
-    return AccuracyPlan(first=first, most=most, floor=floor, note=note)
-
-
-def worth_growing(
-    guard: AccuracyGuard, plan: AccuracyPlan, *, run_seconds: float, seconds_left: float | None
-) -> bool:
-    """Whether to measure the baseline again at a doubled budget: the guard cannot resolve the
-    tolerance, the plan allows more, and (with a deadline) the doubled runs, about twice
-    ``run_seconds``, fit in ``GROWTH_SHARE`` of the time left."""
-    if guard.reliable or guard.repeats < 2 or guard.accuracy_samples >= plan.most:
-        return False
-    grown = plan.grown(guard.accuracy_samples)
-    cost = run_seconds * grown / guard.accuracy_samples
-    return seconds_left is None or cost <= GROWTH_SHARE * seconds_left
+    return AccuracyPlan(samples=samples, note=note)

@@ -10,6 +10,7 @@ the two cannot disagree about a trial.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -19,14 +20,16 @@ import optuna
 from autotune import _knobs
 from autotune._config import TrainingConfig
 from autotune._search import ranking, storage
-from autotune._search.guard import AccuracyGuard, Confirmation
-from autotune._search.record import Record, Role
+from autotune._search.guard import AccuracyGuard, Confirmation, Verdict
+from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._search.settings import SearchSettings
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import AccuracyRun
 
 __all__ = ["Entry", "Ledger", "TrialRecord", "make_guard"]
+
+HOPELESS = 3  # an unresolved check that needs more than this many times the seeds settles nothing
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -47,8 +50,10 @@ class TrialRecord:
     seconds: float = 0.0
     reused: bool = False
     fingerprint: str | None = None  # of the machine that measured it (see device.fingerprint)
-    # The winner's accuracy re-checked over as many seeds as the baseline (see AccuracyGuard).
+    # Its accuracy checked over as many seeds as the baseline's, paired (see AccuracyGuard).
     confirmation: Confirmation | None = None
+    safe: bool = False  # trains the baseline's model: numerics unchanged, no accuracy risk
+    screened: bool | None = None  # passed its one-run accuracy screening (None: not checked)
 
     @property
     def confirmed(self) -> bool | None:
@@ -90,6 +95,8 @@ class TrialRecord:
             "reused": self.reused,
             "fingerprint": self.fingerprint,
             "confirmation": self.confirmation.to_dict() if self.confirmation else None,
+            "safe": self.safe,
+            "screened": self.screened,
         }
 
 
@@ -105,15 +112,15 @@ class Entry:
         return self.record.config
 
 
-def make_guard(settings: SearchSettings, runs: tuple[float, ...], samples: int) -> AccuracyGuard:
-    """The accuracy guard that the baseline's runs (of ``samples`` samples each) and the
-    search's tolerance make."""
+def make_guard(settings: SearchSettings, accuracy: BaselineAccuracy) -> AccuracyGuard:
+    """The accuracy guard that the baseline's accuracy runs and the search's tolerance make."""
     return AccuracyGuard(
         metric_name=settings.metric_name,
         higher_is_better=settings.higher_is_better,
         tolerance=settings.tolerance,
-        baseline_runs=runs,
-        accuracy_samples=samples,
+        baseline_runs=tuple(run.metric for run in accuracy.runs),
+        accuracy_samples=accuracy.samples,
+        initial_metric=accuracy.initial_metric,
     )
 
 
@@ -122,23 +129,24 @@ class Ledger:
     """A snapshot of the study; every verdict on a trial is a method of it."""
 
     entries: tuple[Entry, ...]
-    remeasured: Mapping[int, tuple[float, ...]]
+    rounds: tuple[Mapping[int, float], ...]  # side-by-side rounds: trial -> projected time
     confirmations: Mapping[str, Confirmation]
-    guard: AccuracyGuard | None  # None until the baseline is measured
+    baseline_accuracy: BaselineAccuracy | None  # None until it is measured
+    guard: AccuracyGuard | None  # made from it
 
     @classmethod
     def read(cls, study: optuna.Study, settings: SearchSettings) -> Ledger:
-        entries = tuple(Entry(t.number, rec) for t, rec in storage.read_records(study))
-        base = next((e.record for e in entries if e.record.role is Role.BASELINE), None)
+        accuracy = storage.read_baseline_accuracy(study)
+        confirmations = storage.read_confirmations(study)
+        guard = None
+        if accuracy is not None:
+            guard = make_guard(settings, accuracy).with_pairs(list(confirmations.values()))
         return cls(
-            entries=entries,
-            remeasured=storage.read_remeasured(study),
-            confirmations=storage.read_confirmations(study),
-            guard=None
-            if base is None
-            else make_guard(
-                settings, tuple(r.metric for r in base.accuracy), int(base.accuracy_samples or 0)
-            ),
+            entries=tuple(Entry(t.number, rec) for t, rec in storage.read_records(study)),
+            rounds=tuple(storage.read_rounds(study)),
+            confirmations=confirmations,
+            baseline_accuracy=accuracy,
+            guard=guard,
         )
 
     # -- What was measured ---------------------------------------------------------------------
@@ -167,6 +175,17 @@ class Ledger:
                 return r.accuracy
         return None
 
+    def configs_measured(self) -> int:
+        """How many distinct candidate configs were run (not a repeat of a measured config,
+        not one the memory probe predicted out of memory)."""
+        return len(
+            {
+                e.config
+                for e in self.candidates
+                if not e.record.reused and (e.record.measurement is not None or e.record.seconds)
+            }
+        )
+
     def oom_batch_sizes(self) -> list[int]:
         return sorted(
             e.config.batch_size for e in self.entries if e.record.failure is FailureReason.OOM
@@ -174,9 +193,13 @@ class Ledger:
 
     # -- Verdicts -------------------------------------------------------------------------------
 
+    def remeasured(self, entry: Entry) -> tuple[float, ...]:
+        """Its projected times measured again in the side-by-side rounds."""
+        return tuple(r[entry.number] for r in self.rounds if entry.number in r)
+
     def times(self, entry: Entry) -> list[float]:
         first = entry.record.projected_time
-        return [] if first is None else [first, *self.remeasured.get(entry.number, ())]
+        return [] if first is None else [first, *self.remeasured(entry)]
 
     def projected(self, entry: Entry) -> float | None:
         """Projected training time: the median over the measurement and re-measurements."""
@@ -193,38 +216,60 @@ class Ledger:
         theirs, ours = entry.record.fingerprint, base.record.fingerprint if base else ""
         return not (theirs and ours and theirs != ours)
 
+    def safe(self, entry: Entry) -> bool:
+        """Whether it trains the baseline's model (its numerics unchanged): no accuracy risk."""
+        base = self.baseline
+        return base is not None and entry.config.numerics_key() == base.config.numerics_key()
+
     def confirmation(self, entry: Entry) -> Confirmation | None:
-        if not entry.record.accuracy:
+        if self.safe(entry):
             return None
         return self.confirmations.get(_knobs.numerics_id(entry.config))
 
-    def feasible(self, entry: Entry) -> bool:
-        """Whether a trial may win: it ran, was not pruned, was measured on the baseline's
-        hardware, and its accuracy passed: the baseline and candidates with the baseline's
-        numerics pass; a confirmation over several seeds, where there is one, overrides the
-        one-run screening."""
+    def screened(self, entry: Entry) -> bool | None:
+        """Whether its one-run accuracy screening passed (None: no run, or no guard)."""
+        metric = entry.record.metric
+        if self.safe(entry) or metric is None or self.guard is None:
+            return None
+        return self.guard.violation(metric) <= 0
+
+    def measured_ok(self, entry: Entry) -> bool:
         r = entry.record
-        if not r.ok or r.projected_time is None or r.pruned or not self.comparable(entry):
+        return r.ok and r.projected_time is not None and self.comparable(entry)
+
+    def feasible(self, entry: Entry) -> bool:
+        """Whether a trial may win: it ran, was measured on the baseline's hardware, and trains
+        the baseline's model (a safe answer) or had its accuracy confirmed (a fast answer)."""
+        if not self.measured_ok(entry) or entry.record.pruned:
             return False
-        if r.role is Role.BASELINE or r.metric is None:
+        if self.safe(entry):
             return True
         confirmation = self.confirmation(entry)
-        if confirmation is not None:
-            return confirmation.passed
-        return self.guard is not None and self.guard.violation(r.metric) <= 0
+        return confirmation is not None and confirmation.passed
 
-    def best(self) -> Entry | None:
-        """The fastest feasible trial; between trials whose difference is within their measured
-        noise, the simpler config (no compile beats compile, fewer workers beat more)."""
+    def _best_of(self, entries: list[Entry]) -> Entry | None:
         base = self.baseline
         if base is None:
             return None
         return ranking.best(
-            [e for e in self.entries if self.feasible(e)],
+            entries,
             time=lambda e: float(self.projected(e) or 0.0),
             noise=self.noise,
             complexity=lambda e: _knobs.complexity(e.config, base.config),
         )
+
+    def best_safe(self) -> Entry | None:
+        """The fastest trial that trains the baseline's model (the baseline, at worst)."""
+        return self._best_of([e for e in self.entries if self.feasible(e) and self.safe(e)])
+
+    def best_fast(self) -> Entry | None:
+        """The fastest trial whose changed numerics passed their confirmation."""
+        return self._best_of([e for e in self.entries if self.feasible(e) and not self.safe(e)])
+
+    def best(self) -> Entry | None:
+        """The chosen answer: the fastest feasible trial, safe or confirmed; between trials
+        whose difference is within their measured noise, the simpler config."""
+        return self._best_of([e for e in self.entries if self.feasible(e)])
 
     def leaders(self, top: int) -> list[Entry]:
         """The ``top`` fastest feasible candidates, one per config."""
@@ -237,6 +282,108 @@ class Ledger:
             if all(e.config != o.config for o in out):
                 out.append(e)
         return out[:top]
+
+    def pending(self, *, unresolved: bool = False) -> Entry | None:
+        """The fastest candidate faster than the chosen answer that passed screening and has
+        no confirmation yet (with ``unresolved``: or one that could not settle): the check
+        that is pending, or that a longer budget would settle."""
+        best = self.best()
+        floor = float(self.projected(best) or math.inf) if best is not None else math.inf
+
+        def open_check(e: Entry) -> bool:
+            c = self.confirmation(e)
+            return c is None or (unresolved and c.verdict is Verdict.UNRESOLVED)
+
+        waiting = [
+            e
+            for e in self.candidates
+            if self.measured_ok(e)
+            and not e.record.pruned
+            and not e.record.reused
+            and self.screened(e)
+            and open_check(e)
+            and float(self.projected(e) or math.inf) < floor
+        ]
+        return min(waiting, key=lambda e: float(self.projected(e) or 0.0), default=None)
+
+    def unconfirmed_leader(self) -> Entry | None:
+        """The pending check to make next: see :meth:`pending`."""
+        return self.pending()
+
+    def metric_of(self, entry: Entry) -> float | None:
+        """Its validation metric: its own runs (the confirmation's mean where confirmed), the
+        baseline's for a safe config, None when unknown."""
+        confirmation = self.confirmation(entry)
+        if confirmation is not None and confirmation.mean is not None:
+            return confirmation.mean
+        if entry.record.metric is not None:
+            return entry.record.metric
+        if self.safe(entry) and self.guard is not None:
+            return self.guard.baseline_metric
+        return None
+
+    def pareto(self) -> list[Entry]:
+        """The speed/accuracy Pareto front of every measured config with a known metric:
+        nothing else is both faster and (at least) as accurate. Fastest first."""
+        guard = self.guard
+        if guard is None:
+            return []
+        sign = 1.0 if guard.higher_is_better else -1.0
+        points = []
+        for e in self.entries:
+            metric = self.metric_of(e)
+            if self.measured_ok(e) and not e.record.reused and metric is not None:
+                points.append((float(self.projected(e) or 0.0), sign * metric, e))
+        front: list[tuple[float, float, Entry]] = []
+        for t, m, e in sorted(points, key=lambda p: (p[0], -p[1])):
+            if all(m > fm for _, fm, _ in front):
+                front.append((t, m, e))
+        return [e for _, _, e in front]
+
+    @property
+    def checks_hopeless(self) -> bool:
+        """Whether the accuracy checks cannot settle anything at this budget: none confirmed,
+        and one left unresolved that only many times the baseline's seeds (or a longer
+        accuracy budget) would settle. Further candidates are then not worth confirming."""
+        if self.guard is None:
+            return False
+        verdicts = list(self.confirmations.values())
+        if any(c.passed for c in verdicts):
+            return False
+        if not self.guard.learned:
+            return True
+        limit = HOPELESS * self.guard.repeats
+        return any(
+            c.verdict is Verdict.UNRESOLVED and (c.need is None or c.need > limit) for c in verdicts
+        )
+
+    def first_win_at(self) -> float | None:
+        """When the first answer faster than the baseline (beyond a tie) was verified: a safe
+        trial when it ended, a fast one when its confirmation was filed."""
+        base = self.baseline
+        if base is None:
+            return None
+        floor = float(self.projected(base) or 0.0) * (1 - ranking.TIE)
+        times = []
+        for e in self.entries:
+            if e is base or not self.feasible(e) or float(self.projected(e) or 0.0) > floor:
+                continue
+            confirmation = self.confirmation(e)
+            at = confirmation.at if confirmation is not None else e.record.at
+            if at is not None:
+                times.append(at)
+        return min(times, default=None)
+
+    def round_speedups(self, entry: Entry) -> list[float]:
+        """The baseline's projected time over ``entry``'s, round by round, side by side."""
+        base = self.baseline
+        if base is None:
+            return []
+        return [
+            r[base.number] / r[entry.number]
+            for r in self.rounds
+            if base.number in r and entry.number in r and r[entry.number] > 0
+        ]
 
     def trial_records(self) -> tuple[TrialRecord, ...]:
         return tuple(self.trial_record(e) for e in self.entries)
@@ -258,4 +405,6 @@ class Ledger:
             reused=r.reused,
             fingerprint=r.fingerprint or None,
             confirmation=self.confirmation(entry),
+            safe=self.safe(entry),
+            screened=self.screened(entry),
         )

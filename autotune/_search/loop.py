@@ -1,17 +1,20 @@
-"""The search loop: memory probe, baseline, candidates as the stage policy says, then the leaders
-re-measured and the winner's accuracy confirmed.
+"""The search loop, anytime: memory probe, baseline, candidates in the order the stage policy
+gives (safe knobs first, then changes of the numerics, each paying for its accuracy check, then
+compile and checkpointing, then the whole space), then the answers measured again side by side.
+
+Every phase is held to the budget: a trial is started only where its expected cost fits before
+the time kept for pending work (a leader's confirmation, the side-by-side rounds), and time is
+kept only for work that is really pending. Cut off at any point (timeout, Ctrl-C, kill -9 and
+the same command again), the study holds the best verified answer so far.
 
 Data flow: search space -> trial runner -> measurement -> study -> exported config. The study is
 a normal Optuna study: each trial's record lives in its user attributes (see
-:mod:`autotune._search.storage`), so a resumed search (same storage and study name), a worker on
-another host and a report all rebuild everything from the storage.
+:mod:`autotune._search.storage`), so a resumed search, a worker on another host and a report
+all rebuild everything from the storage.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import statistics
 import time
 from collections.abc import Callable
 
@@ -19,14 +22,21 @@ import optuna
 
 from autotune._device import describe_device
 from autotune._errors import AutotuneError
+from autotune._knobs import BY_NAME
 from autotune._search import storage
-from autotune._search.baseline import Baseline, measure_baseline
+from autotune._search.baseline import (
+    Baseline,
+    accuracy_plan_seconds,
+    calibrate,
+    measure_baseline,
+    measure_baseline_accuracy,
+)
 from autotune._search.bench import Bench
-from autotune._search.candidate import run_candidate
+from autotune._search.candidate import expected_seconds, run_candidate
 from autotune._search.deadline import Deadline
-from autotune._search.finish import RERANK_TOP, confirm_leader, remeasure_leaders
+from autotune._search.finish import confirm_pending, side_by_side, side_by_side_seconds
 from autotune._search.ledger import Ledger
-from autotune._search.policy import StagePolicy, first_guesses
+from autotune._search.policy import STAGE_ATTR, Stage, StagePolicy, Step
 from autotune._search.settings import SearchSettings
 from autotune._space import Choice
 from autotune._trial.isolation import TrialExecutor
@@ -35,8 +45,7 @@ from autotune._trial.probe import MemoryLimits, probe_memory, usable_memory
 __all__ = ["DEFAULT_TIMEOUT", "Search"]
 
 DEFAULT_TIMEOUT = 600.0
-STAGE_ONE_SHARE = 0.55  # of the time left after the baseline (or 60% of the trials)
-STAGE_ONE_TRIALS = 0.6
+PROBE_SHARE = 0.10  # of the budget, the most the memory probe may take
 MAX_REPEATS = 25  # consecutive proposals of measured configs before the space counts as exhausted
 PROBE_LIMIT = 120.0  # seconds a memory-probe run may take (a few steps) unless trial_timeout
 
@@ -69,7 +78,7 @@ class Search:
         self.space = settings.space
         self.memory: MemoryLimits | None = None
         self.baseline: Baseline | None = None
-        self.durations: list[float] = []
+        self.no_checks = False  # the accuracy check was found not to fit the budget
 
     @property
     def settings(self) -> SearchSettings:
@@ -86,24 +95,25 @@ class Search:
             # Before any trial enters the study: Optuna's categorical distributions are fixed
             # once used, so the batch sizes that cannot fit are removed first.
             self._probe_memory()
-            self._adopt(measure_baseline(self.bench, self.space))
-            self._publish()
-            if self.settings.guided and not self.ledger().candidates:
-                cpus = describe_device(self.settings.baseline.device).cpu_count
-                for params in first_guesses(self.space, self.settings.baseline, cpus):
-                    study.enqueue_trial(params, skip_if_exists=True)
+            self._adopt_stored_settings()
+            if Baseline.of(self.ledger()) is None:
+                self.space = calibrate(self.bench, self.space)
+            self.baseline = measure_baseline(self.bench, self.space)
+            self.bench.settings = self.settings.replace(space=self.space)
+            storage.publish_settings(study, self.settings)
+            if self.launcher is not None or not self.settings.guided:
+                # Workers and unguided samplers meet changes of the numerics from the start.
+                self._accuracy_check()
             if self.launcher is not None:
                 self.launcher(study)  # workers run the candidates; back when they are done
                 self._reconcile()
             else:
                 self.candidates()
-            assert self.baseline is not None
-            remeasure_leaders(self.bench, self.baseline)
-            confirm_leader(self.bench, self.baseline)
+            self.finish()
         except KeyboardInterrupt:
             if self.baseline is None:
                 raise  # no baseline yet: there is nothing to report
-            self.bench.report("interrupted: finishing with the best config found so far")
+            self.bench.report("interrupted: finishing with the best answer found so far")
             return True
         return False
 
@@ -126,7 +136,8 @@ class Search:
             )
         self.memory = storage.read_memory(self.bench.study)
         self._apply_memory_limits()
-        self._adopt(baseline)
+        self.baseline = baseline
+        self.no_checks = baseline.guard is None
         try:
             self.candidates()
         except KeyboardInterrupt:
@@ -139,60 +150,141 @@ class Search:
             return
         assert self.baseline is not None
         study = self.bench.study
+        cpus = describe_device(self.settings.baseline.device).cpu_count
         policy = StagePolicy(
-            self.space, self.settings.baseline, guided=self.settings.guided, split=self._split()
-        )
+            self.space, self.settings.baseline, guided=self.settings.guided, cpus=cpus,
+            memory=self.memory,
+        )  # fmt: skip
         repeats = 0
-        exhausted = False
-        while not exhausted and self._has_budget():
-            step = policy.next(self.ledger(), waiting=self.bench.waiting())
-            for params in step.enqueue:
-                study.enqueue_trial(params, skip_if_exists=True)
-            storage.reconcile_stale_trials(study)  # a worker elsewhere may have died mid-trial
-            run = run_candidate(
-                self.bench,
-                step.space,
-                baseline=self.baseline,
-                memory=self.memory,
-                guided=self.settings.guided,
-                stage=step.stage.value,
+        waited = 0.0
+        step = Step(Stage.SAMPLING)
+        while True:
+            ledger = self.ledger()
+            n_trials = self.settings.n_trials
+            if n_trials is not None and len(ledger.candidates) >= n_trials:
+                # Done, but for trials that died elsewhere: they are retried once, so wait a
+                # heartbeat's grace period for a running one to finish or be found dead.
+                if self._retry_waiting():
+                    pass
+                elif self._others_running() and waited < storage.GRACE_PERIOD + 5:
+                    time.sleep(1.0)
+                    waited += 1.0
+                    self._reconcile()
+                    continue
+                else:
+                    return
+            fresh = not self.bench.waiting()  # enqueued trials first, then the policy's next step
+            if fresh:
+                if ledger.checks_hopeless and not self.no_checks:
+                    self.no_checks = True
+                    why = (
+                        "the baseline did not learn measurably in its accuracy budget"
+                        if ledger.guard is not None and not ledger.guard.learned
+                        else "a confirmation left unresolved needs many more seeds"
+                    )
+                    self.bench.report(
+                        f"accuracy guard: its checks cannot settle a change of the numerics at "
+                        f"this budget ({why}): the rest of the budget goes to knobs that leave "
+                        "the numerics alone"
+                    )
+                checks = False if self.no_checks else (True if ledger.guard else None)
+                step = policy.next(ledger, used=self._used(ledger), checks=checks)
+                if step.needs_checks:
+                    self._accuracy_check()  # the first candidate that changes the numerics
+                    continue
+            reserve = self._reserve(ledger)
+            cheapest = expected_seconds(
+                self.settings.baseline, ledger, self.baseline, self.settings.budget
             )
-            if run.seconds is not None:
-                self.durations.append(run.seconds)
+            if not self.bench.deadline.fits(cheapest + reserve):
+                return  # not even a throughput measurement fits before the pending work
+            if fresh:
+                label = {STAGE_ATTR: step.stage.value}
+                for params in step.enqueue:
+                    study.enqueue_trial(params, user_attrs=label, skip_if_exists=True)
+                if step.pinned and not self.bench.waiting():
+                    # The sampler's turn, with the step's knobs fixed.
+                    study.enqueue_trial(step.pinned, user_attrs=label)
+            storage.reconcile_stale_trials(study)  # a worker elsewhere may have died mid-trial
+            self.baseline = Baseline.of(ledger) or self.baseline
+            run = run_candidate(
+                self.bench, step, self.space, baseline=self.baseline, memory=self.memory,
+                reserve=reserve,
+            )  # fmt: skip
             repeats = repeats + 1 if run.repeated else 0
-            exhausted = run.exhausted
-            if repeats >= MAX_REPEATS:
-                self.bench.report(
-                    f"the sampler proposed {MAX_REPEATS} configs in a row that were already "
-                    "measured: the space looks exhausted"
-                )
-                exhausted = True
+            if run.exhausted or repeats >= MAX_REPEATS:
+                if repeats >= MAX_REPEATS:
+                    self.bench.report(
+                        f"the sampler proposed {MAX_REPEATS} configs in a row that were "
+                        "already measured: the space looks exhausted"
+                    )
+                return
+
+    def finish(self) -> None:
+        """Confirm a leader still pending, then the answers side by side with the baseline."""
+        baseline = Baseline.of(self.ledger())
+        if baseline is None:
+            return
+        confirm_pending(self.bench, baseline)
+        side_by_side(self.bench, baseline)
 
     # -- Budget --------------------------------------------------------------------------------
 
-    def _has_budget(self) -> bool:
-        n_trials = self.settings.n_trials
-        if n_trials is not None and len(self.ledger().candidates) >= n_trials:
-            return False
-        assert self.baseline is not None
-        expected = statistics.median(self.durations) if self.durations else 0.0
-        # Keep back what re-measuring the leaders and confirming the winner will take.
-        reserve = self.baseline.confirm_seconds + (RERANK_TOP + 1) * self.baseline.remeasure_seconds
-        return self.bench.deadline.fits(expected + reserve)
+    def _used(self, ledger: Ledger) -> float:
+        """The share of the budget spent: of the time, or of the trials."""
+        s = self.settings
+        left = self.bench.deadline.left()
+        if left is not None and s.timeout:
+            return 1.0 - left / s.timeout
+        if s.n_trials:
+            return len(ledger.candidates) / s.n_trials
+        return 0.0
 
-    def _split(self) -> Callable[[], bool]:
-        """A test for 'stage one has had its share': 55% of the time after the baseline, or 60%
-        of the trials left."""
-        deadline = self.bench.deadline
-        at = self.settings.stage_split_at
-        if at is not None:
-            return lambda: deadline.now() >= at
-        n_trials = self.settings.n_trials
-        start = len(self.ledger().candidates)
-        quota = math.ceil(STAGE_ONE_TRIALS * max(0, (n_trials or 0) - start))
-        return lambda: len(self.ledger().candidates) - start >= quota
+    def _reserve(self, ledger: Ledger) -> float:
+        """Seconds kept back for work that is pending: confirming the leader that passed
+        screening, and the side-by-side rounds of the answers so far."""
+        assert self.baseline is not None
+        reserve = side_by_side_seconds(ledger, self.baseline)
+        leader = ledger.unconfirmed_leader()
+        if leader is not None:
+            m = leader.record.measurement
+            reserve += self.baseline.confirm_seconds(m.throughput if m is not None else None)
+        return reserve
+
+    def _accuracy_check(self) -> None:
+        """Measure the baseline's accuracy runs where the space changes the numerics and they
+        fit the budget with a candidate's check after them; otherwise say that only the knobs
+        that leave the numerics alone are searched."""
+        assert self.baseline is not None
+        if self.baseline.guard is not None or self.no_checks:
+            return
+        if not any(BY_NAME[name].numerics for name in self.space.searched()):
+            self.no_checks = True
+            return
+        ledger = self.ledger()
+        _, seconds, _ = accuracy_plan_seconds(self.bench, self.baseline)
+        # The baseline's runs, one candidate's run and its confirmation: about twice the former.
+        need = 2 * seconds + self._reserve(ledger)
+        if not self.bench.deadline.fits(need):
+            self.no_checks = True
+            timeout = self.settings.timeout or 0.0
+            more = timeout + need - float(self.bench.deadline.left() or 0.0)
+            self.bench.report(
+                f"accuracy guard: no time for accuracy checks (~{need:.0f} s for the baseline's "
+                "runs and one candidate's): only the knobs that leave the numerics alone are "
+                f"searched; a timeout of {more:.0f} s or more would allow them"
+            )
+            return
+        self.baseline = measure_baseline_accuracy(self.bench, self.baseline)
 
     # -- Set-up --------------------------------------------------------------------------------
+
+    def _others_running(self) -> bool:
+        """Whether trials of other processes are running (a dead one's heartbeat goes stale)."""
+        return storage.running_elsewhere(self.bench.study)
+
+    def _retry_waiting(self) -> bool:
+        return storage.retry_waiting(self.bench.study)
 
     def _reconcile(self) -> None:
         stale = storage.reconcile_stale_trials(self.bench.study)
@@ -202,8 +294,19 @@ class Search:
                 "is gone: marked failed, and retried once"
             )
 
+    def _adopt_stored_settings(self) -> None:
+        """Resuming a study: every trial is measured with the budget the first run calibrated,
+        in the space it narrowed."""
+        stored = storage.read_settings(self.bench.study)
+        if stored is None or Baseline.of(self.ledger()) is None:
+            return
+        self.bench.settings = self.settings.replace(budget=stored.budget, calibrate=False)
+        self.space = stored.space
+        self._apply_memory_limits()
+
     def _probe_memory(self) -> None:
-        """Find the largest batch that fits per precision and checkpointing (once per study)."""
+        """Find the largest batch that fits per precision and checkpointing (once per study),
+        within its share of the budget."""
         study = self.bench.study
         self.memory = storage.read_memory(study)
         if self.memory is None:
@@ -215,6 +318,10 @@ class Search:
                 capacity=usable_memory(s.baseline.device),
                 report=self.bench.report,
                 time_limit=s.trial_timeout or PROBE_LIMIT,
+                seconds=None if s.timeout is None else PROBE_SHARE * s.timeout,
+                # On a GPU a step is fast and an out-of-memory error is clean: check the
+                # prediction. On a CPU the process's memory already shows what fits.
+                verify=s.baseline.device.startswith("cuda"),
             )
             if self.memory is not None:
                 storage.write_memory(study, self.memory)
@@ -229,20 +336,3 @@ class Search:
         kept = tuple(v for v in knob.values if int(v) <= top or v == keep)  # type: ignore[arg-type]
         if kept != knob.values:
             self.space = self.space.with_choice("batch_size", kept)
-
-    def _adopt(self, baseline: Baseline) -> None:
-        self.baseline = baseline
-        self.bench.auto_limit = baseline.record.trial_limit
-        if not baseline.guard.reliable:
-            self.bench.report(f"accuracy guard: {baseline.guard.advice()}")
-
-    def _publish(self) -> None:
-        """Publish the settings (with the stage schedule, wall clock) for workers and reports."""
-        s = self.settings
-        deadline = self.bench.deadline
-        split = None
-        if deadline.end is not None:
-            now = deadline.now()
-            split = now + STAGE_ONE_SHARE * (deadline.end - now)
-        self.bench.settings = dataclasses.replace(s, stage_split_at=split)
-        storage.publish_settings(self.bench.study, self.bench.settings)

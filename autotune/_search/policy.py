@@ -1,11 +1,20 @@
-"""What to try next: the stage policy, the rules-of-thumb first guesses and the late variants.
+"""What to try next, ordered by expected gain per second of budget.
 
-Guided, a search goes through three stages: (1) the sampler over every knob but the late ones
-(compile's one-time cost and checkpointing's recompute only pay on top of a good config), until
-stage one has had its share of the budget; (2) on the best config so far, every other value of
-each knob that leaves the numerics alone, then compile, then checkpointing where it lets a
-larger batch fit; (3) the whole space for what is left. Unguided, the sampler has the whole
-space from the start.
+Guided, a search goes:
+
+1. **safe**: the knobs that leave the numerics alone (loader workers and prefetch, threads,
+   memory format, pinning, cuDNN benchmark), one at a time on the best safe config so far
+   (coordinate descent). Throughput-only trials: no accuracy runs, so a safe win comes first
+   and fast.
+2. **fast**: candidates that change the numerics, on top of the best safe config: reduced
+   precision alone (the same optimizer steps), then a bigger batch with a scaled LR and an
+   annealed schedule, then the sampler over the numerics knobs. Each pays for accuracy runs.
+3. **late**: compile (and ``dynamic=True`` where batch shapes changed under it) and
+   checkpointing (where it lets a batch fit that did not), on the best answer so far.
+4. **explore**: the sampler over the whole space for what is left.
+
+Unguided, the sampler has the whole space from the start. The policy derives where it is from
+the study itself (what was measured), so a resumed search and workers on other hosts agree.
 """
 
 from __future__ import annotations
@@ -16,21 +25,34 @@ from collections.abc import Callable
 from typing import Any
 
 from autotune import _knobs
-from autotune._choices import Precision, ScheduleKind
+from autotune._choices import CompileMode, Precision, ScheduleKind
 from autotune._config import TrainingConfig
-from autotune._search.ledger import Ledger
+from autotune._search.ledger import Entry, Ledger
 from autotune._space import Choice, SearchSpace
+from autotune._trial.probe import MemoryLimits
 
-__all__ = ["Stage", "StagePolicy", "Step", "first_guesses", "late_variants"]
+__all__ = [
+    "FAST_SHARE",
+    "STAGE_ATTR",
+    "Stage",
+    "StagePolicy",
+    "Step",
+    "fast_guesses",
+    "late_variants",
+]
 
 Params = dict[str, Any]
+STAGE_ATTR = "autotune_stage"  # an enqueued trial's user attribute: the stage that queued it
+FAST_SHARE = 0.75  # of the budget (time, or trials), by which the fast stage hands over
+REDUCED = (Precision.BF16.value, Precision.FP16.value, Precision.TF32.value)  # fastest first
 
 
 class Stage(str, enum.Enum):
     SAMPLING = "sampling"  # unguided: the sampler alone
-    FIRST = "stage 1: sampling"
-    REFINE = "stage 2: refining the best"
-    WHOLE = "stage 3: whole space"
+    SAFE = "safe"
+    FAST = "fast"
+    LATE = "late"
+    EXPLORE = "explore"
 
     def __str__(self) -> str:
         return self.value
@@ -38,16 +60,20 @@ class Stage(str, enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """The next candidate: enqueue ``enqueue`` (Optuna asks for enqueued trials first), then
-    sample from ``space``."""
+    """The next candidates: enqueue ``enqueue`` (whole configs, which Optuna hands out first);
+    with nothing to enqueue, the sampler proposes one with the knobs in ``pinned`` fixed (an
+    enqueued trial with those parameters only: the rest are sampled, and every parameter is
+    recorded, so a retry rebuilds the same config). ``needs_checks``: the stage changes the
+    numerics, and the baseline's accuracy runs must be measured first."""
 
     stage: Stage
-    space: SearchSpace
+    pinned: Params = dataclasses.field(default_factory=dict)
     enqueue: tuple[Params, ...] = ()
+    needs_checks: bool = False
 
 
 class StagePolicy:
-    """The stage machine. ``split()`` says when stage one has had its share of the budget."""
+    """Says what the next candidate is, from what the study has measured so far."""
 
     def __init__(
         self,
@@ -55,95 +81,169 @@ class StagePolicy:
         baseline: TrainingConfig,
         *,
         guided: bool,
-        split: Callable[[], bool],
+        cpus: int,
+        memory: MemoryLimits | None = None,
     ) -> None:
         self.space = space
         self.baseline = baseline
-        self.split = split
-        self.stage = Stage.FIRST if guided else Stage.SAMPLING
+        self.guided = guided
+        self.cpus = cpus
+        self.memory = memory
+        self.tried: set[TrainingConfig] = set()  # configs this policy enqueued
 
-    def next(self, ledger: Ledger, *, waiting: bool) -> Step:
-        """The step for the next candidate, given the study so far and whether enqueued trials
-        are still waiting."""
-        if self.stage is Stage.FIRST:
-            if not self.split():
-                return Step(Stage.FIRST, self.space.without(_knobs.late_knobs()))
-            self.stage = Stage.REFINE
-            best = ledger.best()
-            cfg = best.config if best is not None else self.baseline
-            variants = late_variants(self.space, self.baseline, cfg, ledger.oom_batch_sizes())
-            return Step(Stage.REFINE, self.space, tuple(variants))
-        if self.stage is Stage.REFINE and not waiting:
-            self.stage = Stage.WHOLE
-        return Step(self.stage, self.space)
+    def next(self, ledger: Ledger, *, used: float, checks: bool | None) -> Step:
+        """The step for the next candidate. ``used``: the share of the budget spent (time, or
+        trials); ``checks``: whether accuracy checks can be made (True: the baseline's
+        accuracy runs are measured; False: they cannot be; None: not measured yet)."""
+        if not self.guided:
+            return Step(Stage.SAMPLING)
+        base = ledger.baseline
+        safe = ledger.best_safe() or base
+        if base is None or safe is None:
+            return Step(Stage.SAMPLING)
+        # Compile and checkpointing only come on top of the best answer (the late stage): their
+        # one-time cost and recompute do not pay on a random config.
+        plain = self._plain_late()
+        safe_pins = {**self._numerics_of(safe.config), **plain}
+        for name in _knobs.numerics_free_knobs():
+            step = self._variants(Stage.SAFE, safe_pins, ledger, self._one_knob(safe, name))
+            if step is not None:
+                return step
+        if checks is not False and used < FAST_SHARE and self._changes_numerics():
+            fast_pins = {**self._safe_of(safe.config), **plain}
+            if checks is None:
+                return Step(Stage.FAST, fast_pins, needs_checks=True)
+            guesses = fast_guesses(self.space, self.baseline, safe.config, self.memory)
+            step = self._variants(Stage.FAST, fast_pins, ledger, guesses)
+            return step or Step(Stage.FAST, fast_pins)
+        best = ledger.best() or safe
+        variants = late_variants(self.space, best, ledger)
+        step = self._variants(Stage.LATE, safe_pins, ledger, variants)
+        if step is not None:
+            return step
+        return Step(Stage.EXPLORE, plain if checks else safe_pins)
+
+    # -- Helpers -------------------------------------------------------------------------------
+
+    def _variants(
+        self, stage: Stage, pins: Params, ledger: Ledger, configs: list[TrainingConfig]
+    ) -> Step | None:
+        """A step enqueueing the configs not yet measured nor tried; None when there are none."""
+        missing = [c for c in configs if ledger.measured(c) is None and c not in self.tried]
+        if not missing:
+            return None
+        self.tried.update(missing)
+        return Step(stage, pins, tuple(self.space.params_of(c, self.baseline) for c in missing))
+
+    def _pins(self, values: Params) -> Params:
+        """``values`` of the knobs the space samples (the others are fixed anyway)."""
+        searched = set(self.space.searched())
+        return {k: v for k, v in values.items() if k in searched}
+
+    def _plain_late(self) -> Params:
+        """The late knobs at the baseline's values: no compile, no checkpointing."""
+        values = _knobs.values_of(self.baseline, self.baseline)
+        return self._pins({k: v for k, v in values.items() if k in _knobs.late_knobs()})
+
+    def _one_knob(self, entry: Entry, name: str) -> list[TrainingConfig]:
+        """``entry``'s config with each other value of knob ``name``."""
+        knob = self.space.knobs.get(name)
+        if not isinstance(knob, Choice) or len(knob.values) < 2:
+            return []
+        params = self.space.params_of(entry.config, self.baseline)
+        if name not in params:
+            return []  # a knob that needs workers, on a config without them
+        return [
+            self.space.build({**params, name: v}, self.baseline)
+            for v in knob.values
+            if v != params[name]
+        ]
+
+    def _numerics_of(self, cfg: TrainingConfig) -> Params:
+        """The values of ``cfg``'s knobs that change the numerics (pinned in the safe stage)."""
+        values = _knobs.values_of(cfg, self.baseline)
+        return self._pins({k: v for k, v in values.items() if _knobs.BY_NAME[k].numerics})
+
+    def _safe_of(self, cfg: TrainingConfig) -> Params:
+        """The values of ``cfg``'s knobs that leave the numerics alone: pinned in the fast
+        stage."""
+        values = _knobs.values_of(cfg, self.baseline)
+        return self._pins({k: v for k, v in values.items() if not _knobs.BY_NAME[k].numerics})
+
+    def _changes_numerics(self) -> bool:
+        return any(_knobs.BY_NAME[name].numerics for name in self.space.searched())
 
 
-def late_variants(
-    space: SearchSpace, baseline: TrainingConfig, cfg: TrainingConfig, oom_sizes: list[int]
-) -> list[Params]:
-    """On ``cfg``: each other value of each knob that leaves the numerics alone
-    (throughput-only trials: the accuracy runs carry over), then compile, then checkpointing
-    where it lets a larger batch fit (one that ran out of memory without it)."""
-    params = space.params_of(cfg, baseline)
-    out: list[Params] = []
-    for name in _knobs.numerics_free_knobs():
+def fast_guesses(
+    space: SearchSpace,
+    baseline: TrainingConfig,
+    safe: TrainingConfig,
+    memory: MemoryLimits | None,
+) -> list[TrainingConfig]:
+    """On the best safe config: each reduced precision alone (the same optimizer steps: where
+    fewer, larger steps cost accuracy, this still wins), then the articles' rule of thumb, a
+    batch up to 4x larger that fits, its LR scaled by the square root, a cosine schedule with
+    a short warm-up, in the fastest reduced precision."""
+    out: list[TrainingConfig] = []
+    params = space.params_of(safe, baseline)
+    precision = space.knobs.get("precision")
+    reduced = [p for p in REDUCED if isinstance(precision, Choice) and p in precision.values]
+    for p in reduced:
+        if p != safe.precision.value:
+            out.append(space.build({**params, "precision": p}, baseline))
+    bold = dict(params)
+    if reduced:
+        bold["precision"] = reduced[0]
+    batch = space.knobs.get("batch_size")
+    if isinstance(batch, Choice):
+        fits = [
+            int(b)  # type: ignore[arg-type]
+            for b in batch.values
+            if int(b) <= 4 * baseline.batch_size  # type: ignore[arg-type]
+            and (memory is None or memory.allows(safe.replace(batch_size=int(b))))  # type: ignore[arg-type]
+        ]
+        if fits and max(fits) > safe.batch_size:
+            bold["batch_size"] = max(fits)
+    pick: dict[str, Callable[[Any], bool]] = {
+        "lr_schedule": lambda v: v == ScheduleKind.COSINE.value,
+        "lr_batch_scaling": lambda v: v == "sqrt",
+    }
+    for name, want in pick.items():
         knob = space.knobs.get(name)
-        if name not in params or not isinstance(knob, Choice):
-            continue
-        out += [{**params, name: v} for v in knob.values if v != params[name]]
-    variants: list[TrainingConfig] = []
+        if isinstance(knob, Choice) and any(want(v) for v in knob.values):
+            bold[name] = next(v for v in knob.values if want(v))
+    if "warmup_fraction" in space.knobs:
+        bold["warmup_fraction"] = 0.05
+    if "lr_multiplier" in space.knobs:
+        bold["lr_multiplier"] = 1.0
+    candidate = space.build(bold, baseline)
+    if candidate != safe and candidate not in out:
+        out.append(candidate)
+    return out
+
+
+def late_variants(space: SearchSpace, best: Entry, ledger: Ledger) -> list[TrainingConfig]:
+    """On the best answer so far: each compile mode; ``dynamic=True`` where a compiled trial
+    recompiled as batch shapes changed; checkpointing where it lets a larger batch fit (one
+    that ran out of memory without it)."""
+    cfg = best.config
+    out: list[TrainingConfig] = []
     compile_knob = space.knobs.get("compile_mode")
     if isinstance(compile_knob, Choice):
-        variants += [
-            cfg.replace(compile_mode=m) for m in compile_knob.values if m != cfg.compile_mode
-        ]
+        none = CompileMode.NONE.value
+        out += [cfg.replace(compile_mode=m) for m in compile_knob.values if m != none]
+    dynamic_knob = space.knobs.get("compile_dynamic")
+    if isinstance(dynamic_knob, Choice) and True in dynamic_knob.values:
+        for e in ledger.candidates:
+            m = e.record.measurement
+            if m is not None and m.recompiles and not e.config.compile_dynamic:
+                dynamic = e.config.replace(compile_dynamic=True)
+                if dynamic not in out:
+                    out.append(dynamic)
     ckpt = space.knobs.get("checkpointing")
-    bigger = [b for b in oom_sizes if b > cfg.batch_size]
+    bigger = [b for b in ledger.oom_batch_sizes() if b > cfg.batch_size]
     if isinstance(ckpt, Choice) and bigger:
         every = min((v for v in ckpt.values if isinstance(v, int) and v > 0), default=0)
         if every:
-            variants.append(cfg.replace(checkpointing=every, batch_size=bigger[0]))
-    return out + [space.params_of(v, baseline) for v in variants]
-
-
-def first_guesses(space: SearchSpace, baseline: TrainingConfig, cpus: int) -> list[Params]:
-    """The articles' rules of thumb: a bigger batch with a scaled LR and an annealed schedule,
-    loader workers, reduced precision, channels_last (and the same without workers: on few
-    cores they compete with the model); then the safe one, the baseline's batch and schedule
-    with only precision and memory format changed (the same optimizer steps: where fewer,
-    larger steps cost accuracy, this is what still wins)."""
-    params: Params = {}
-    k = space.knobs
-
-    def pick(name: str, prefer: Callable[[Any], Any]) -> None:
-        knob = k.get(name)
-        if isinstance(knob, Choice) and len(knob.values) > 1:
-            params[name] = max(knob.values, key=prefer)
-
-    base_bs = baseline.batch_size
-    pick("batch_size", lambda v: (v <= 4 * base_bs, v if v <= 4 * base_bs else -v))
-    half = max(1, cpus // 2)
-    pick("num_workers", lambda v: (v <= half, v if v <= half else -v))
-    order = {Precision.BF16.value: 3, Precision.FP16.value: 2, Precision.TF32.value: 1}
-    pick("precision", lambda v: order.get(v, 0))
-    for flag in ("channels_last", "pin_memory", "cudnn_benchmark"):
-        pick(flag, lambda v: v is True)
-    pick("intra_op_threads", lambda v: v is None)
-    pick("lr_schedule", lambda v: v == ScheduleKind.COSINE.value)
-    pick("lr_batch_scaling", lambda v: v == "sqrt")
-    if "lr_multiplier" in k:
-        params["lr_multiplier"] = 1.0
-    if "warmup_fraction" in k:
-        params["warmup_fraction"] = 0.05
-    out = [params] if params else []
-    workers = k.get("num_workers")
-    if params.get("num_workers") and isinstance(workers, Choice) and 0 in workers.values:
-        out.append({**params, "num_workers": 0})
-    safe = baseline
-    if "precision" in params:
-        safe = safe.replace(precision=Precision(params["precision"]))
-    if params.get("channels_last"):
-        safe = safe.replace(channels_last=True)
-    if safe != baseline:
-        out.append(space.params_of(safe, baseline))
-    return out
+            out.append(cfg.replace(checkpointing=every, batch_size=bigger[0]))
+    return [c for c in out if c != cfg]

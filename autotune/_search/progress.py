@@ -23,11 +23,10 @@ def trial_line(
     if r.failure is not None:
         outcome = f"failed ({r.failure.value}): {r.message}"
     elif r.pruned:
-        outcome = f"{speed(entry)}, pruned: clearly slower than the best, no accuracy run"
+        outcome = f"{speed(entry)}, {r.message or 'pruned'}"
     else:
         metric = "" if r.metric is None else f", val {name} {r.metric:.4f}"
-        within = "" if ledger.feasible(entry) else " (outside tolerance)"
-        outcome = f"{speed(entry)}{metric}{within}"
+        outcome = f"{speed(entry)}{metric}{_verdict(ledger, entry)}"
     best = ledger.best()
     best_text = (
         f"best {speed(best)} (#{best.number})" if best is not None else "no feasible candidate yet"
@@ -40,3 +39,13 @@ def trial_line(
         f"trial {done}{total} [#{entry.number}, {stage}] {r.config.describe()}: {outcome}"
         f"{reused} | {best_text} | failures: {failures} | {time_left}"
     )
+
+
+def _verdict(ledger: Ledger, entry: Entry) -> str:
+    """What its accuracy check says so far."""
+    if ledger.safe(entry) or entry.record.metric is None:
+        return ""
+    confirmation = ledger.confirmation(entry)
+    if confirmation is not None:
+        return f" ({confirmation.verdict.value})"
+    return " (passed screening)" if ledger.screened(entry) else " (outside tolerance)"

@@ -18,7 +18,7 @@ from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import AccuracyRun
 
-__all__ = ["Record", "Role"]
+__all__ = ["BaselineAccuracy", "Record", "Role"]
 
 
 class Role(str, enum.Enum):
@@ -46,7 +46,7 @@ class Record:
     pruned: bool = False  # clearly slower than the best: no accuracy runs
     fingerprint: str = ""  # of the machine that measured it (see autotune._device.fingerprint)
     accuracy_samples: int | None = None  # samples each accuracy run trained on
-    trial_limit: float | None = None  # the baseline's: every later trial's wall-clock limit
+    at: float | None = None  # wall-clock time the trial ended
 
     @property
     def ok(self) -> bool:
@@ -75,7 +75,7 @@ class Record:
             "pruned": self.pruned,
             "fingerprint": self.fingerprint,
             "accuracy_samples": self.accuracy_samples,
-            "trial_limit": self.trial_limit,
+            "at": self.at,
         }
 
     @classmethod
@@ -96,7 +96,7 @@ class Record:
             pruned=bool(data.get("pruned")),
             fingerprint=str(data.get("fingerprint") or ""),
             accuracy_samples=_int(data.get("accuracy_samples")),
-            trial_limit=_float(data.get("trial_limit")),
+            at=_float(data.get("at")),
         )
 
 
@@ -106,3 +106,34 @@ def _float(value: Any) -> float | None:
 
 def _int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaselineAccuracy:
+    """The baseline's accuracy runs (one per data-order seed, each of ``samples`` samples) and
+    its untrained model's metric: what the accuracy guard holds every candidate to."""
+
+    runs: tuple[AccuracyRun, ...]
+    samples: int
+    initial_metric: float | None = None
+    seconds: float = 0.0  # all the runs, wall clock
+    note: str | None = None  # what the budget plan said (a run shorter than an epoch)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs": [run.to_dict() for run in self.runs],
+            "samples": self.samples,
+            "initial_metric": self.initial_metric,
+            "seconds": self.seconds,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BaselineAccuracy:
+        return cls(
+            runs=tuple(AccuracyRun.from_dict(r) for r in data["runs"]),
+            samples=int(data["samples"]),
+            initial_metric=_float(data.get("initial_metric")),
+            seconds=float(data.get("seconds") or 0.0),
+            note=data.get("note"),
+        )

@@ -34,6 +34,7 @@ class SearchSettings:
     space: SearchSpace  # restricted to the device and model (its notes say how)
     baseline: TrainingConfig
     budget: Budget
+    calibrate: bool  # set the measurement budget from the baseline's speed (no budget= given)
     accuracy_repeats: int
     accuracy_samples: int | None  # fixed by the user; None: planned from the time budget
     n_train: int  # training samples
@@ -41,7 +42,6 @@ class SearchSettings:
     n_trials: int | None
     timeout: float | None
     started: float
-    stage_split_at: float | None = None
     trial_timeout: float | None = None
     isolation: str = "auto"  # as asked: auto, process or none
     isolated: bool = True  # whether the coordinator's trials ran in a worker process

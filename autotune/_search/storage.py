@@ -29,26 +29,30 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune._errors import StorageError
 from autotune._search.guard import Confirmation
-from autotune._search.record import Record
+from autotune._search.record import BaselineAccuracy, Record
 from autotune._search.settings import SearchSettings
 from autotune._trial.probe import MemoryLimits
 
 __all__ = [
-    "add_remeasurement",
+    "add_round",
     "file_confirmation",
     "heartbeat",
     "load_study",
     "mark_owner",
     "open_study",
     "publish_settings",
+    "read_baseline_accuracy",
     "read_confirmations",
     "read_memory",
     "read_records",
-    "read_remeasured",
+    "read_rounds",
     "read_settings",
     "reconcile_stale_trials",
     "redact",
+    "retry_waiting",
+    "running_elsewhere",
     "store_record",
+    "write_baseline_accuracy",
     "write_memory",
 ]
 
@@ -60,8 +64,10 @@ RECORD = "autotune"  # trial attribute: the trial's record
 ROLE = "autotune_role"  # trial attribute: "baseline" or "candidate"
 SETTINGS = "autotune_settings"  # study attribute: the search's settings
 MEMORY = "autotune_memory"  # study attribute: the memory probe's findings
-REMEASURED = "autotune_remeasured"  # study attribute: trial -> re-measured projected times
-CONFIRMATIONS = "autotune_confirmations"  # study attribute: numerics id -> confirmation
+BASELINE_ACCURACY = "autotune_baseline_accuracy"  # study attribute: the guard's baseline runs
+ROUNDS = "autotune_rounds"  # study attribute: side-by-side rounds, trial -> projected time
+# One study attribute per key, so that processes adding them at once never overwrite each other.
+CONFIRMATION = "autotune_confirmation:"  # + numerics id: the confirmation filed under it
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
@@ -101,32 +107,40 @@ def write_memory(study: optuna.Study, memory: MemoryLimits) -> None:
     study.set_user_attr(MEMORY, memory.to_dict())
 
 
-def read_remeasured(study: optuna.Study) -> dict[int, tuple[float, ...]]:
-    """Trial number -> its projected times measured again (side by side with the others)."""
-    data = study.user_attrs.get(REMEASURED)
-    if not isinstance(data, dict):
-        return {}
-    return {int(k): tuple(float(t) for t in v) for k, v in data.items()}
+def read_baseline_accuracy(study: optuna.Study) -> BaselineAccuracy | None:
+    data = study.user_attrs.get(BASELINE_ACCURACY)
+    return BaselineAccuracy.from_dict(data) if isinstance(data, dict) else None
 
 
-def add_remeasurement(study: optuna.Study, number: int, projected: float) -> None:
-    data = {str(k): list(v) for k, v in read_remeasured(study).items()}
-    data.setdefault(str(number), []).append(projected)
-    study.set_user_attr(REMEASURED, data)
+def write_baseline_accuracy(study: optuna.Study, accuracy: BaselineAccuracy) -> None:
+    study.set_user_attr(BASELINE_ACCURACY, accuracy.to_dict())
+
+
+def read_rounds(study: optuna.Study) -> list[dict[int, float]]:
+    """The side-by-side rounds: in each, the trials measured again one after the other, trial
+    number -> projected time. (Only the coordinator writes them.)"""
+    data = study.user_attrs.get(ROUNDS)
+    if not isinstance(data, list):
+        return []
+    return [{int(k): float(v) for k, v in r.items()} for r in data if isinstance(r, dict)]
+
+
+def add_round(study: optuna.Study, measured: dict[int, float]) -> None:
+    rounds = [{str(k): v for k, v in r.items()} for r in read_rounds(study)]
+    study.set_user_attr(ROUNDS, [*rounds, {str(k): v for k, v in measured.items()}])
 
 
 def read_confirmations(study: optuna.Study) -> dict[str, Confirmation]:
     """Numerics id (see autotune._knobs.numerics_id) -> the confirmation filed under it."""
-    data = study.user_attrs.get(CONFIRMATIONS)
-    if not isinstance(data, dict):
-        return {}
-    return {k: Confirmation.from_dict(v) for k, v in data.items() if isinstance(v, dict)}
+    return {
+        key.removeprefix(CONFIRMATION): Confirmation.from_dict(value)
+        for key, value in study.user_attrs.items()
+        if key.startswith(CONFIRMATION) and isinstance(value, dict)
+    }
 
 
 def file_confirmation(study: optuna.Study, numerics: str, confirmation: Confirmation) -> None:
-    data = {k: v.to_dict() for k, v in read_confirmations(study).items()}
-    data[numerics] = confirmation.to_dict()
-    study.set_user_attr(CONFIRMATIONS, data)
+    study.set_user_attr(f"{CONFIRMATION}{numerics}", confirmation.to_dict())
 
 
 # -- Opening the study, and keeping it honest across crashes ------------------------------------
@@ -212,9 +226,10 @@ def open_study(
             storage=backend,
             study_name=study_name,
             sampler=sampler,
-            # A candidate slower than most trials so far (at its throughput phase) skips its
-            # accuracy runs; the search also requires it to be clearly slower than the best.
-            pruner=optuna.pruners.PercentilePruner(50.0, n_startup_trials=4, n_warmup_steps=0),
+            # A candidate that cannot beat the best verified answer (its throughput phase,
+            # reported as the trial's intermediate value, is not faster) skips its accuracy run
+            # and ends PRUNED: the rule needs the ledger's verdicts, so the search applies it.
+            pruner=optuna.pruners.NopPruner(),
             direction="minimize",
             load_if_exists=True,
         )
@@ -248,6 +263,28 @@ def _alive(owner: dict[str, Any]) -> bool:
         return abs(process.create_time() - float(owner["started"])) < 1.0  # not a reused pid
     except (psutil.Error, KeyError, TypeError, ValueError):
         return False
+
+
+def running_elsewhere(study: optuna.Study) -> bool:
+    """Whether a trial of another process is running (or was, until its heartbeat goes stale
+    or this host sees its process gone)."""
+    me = _owner()
+    for trial in study.get_trials(deepcopy=False, states=[TrialState.RUNNING]):
+        owner = trial.user_attrs.get(OWNER)
+        if isinstance(owner, dict) and (owner.get("host"), owner.get("pid")) != (
+            me["host"],
+            me["pid"],
+        ):
+            return True
+    return False
+
+
+def retry_waiting(study: optuna.Study) -> bool:
+    """Whether the retry of a trial that died with its process is still waiting to run."""
+    return any(
+        t.user_attrs.get(RETRY_OF) is not None
+        for t in study.get_trials(deepcopy=False, states=[TrialState.WAITING])
+    )
 
 
 def reconcile_stale_trials(study: optuna.Study) -> list[int]:

@@ -175,7 +175,9 @@ def prepare_model(cfg: TrainingConfig, model: nn.Module, *, inplace: bool = Fals
     apply_checkpointing(model, cfg.checkpointing)
     if cfg.compile_mode is not CompileMode.NONE:
         mode = None if cfg.compile_mode is CompileMode.DEFAULT else cfg.compile_mode.value
-        model = torch.compile(model, mode=mode)  # type: ignore[assignment]
+        # dynamic=None: torch's default, static shapes until one changes.
+        dynamic = True if cfg.compile_dynamic else None
+        model = torch.compile(model, mode=mode, dynamic=dynamic)  # type: ignore[assignment]
     return model
 
 

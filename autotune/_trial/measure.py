@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import statistics
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import psutil
@@ -39,6 +40,7 @@ class Measurement:
     peak_memory_bytes: int | None = None
     memory_kind: str = "process_rss"
     gpu_utilization: float | None = None
+    recompiles: int = 0  # graphs torch.compile compiled again as batch shapes changed
 
     @property
     def timed_steps(self) -> int:
@@ -99,7 +101,7 @@ class Measurement:
         return raw
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+    def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
         values = dict(data)
         values["chunk_times"] = tuple(values["chunk_times"])
         return cls(**values)
@@ -116,6 +118,7 @@ class Measurement:
             "memory_kind": self.memory_kind,
             "gpu_utilization": self.gpu_utilization,
             "timed_steps": self.timed_steps,
+            "recompiles": self.recompiles,
         }
 
     def __repr__(self) -> str:

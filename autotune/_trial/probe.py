@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +28,10 @@ from autotune._trial.runner import Budget
 __all__ = ["MemoryLimits", "probe_memory", "usable_memory"]
 
 SAFETY = 0.85  # use at most this share of the free memory: real training fragments more
-PROBE_BUDGET = Budget(warmup_steps=1, timed_samples=1, min_timed_steps=1, chunks=1)
+# One step and a validation batch, on the dataset's longest items.
+PROBE_BUDGET = Budget(
+    warmup_steps=1, timed_samples=1, min_timed_steps=1, chunks=1, min_timed_seconds=0, longest=True
+)
 
 
 def usable_memory(device: str) -> int:
@@ -47,8 +51,9 @@ class MemoryLimits:
     """Largest batch size that fits, by precision and checkpointing ("bf16/ckpt0")."""
 
     capacity: int
-    limits: dict[str, int]
+    limits: dict[str, int]  # the largest listed batch size that fits
     points: dict[str, list[tuple[int, int]]]  # measured (batch size, peak bytes)
+    largest: dict[str, int] = dataclasses.field(default_factory=dict)  # fitted, listed or not
     notes: tuple[str, ...] = ()
 
     def limit(self, cfg: TrainingConfig) -> int | None:
@@ -70,6 +75,7 @@ class MemoryLimits:
             "capacity_bytes": self.capacity,
             "limits": dict(self.limits),
             "points": {k: [list(p) for p in v] for k, v in self.points.items()},
+            "largest": dict(self.largest),
             "notes": list(self.notes),
         }
 
@@ -79,6 +85,7 @@ class MemoryLimits:
             capacity=int(data["capacity_bytes"]),
             limits={k: int(v) for k, v in data["limits"].items()},
             points={k: [(int(a), int(b)) for a, b in v] for k, v in data["points"].items()},
+            largest={k: int(v) for k, v in (data.get("largest") or {}).items()},
             notes=tuple(data.get("notes", ())),
         )
 
@@ -99,8 +106,14 @@ def probe_memory(
     capacity: int,
     report: Callable[[str], None],
     time_limit: float | None = 120.0,
+    seconds: float | None = None,
+    verify: bool = True,
 ) -> MemoryLimits | None:
-    """Probe every (precision, checkpointing) setting of the space, hungriest first."""
+    """Probe every (precision, checkpointing) setting of the space, hungriest first, within
+    ``seconds`` (a setting left unprobed is held to the hungriest one's limit, which needs more
+    memory than it). ``verify``: train at the predicted limit to check it (on a GPU, where a
+    step is fast); on a CPU the process's memory already shows what fits, so the fitted line is
+    trusted, with the safety margin already taken from ``capacity``."""
     batches = space.knobs.get("batch_size")
     if not isinstance(batches, Choice) or len(batches.values) < 2:
         return None
@@ -112,66 +125,114 @@ def probe_memory(
         ((str(p), int(c)) for p in precisions for c in ckpts),
         key=lambda pc: (pc[0] != "fp32" and pc[0] != "tf32", pc[1]),
     )
-    limits: dict[str, int] = {}
-    points: dict[str, list[tuple[int, int]]] = {}
-    notes: list[str] = []
-    plain = baseline.replace(num_workers=0, persistent_workers=False, prefetch_factor=None)
-    plain = plain.replace(compile_mode="none")
+    plain = baseline.replace(
+        num_workers=0, persistent_workers=False, prefetch_factor=None, compile_mode="none"
+    )
+    stop = None if seconds is None else time.monotonic() + seconds
+    found = _Found(capacity=capacity)
     for i, (precision, ckpt) in enumerate(order):
         key = _key(precision, ckpt)
+        if stop is not None and time.monotonic() > stop and found.limits:
+            hungriest = found.limits[_key(*order[0])]
+            for p, c in order[i:]:
+                found.limits[_key(p, c)] = hungriest
+            found.notes.append(
+                f"{', '.join(_key(p, c) for p, c in order[i:])}: not probed (the probe's time "
+                f"share is spent); held to {_key(*order[0])}'s limit, batch {hungriest}"
+            )
+            break
         cfg = plain.replace(precision=precision, checkpointing=ckpt)
-        measured: list[tuple[int, int]] = []
-        oom_at: int | None = None
         try:
-            for size in sizes[:2]:
-                peak = _peak(executor, cfg.replace(batch_size=size), time_limit)
-                if peak is None:
-                    oom_at = size
-                    break
-                measured.append((size, peak))
+            headroom = _probe_setting(executor, cfg, key, sizes, found, time_limit, verify)
         except _ProbeFailed as exc:
-            notes.append(f"{key}: not probed ({exc})")
+            found.notes.append(f"{key}: not probed ({exc})")
             continue
-        points[key] = measured
-        if oom_at is not None:
-            fitting = [s for s in sizes if s < oom_at]
-            limits[key] = fitting[-1] if fitting else 0
-            notes.append(f"{key}: out of memory already at batch {oom_at}")
-            continue
-        slope, intercept = _fit(measured)
-        predicted = [s for s in sizes if intercept + slope * s <= capacity]
-        limit = predicted[-1] if predicted else sizes[0]
-        if limit == sizes[-1] and intercept + slope * sizes[-1] <= capacity / 2:
-            limits[key] = limit
-            if i == 0:
-                # The hungriest setting fits the largest batch twice over: so do the rest.
-                for p, c in order[1:]:
-                    limits[_key(p, c)] = limit
-                notes.append(
-                    f"every setting fits the largest batch ({limit}) with 2x headroom "
-                    f"(predicted {(intercept + slope * limit) / 2**30:.2f} GiB of "
-                    f"{capacity / 2**30:.2f} GiB usable)"
-                )
-                break
-            continue
-        # Verify the prediction, stepping down on out-of-memory.
-        candidates = [s for s in sizes if s <= limit and s > measured[-1][0]]
-        verified = measured[-1][0]
-        for size in reversed(candidates):
-            try:
-                peak = _peak(executor, cfg.replace(batch_size=size), time_limit)
-            except _ProbeFailed:
-                peak = None
-            if peak is not None:
-                points[key].append((size, peak))
-                verified = size
-                break
-        limits[key] = verified
-        notes.append(f"{key}: largest batch that fits is {verified}")
-    result = MemoryLimits(capacity=capacity, limits=limits, points=points, notes=tuple(notes))
-    for note in notes:
+        if headroom and i == 0:
+            # The hungriest setting fits the largest batch twice over: so do the rest.
+            for p, c in order[1:]:
+                found.limits[_key(p, c)] = found.limits[key]
+            break
+    result = found.result()
+    for note in result.notes:
         report(f"memory probe: {note}")
     return result
+
+
+@dataclasses.dataclass
+class _Found:
+    """What the probe found so far."""
+
+    capacity: int
+    limits: dict[str, int] = dataclasses.field(default_factory=dict)
+    points: dict[str, list[tuple[int, int]]] = dataclasses.field(default_factory=dict)
+    largest: dict[str, int] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def result(self) -> MemoryLimits:
+        return MemoryLimits(
+            capacity=self.capacity,
+            limits=self.limits,
+            points=self.points,
+            largest=self.largest,
+            notes=tuple(self.notes),
+        )
+
+
+def _probe_setting(
+    executor: TrialExecutor,
+    cfg: TrainingConfig,
+    key: str,
+    sizes: list[int],
+    found: _Found,
+    time_limit: float | None,
+    verify: bool,
+) -> bool:
+    """Probe one setting: peaks at the two smallest sizes, a line through them, the largest
+    listed size predicted to fit (verified by training at it where ``verify``). Returns True
+    when even the largest size fits with 2x headroom."""
+    capacity = found.capacity
+    measured: list[tuple[int, int]] = []
+    for size in sizes[:2]:
+        peak = _peak(executor, cfg.replace(batch_size=size), time_limit)
+        if peak is None:
+            fitting = [s for s in sizes if s < size]
+            found.limits[key] = fitting[-1] if fitting else 0
+            found.points[key] = measured
+            found.notes.append(f"{key}: out of memory already at batch {size}")
+            return False
+        measured.append((size, peak))
+    found.points[key] = measured
+    slope, intercept = _fit(measured)
+    if slope > 0:
+        # The largest batch predicted to fit, listed or not (a multiple of 8).
+        found.largest[key] = max(1, int((capacity - intercept) / slope) // 8 * 8)
+    predicted = [s for s in sizes if intercept + slope * s <= capacity]
+    limit = predicted[-1] if predicted else sizes[0]
+    if limit == sizes[-1] and intercept + slope * sizes[-1] <= capacity / 2:
+        found.limits[key] = limit
+        found.notes.append(
+            f"{key}: fits the largest batch ({limit}) with 2x headroom (predicted "
+            f"{(intercept + slope * limit) / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB usable)"
+        )
+        return True
+    if not verify:
+        found.limits[key] = limit
+        found.notes.append(f"{key}: largest batch predicted to fit is {limit}")
+        return False
+    # Verify the prediction, stepping down on out-of-memory.
+    verified = measured[-1][0]
+    for size in reversed([s for s in sizes if measured[-1][0] < s <= limit]):
+        try:
+            peak = _peak(executor, cfg.replace(batch_size=size), time_limit)
+        except _ProbeFailed:
+            peak = None
+        if peak is not None:
+            found.points[key].append((size, peak))
+            verified = size
+            break
+    found.limits[key] = verified
+    found.notes.append(f"{key}: largest batch that fits is {verified}")
+    return False
 
 
 def _values(space: SearchSpace, name: str, default: Any) -> list[Any]:

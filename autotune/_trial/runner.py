@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch._dynamo.utils import counters as dynamo_counters
+from torch.utils.data import DataLoader, Dataset
 
 from autotune._choices import CompileMode
 from autotune._config import TrainingConfig
@@ -61,6 +62,11 @@ class Budget:
     # A timed phase shorter than this measures timer noise (a small MLP does 2,048 samples in
     # 70 ms): the steady-state steps are stretched to last about this long (at most 16x).
     min_timed_seconds: float = 0.5
+    # A slow model's timed phase is cut to about this long (never below min_timed_steps): a
+    # real model at 100 samples/s would spend 20 s on 2,048 samples, most of a short budget.
+    max_timed_seconds: float = 3.0
+    # Train on the dataset's longest items (the memory probe): the peak a real run meets.
+    longest: bool = False
 
     def timed_steps(self, batch_size: int) -> int:
         steps = max(self.min_timed_steps, math.ceil(self.timed_samples / batch_size))
@@ -74,6 +80,7 @@ class AccuracyCheck:
 
     samples: int
     seeds: tuple[int, ...]
+    initial: bool = False  # also evaluate the untrained model (the baseline's first check)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -100,6 +107,7 @@ class TrialOutcome:
     failure: FailureReason | None = None
     message: str | None = None
     seconds: float = 0.0
+    initial_metric: float | None = None  # the untrained model's, where asked for
 
     @property
     def ok(self) -> bool:
@@ -206,16 +214,37 @@ class Trainer:
 MAX_STRETCH = 16
 
 
-def _stretched(timed: int, budget: Budget, later_warmup_time: float) -> int:
-    """Timed steps, raised so the timed phase lasts about ``min_timed_seconds``, judging the
-    step time by the warm-up steps after the first (at most ``MAX_STRETCH`` times as many)."""
-    if budget.min_timed_seconds <= 0 or budget.warmup_steps < 2 or later_warmup_time <= 0:
+def _fitted(timed: int, budget: Budget, later_warmup_time: float) -> int:
+    """Timed steps, fitted so the timed phase lasts between ``min_timed_seconds`` and
+    ``max_timed_seconds``, judging the step time by the warm-up steps after the first: raised
+    at most ``MAX_STRETCH`` times, lowered to ``min_timed_steps`` at the least."""
+    if budget.warmup_steps < 2 or later_warmup_time <= 0:
         return timed
     per_step = later_warmup_time / (budget.warmup_steps - 1)
-    if per_step * timed >= budget.min_timed_seconds:
-        return timed
-    wanted = min(timed * MAX_STRETCH, math.ceil(budget.min_timed_seconds / per_step))
+    wanted = timed
+    if budget.min_timed_seconds > 0 and per_step * timed < budget.min_timed_seconds:
+        wanted = min(timed * MAX_STRETCH, math.ceil(budget.min_timed_seconds / per_step))
+    elif budget.max_timed_seconds > 0 and per_step * timed > budget.max_timed_seconds:
+        wanted = max(budget.min_timed_steps, math.ceil(budget.max_timed_seconds / per_step))
     return math.ceil(wanted / budget.chunks) * budget.chunks
+
+
+def _graphs_compiled() -> int:
+    """Graphs torch.compile has compiled in this process (dynamo's counter)."""
+    return int(dynamo_counters["stats"]["unique_graphs"])
+
+
+class _Longest(Dataset[Any]):
+    """The dataset's longest items, over and over: every batch is as big as one can be."""
+
+    def __init__(self, data: Dataset[Any], indices: tuple[int, ...], length: int) -> None:
+        self.data, self.indices, self.length = data, indices, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Any:
+        return self.data[self.indices[index % len(self.indices)]]
 
 
 def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) -> Measurement:
@@ -223,13 +252,18 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
     stretched to last ``budget.min_timed_seconds`` where the warm-up shows steps are short."""
     timed = budget.timed_steps(cfg.batch_size)
     trainer = Trainer(cfg, workload, budget.warmup_steps + timed)
+    data, shuffle = workload.train, True
+    if budget.longest and workload.longest:
+        steps = budget.warmup_steps + timed * MAX_STRETCH
+        data, shuffle = _Longest(workload.train, workload.longest, cfg.batch_size * steps), False
     loader = cfg.dataloader(
-        workload.train,
-        shuffle=True,
+        data,
+        shuffle=shuffle,
         drop_last=True,
         collate_fn=workload.task.collate_fn,
         generator=torch.Generator().manual_seed(0),
     )
+    graphs = _graphs_compiled()
     memory = MemoryTracker(cfg.device)
     memory.start()
     device = cfg.device
@@ -241,12 +275,13 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
     losses = [trainer.step(batch)]
     _synchronize(device)
     first_step_done = time.perf_counter()
+    first_graphs = _graphs_compiled()
     for _ in range(budget.warmup_steps - 1):
         losses.append(trainer.step(next(batches)))
     _synchronize(device)
     warmup_time = time.perf_counter() - start
     trainer.check(losses)
-    timed = _stretched(timed, budget, warmup_time - (first_step_done - start))
+    timed = _fitted(timed, budget, warmup_time - (first_step_done - start))
     chunk_steps = timed // budget.chunks
 
     chunk_times: list[float] = []
@@ -280,6 +315,8 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
         peak_memory_bytes=memory.result(),
         memory_kind=memory.kind,
         gpu_utilization=utilization.mean,
+        # Graphs compiled after the first step: the batches' shapes changed under compile.
+        recompiles=_graphs_compiled() - first_graphs if first_graphs > graphs else 0,
     )
 
 
@@ -376,6 +413,7 @@ def run_trial(
     start = time.perf_counter()
     measurement: Measurement | None = measured
     runs: list[AccuracyRun] = []
+    initial: float | None = None
     failure: tuple[FailureReason, str] | None = None
     if cfg.compile_mode is not CompileMode.NONE:
         # Dynamo's caches are keyed on the model's code, shared by every trial's copy: without a
@@ -385,6 +423,8 @@ def run_trial(
         with cfg.backends(), seeded(0, cfg.device):
             if measurement is None:
                 measurement = measure_throughput(cfg, workload, budget)
+            if accuracy is not None and accuracy.initial:
+                initial = evaluate(Trainer(cfg, workload, 1).model, cfg, workload)
             if accuracy is not None:
                 for seed in accuracy.seeds:
                     runs.append(train_for_accuracy(cfg, workload, accuracy.samples, seed))
@@ -394,18 +434,12 @@ def run_trial(
         failure = classify(exc)
     # Outside the except block: its traceback no longer pins the trial's tensors.
     free_memory(cfg.device)
-    if failure is not None:
-        return TrialOutcome(
-            config=cfg,
-            measurement=measurement,
-            accuracy=tuple(runs),
-            failure=failure[0],
-            message=failure[1],
-            seconds=time.perf_counter() - start,
-        )
     return TrialOutcome(
         config=cfg,
         measurement=measurement,
         accuracy=tuple(runs),
+        failure=None if failure is None else failure[0],
+        message=None if failure is None else failure[1],
         seconds=time.perf_counter() - start,
+        initial_metric=initial,
     )

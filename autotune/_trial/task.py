@@ -47,20 +47,67 @@ def default_optimizer(params: Iterable[nn.Parameter], lr: float) -> torch.optim.
 
 
 def default_forward(model: nn.Module, batch: Any) -> tuple[Any, Any]:
+    """``(inputs, targets)`` pairs: ``model(inputs)``. Mappings, as Hugging Face's ``Trainer``
+    does: ``model(**batch)``, the targets under ``labels``."""
+    if isinstance(batch, Mapping):
+        return model(**batch), batch.get("labels")
     inputs, targets = batch
     return model(inputs), targets
 
 
+def _field(outputs: Any, name: str) -> Any:
+    if isinstance(outputs, Mapping):
+        return outputs.get(name)
+    return getattr(outputs, name, None)
+
+
+def describe_output(outputs: Any) -> str:
+    """An output's type and, for mappings and model outputs, its keys."""
+    if isinstance(outputs, Mapping):
+        keys = [k for k, v in outputs.items() if v is not None]
+        return f"{type(outputs).__name__} with keys {keys}"
+    if isinstance(outputs, tuple | list):
+        return f"{type(outputs).__name__} of length {len(outputs)}"
+    return type(outputs).__name__
+
+
+def logits_of(outputs: Any) -> torch.Tensor:
+    """The model's predictions: the output itself, or its ``logits`` (a Hugging Face
+    ``ModelOutput``, or a dict)."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    logits = _field(outputs, "logits")
+    if isinstance(logits, torch.Tensor):
+        return logits
+    raise ModelError(
+        f"autotune cannot interpret the model's output, a {describe_output(outputs)}: it needs "
+        "a tensor of logits, or an output with `.logits` (and `.loss` when the batch has "
+        "labels). Pass forward=(model, batch) -> (outputs, targets), with loss_fn= and "
+        "metric= that understand the outputs."
+    )
+
+
 def default_loss(outputs: Any, targets: Any) -> torch.Tensor:
+    """The model's own loss where it computed one (a Hugging Face model given ``labels``);
+    otherwise cross-entropy on the logits (MSE for float targets)."""
+    own = _field(outputs, "loss") if not isinstance(outputs, torch.Tensor) else None
+    if isinstance(own, torch.Tensor) and own.numel() == 1:
+        return own
+    logits = logits_of(outputs)
+    if targets is None:
+        raise ModelError(
+            f"The batch has no targets for the model's output, a {describe_output(outputs)}: "
+            "put them under `labels` (as Hugging Face's Trainer expects), or pass loss_fn=."
+        )
     if isinstance(targets, torch.Tensor) and targets.is_floating_point():
-        return F.mse_loss(outputs.float(), targets)
-    if outputs.dim() > 2:  # per-position logits (batch, ..., classes), as a language model's
-        return F.cross_entropy(outputs.float().flatten(0, -2), targets.flatten())
-    return F.cross_entropy(outputs.float(), targets)
+        return F.mse_loss(logits.float(), targets)
+    if logits.dim() > 2:  # per-position logits (batch, ..., classes), as a language model's
+        return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten())
+    return F.cross_entropy(logits.float(), targets)
 
 
 def accuracy(outputs: Any, targets: Any) -> torch.Tensor:
-    correct: torch.Tensor = outputs.argmax(dim=-1) == targets
+    correct: torch.Tensor = logits_of(outputs).argmax(dim=-1) == targets
     return correct.float().mean()
 
 
@@ -136,6 +183,15 @@ def check_dataset(dataset: Any, task: Task, *, argument: str = "dataset") -> Non
         raise DataError(f"`{argument}` is empty (len 0); give it at least a few batches of data.")
     if task.is_default_batch() and task.collate_fn is None:
         item = dataset[0]
+        if isinstance(item, Mapping):
+            if "labels" not in item:
+                raise DataError(
+                    f"`{argument}[0]` is a dict with keys {sorted(item)} but no `labels`: "
+                    "autotune calls model(**batch) as Hugging Face's Trainer does and reads the "
+                    "targets from `labels`. Rename the key, or pass forward=lambda model, batch: "
+                    "(outputs, targets) (and a loss_fn/metric that understand them)."
+                )
+            return
         if not (isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 2):
             shown = type(item).__name__
             if isinstance(item, Mapping):
@@ -217,7 +273,8 @@ def labels_of(dataset: Dataset[Any], task: Task, *, limit: int = 200_000) -> lis
         return None
     out: list[int] = []
     for i in range(len(dataset)):  # type: ignore[arg-type]
-        target = dataset[i][1]
+        item = dataset[i]
+        target = item.get("labels") if isinstance(item, Mapping) else item[1]
         if isinstance(target, torch.Tensor):
             if target.numel() != 1 or target.is_floating_point():
                 return None

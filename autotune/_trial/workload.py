@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
+import time
+from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from autotune._trial.task import (
     Hooks,
@@ -21,6 +25,11 @@ from autotune._trial.task import (
 
 __all__ = ["Prepared", "Workload", "prepare_workload"]
 
+MAX_VAL_ITEMS = 2048  # a larger validation set is evaluated on a fixed subset of this size
+SIZED_ITEMS = 2048  # items whose size is read to find the longest ones (all, if fewer)
+SIZING_SECONDS = 5.0  # at most this long
+LONGEST = 1024  # longest items kept: the largest batch the memory probe builds from them
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Workload:
@@ -31,6 +40,9 @@ class Workload:
     val: Dataset[Any]
     task: Task
     optimizer: OptimizerFactory = default_optimizer
+    # Indices of the training set's largest items (by elements), largest first: the memory
+    # probe's batches are made of them, so a config that fits only short batches never wins.
+    longest: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +71,45 @@ def prepare_workload(
         train, val, stratified = split_dataset(dataset, task, val_fraction=val_fraction, seed=seed)
     check_model_consumes(model, train, task)
     template = copy.deepcopy(model).cpu()
+    if len(val) > MAX_VAL_ITEMS:  # type: ignore[arg-type]
+        # Paired accuracy checks compare configs on the same items: a fixed subset suffices.
+        picks = random.Random(seed).sample(range(len(val)), MAX_VAL_ITEMS)  # type: ignore[arg-type]
+        val = Subset(val, sorted(picks))
     workload = Workload(
-        model=template, train=train, val=val, task=task, optimizer=hooks.optimizer_factory()
+        model=template,
+        train=train,
+        val=val,
+        task=task,
+        optimizer=hooks.optimizer_factory(),
+        longest=longest_items(train, seed=seed),
     )
     return Prepared(workload=workload, stratified=stratified)
+
+
+def _elements(item: Any) -> int:
+    if isinstance(item, torch.Tensor):
+        return item.numel()
+    if isinstance(item, Mapping):
+        return sum(_elements(v) for v in item.values())
+    if isinstance(item, list | tuple):
+        return sum(_elements(v) for v in item)
+    return 1
+
+
+def longest_items(dataset: Dataset[Any], *, seed: int) -> tuple[int, ...]:
+    """Indices of the largest items among up to :data:`SIZED_ITEMS` of them (read for at most
+    :data:`SIZING_SECONDS`), largest first; empty when every item read has the same size."""
+    n = len(dataset)  # type: ignore[arg-type]
+    order = list(range(n))
+    if n > SIZED_ITEMS:
+        order = random.Random(seed).sample(order, SIZED_ITEMS)
+    sizes: dict[int, int] = {}
+    stop = time.monotonic() + SIZING_SECONDS
+    for i in order:
+        sizes[i] = _elements(dataset[i])
+        if time.monotonic() > stop:
+            break
+    if len(set(sizes.values())) <= 1:
+        return ()
+    ranked = sorted(sizes, key=lambda i: (-sizes[i], i))
+    return tuple(ranked[:LONGEST])

@@ -1,0 +1,175 @@
+"""A simulated machine for the search loop: an executor that takes no real time but advances a
+fake clock by what each run would cost, with throughput and accuracy from a cost model. The
+loop's budget rules (what is started, what is kept back, when it ends) are then tested
+exactly, on workloads as slow as real models, in milliseconds."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import optuna
+from test_space import CPU
+
+from autotune import TrainingConfig, load_space
+from autotune._knobs import Facts
+from autotune._search.loop import Search
+from autotune._search.settings import SearchSettings
+from autotune._trial.failures import FailureReason
+from autotune._trial.measure import Measurement
+from autotune._trial.runner import AccuracyCheck, AccuracyRun, Budget, TrialOutcome
+from autotune._trial.runner import _fitted as _runner_fitted
+from autotune._trial.task import HookRefs
+
+
+class Clock:
+    def __init__(self, now: float = 1.0e9) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclasses.dataclass
+class Model:
+    """How fast and how accurate a config trains, on the simulated machine."""
+
+    throughput: float = 100.0  # the baseline's samples/s
+    overhead: float = 1.0  # seconds of set-up per run
+    speed: Callable[[TrainingConfig], float] = lambda cfg: 1.0  # x the baseline's throughput
+    metric: Callable[[TrainingConfig, int], float] = lambda cfg, seed: 0.85
+    initial: float = 0.5  # the untrained model's metric
+
+
+class SimulatedExecutor:
+    """A TrialExecutor on the simulated machine. ``interrupt_at``: raise KeyboardInterrupt on
+    that run (1-based), as Ctrl-C would."""
+
+    isolated = True
+
+    def __init__(self, clock: Clock, model: Model, interrupt_at: int | None = None) -> None:
+        self.clock = clock
+        self.model = model
+        self.runs = 0
+        self.interrupt_at = interrupt_at
+
+    def run(
+        self,
+        cfg: TrainingConfig,
+        budget: Budget,
+        *,
+        accuracy: AccuracyCheck | None = None,
+        measured: Measurement | None = None,
+        time_limit: float | None = None,
+    ) -> TrialOutcome:
+        self.runs += 1
+        if self.interrupt_at is not None and self.runs >= self.interrupt_at:
+            raise KeyboardInterrupt
+        tp = self.model.throughput * self.model.speed(cfg)
+        cost = self.model.overhead
+        m = measured
+        if m is None:
+            step = cfg.batch_size / tp
+            timed = _fitted(budget.timed_steps(cfg.batch_size), budget, step)
+            cost += (budget.warmup_steps + timed) * step
+            m = Measurement(
+                batch_size=cfg.batch_size,
+                chunk_steps=timed // budget.chunks,
+                chunk_times=(step * (timed // budget.chunks),) * budget.chunks,
+                data_wait=0.0,
+                warmup_steps=budget.warmup_steps,
+                warmup_time=budget.warmup_steps * step,
+                first_batch_time=0.0,
+                peak_memory_bytes=10**8 + 10**6 * cfg.batch_size,
+            )
+        runs = []
+        if accuracy is not None:
+            for seed in accuracy.seeds:
+                seconds = accuracy.samples / tp
+                cost += seconds
+                metric = self.model.metric(cfg, seed)
+                runs.append(AccuracyRun(seed=seed, metric=metric, final_loss=0.5,
+                                        samples=accuracy.samples, seconds=seconds))  # fmt: skip
+        if time_limit is not None and cost > time_limit:
+            self.clock.now += time_limit
+            return TrialOutcome(
+                config=cfg, failure=FailureReason.TIMEOUT, message="timeout", seconds=time_limit
+            )
+        self.clock.now += cost
+        initial = self.model.initial if accuracy is not None and accuracy.initial else None
+        return TrialOutcome(
+            config=cfg,
+            measurement=m,
+            accuracy=tuple(runs),
+            seconds=cost,
+            initial_metric=initial,
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def search(
+    model: Model,
+    *,
+    knobs: dict,
+    timeout: float | None = 240.0,
+    n_trials: int | None = None,
+    tolerance: float = 0.01,
+    interrupt_at: int | None = None,
+    n_train: int = 4000,
+) -> tuple[Search, Clock, list[str]]:
+    """A guided search of ``knobs`` on the simulated machine; returns it after it ran."""
+    clock = Clock()
+    space = load_space({"knobs": knobs})
+    device = dataclasses.replace(CPU, supports_bf16=True)
+    facts = Facts(device=device, has_conv=True, n_blocks=4, n_train=n_train, current_threads=2)
+    base = TrainingConfig()
+    space = space.restrict(facts).including(base, base)
+    settings = SearchSettings(
+        tolerance=tolerance,
+        metric_name="accuracy",
+        higher_is_better=True,
+        hooks=HookRefs(),
+        seed=0,
+        val_fraction=0.1,
+        stratified=True,
+        space=space,
+        baseline=base,
+        budget=Budget(),
+        calibrate=True,
+        accuracy_repeats=3,
+        accuracy_samples=None,
+        n_train=n_train,
+        planned_epochs=10.0,
+        n_trials=n_trials,
+        timeout=timeout,
+        started=clock(),
+        environment={"device": "cpu", "fingerprint": "sim"},
+    )
+    lines: list[str] = []
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    run = Search(
+        study=study,
+        settings=settings,
+        executor=SimulatedExecutor(clock, model, interrupt_at),
+        report=lambda line: lines.append(f"{clock.now - settings.started:7.1f} {line}"),
+        fingerprint="sim",
+        clock=clock,
+    )
+    run.interrupted = run.run()  # type: ignore[attr-defined]
+    return run, clock, lines
+
+
+def _fitted(timed: int, budget: Budget, step: float) -> int:
+    """The runner's own fitting of the timed steps to min/max seconds (see runner._fitted)."""
+    return _runner_fitted(timed, budget, step * max(1, budget.warmup_steps - 1))
+
+
+def noise(seed: int, scale: float) -> float:
+    """A fixed per-seed offset: what every config trained with this data order shares."""
+    return scale * math.sin(1.7 * seed + 0.3)
+
+
+__all__ = ["Clock", "Model", "SimulatedExecutor", "noise", "search"]

@@ -1,0 +1,110 @@
+"""The anytime search on a simulated machine (tests/sim.py): slow real models, short budgets,
+interruptions, with the loop's budget rules checked exactly against a fake clock."""
+
+from __future__ import annotations
+
+from sim import Model, noise, search
+
+from autotune._search.ledger import Ledger
+from autotune._search.record import Role
+
+KNOBS = {
+    "batch_size": [32, 64, 128],
+    "num_workers": [0, 1, 2],
+    "precision": ["fp32", "bf16"],
+    "lr_schedule": ["constant", "cosine"],
+    "intra_op_threads": [None, 1],
+}
+
+
+def bert_like(workers_help: float = 1.0) -> Model:
+    """100 samples/s at the baseline (a BERT-style classifier on this CPU): bf16 1.25x, a
+    bigger batch faster still but 0.05 less accurate; every data order shifts every config's
+    metric alike (the shared noise a paired check cancels)."""
+
+    def speed(cfg) -> float:
+        s = 1.25 if cfg.precision.value == "bf16" else 1.0
+        s *= (cfg.batch_size / 32) ** 0.2
+        s *= workers_help if cfg.num_workers else 1.0
+        return s * (0.7 if cfg.intra_op_threads == 1 else 1.0)
+
+    def metric(cfg, seed: int) -> float:
+        drop = 0.05 if cfg.batch_size > 32 else 0.0
+        jitter = 0.001 * (seed % 2) if cfg.precision.value == "bf16" else 0.0
+        return 0.85 + noise(seed, 0.03) - drop - jitter
+
+    return Model(throughput=100.0, speed=speed, metric=metric)
+
+
+def _ledger(run) -> Ledger:
+    return run.ledger()
+
+
+def test_a_slow_real_model_gets_a_confirmed_fast_answer_within_the_budget() -> None:
+    run, clock, lines = search(bert_like(), knobs=KNOBS, timeout=240.0)
+    used = clock.now - run.settings.started
+    assert 0.9 * 240 <= used <= 1.05 * 240, "\n".join(lines)  # budget used, and kept
+    ledger = _ledger(run)
+    assert ledger.configs_measured() >= 8, "\n".join(lines)
+    best = ledger.best()
+    assert best is not None and best.config.precision.value == "bf16", "\n".join(lines)
+    assert best.config.batch_size == 32  # the bigger batch loses 0.05: never the answer
+    assert ledger.confirmation(best).passed  # paired: the seeds' shared noise cancels
+    assert ledger.guard.spread > 0.01  # ... which independent runs could not resolve
+    accuracy = ledger.baseline_accuracy
+    assert accuracy is not None and accuracy.seconds <= 0.25 * 240 * 1.2  # a bounded share
+    first = ledger.first_win_at()
+    assert first is not None and first - run.settings.started < 0.75 * 240
+
+
+def test_a_safe_win_comes_first_and_fast() -> None:
+    """Loader workers help this model: the first candidates are the knobs that leave the
+    numerics alone, and a verified win is there within the first minute."""
+    run, _, lines = search(bert_like(workers_help=1.3), knobs=KNOBS, timeout=240.0)
+    ledger = _ledger(run)
+    first_fast = next(i for i, e in enumerate(ledger.candidates) if not ledger.safe(e))
+    assert first_fast >= 2 and all(ledger.safe(e) for e in ledger.candidates[:first_fast])
+    assert ledger.first_win_at() - run.settings.started < 60, "\n".join(lines)
+
+
+def test_a_budget_too_short_for_accuracy_checks_still_delivers_a_safe_win() -> None:
+    run, clock, lines = search(bert_like(workers_help=1.3), knobs=KNOBS, timeout=60.0)
+    assert clock.now - run.settings.started <= 1.05 * 60
+    ledger = _ledger(run)
+    assert ledger.guard is None  # no accuracy runs: they would not fit
+    assert any("no time for accuracy checks" in line for line in lines), "\n".join(lines)
+    best = ledger.best()
+    assert best is not None and best.config.num_workers > 0 and ledger.safe(best)
+
+
+def test_an_interrupted_search_holds_the_best_verified_answer() -> None:
+    """Cut off (Ctrl-C) after bf16 was confirmed but before the end: the answer stands."""
+    whole, _, _ = search(bert_like(), knobs=KNOBS, timeout=240.0)
+    confirmed_at = min(
+        c.at for c in _ledger(whole).confirmations.values() if c.passed and c.at is not None
+    )
+    runs = whole.bench.executor.runs  # type: ignore[attr-defined]
+    cut, clock, _ = search(bert_like(), knobs=KNOBS, timeout=240.0, interrupt_at=runs - 2)
+    assert cut.interrupted  # type: ignore[attr-defined]
+    assert clock.now >= confirmed_at
+    best = _ledger(cut).best()
+    assert best is not None and best.config.precision.value == "bf16"
+    assert _ledger(cut).confirmation(best).passed
+
+
+def test_no_time_is_kept_back_when_nothing_is_pending() -> None:
+    """With only knobs that leave the numerics alone there is nothing to confirm; the search
+    still measures until the budget is spent (or the space is)."""
+    safe_knobs = {
+        "num_workers": [0, 1, 2],
+        "intra_op_threads": [None, 1],
+        "prefetch_factor": [2, 4],
+    }
+    run, clock, lines = search(bert_like(workers_help=1.3), knobs=safe_knobs, timeout=120.0)
+    ledger = _ledger(run)
+    measured = {e.config for e in ledger.entries if e.record.role is Role.CANDIDATE}
+    assert ledger.guard is None
+    exhausted = any("exhausted" in line or "every config" in line for line in lines)
+    spent = clock.now - run.settings.started
+    assert exhausted or spent >= 0.9 * 120, "\n".join(lines)
+    assert len(measured) >= 4
