@@ -1,0 +1,275 @@
+"""Workloads built on model code autotune did not write: ``transformers`` classes from small
+configs (no download), with realistic input pipelines.
+
+- ``bert``: a BERT-style sequence classifier (4 layers, hidden 128) on 4,000 token sequences of
+  8-128 tokens, padded per batch by a collate function; dict batches with ``labels``.
+- ``resnet``: a ResNet image classifier reading JPEG files from a folder, decoded by PIL per item
+  with a random crop and a flip.
+- ``gpt2``: a GPT-2 causal LM (4 layers, hidden 128) whose metric is its loss, through hooks
+  (``gpt2_forward``, ``gpt2_loss``, ``gpt2_metric``) defined here, as a user's module would.
+
+Every factory is importable (``--model workloads:bert_model --data workloads:bert_data``) so
+trial workers and ``autotune worker`` processes load the same code. ``transformers`` and
+``pillow`` are test extras, not runtime dependencies of autotune.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset
+
+__all__ = [
+    "bert_collate",
+    "bert_data",
+    "bert_model",
+    "gpt2_data",
+    "gpt2_forward",
+    "gpt2_loss",
+    "gpt2_metric",
+    "gpt2_model",
+    "resnet_data",
+    "resnet_model",
+]
+
+DATA_DIR = Path(os.environ.get("AUTOTUNE_BENCH_DATA", Path(__file__).parent / ".data"))
+
+# -- BERT: variable-length sequences, padded per batch -------------------------------------------
+
+VOCAB = 1000
+PAD, CLS = 0, 1  # as a BERT tokenizer writes them: [CLS] first, the classifier reads it
+
+
+class TokenSequences(Dataset[dict[str, Any]]):
+    """``[CLS]`` and 7-127 tokens, in two classes: class 1 draws about one token in seven from
+    a small "signal" vocabulary, class 0 none (so short sequences carry little signal); one
+    label in ten is flipped. Items are ``{"input_ids": LongTensor[L], "labels": int}``."""
+
+    def __init__(self, n: int, *, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.items: list[dict[str, Any]] = []
+        signal = torch.arange(2, 42)
+        for _ in range(n):
+            length = int(torch.randint(7, 128, (1,), generator=g))
+            label = int(torch.randint(0, 2, (1,), generator=g))
+            tokens = torch.randint(42, VOCAB, (length,), generator=g)
+            if label:
+                mask = torch.rand(length, generator=g) < 0.15
+                picks = signal[torch.randint(0, len(signal), (length,), generator=g)]
+                tokens = torch.where(mask, picks, tokens)
+            if float(torch.rand((), generator=g)) < 0.1:
+                label = 1 - label
+            tokens = torch.cat([torch.tensor([CLS]), tokens])
+            self.items.append({"input_ids": tokens, "labels": label})
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.items[index]
+
+
+def bert_collate(items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Pad to the longest sequence of the batch, with an attention mask."""
+    longest = max(int(item["input_ids"].shape[0]) for item in items)
+    ids = torch.full((len(items), longest), PAD, dtype=torch.long)
+    mask = torch.zeros((len(items), longest), dtype=torch.long)
+    for i, item in enumerate(items):
+        n = int(item["input_ids"].shape[0])
+        ids[i, :n] = item["input_ids"]
+        mask[i, :n] = 1
+    labels = torch.tensor([int(item["labels"]) for item in items], dtype=torch.long)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def bert_model() -> nn.Module:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        intermediate_size=512,
+        max_position_embeddings=136,
+        num_labels=2,
+        pad_token_id=PAD,
+    )
+    return BertForSequenceClassification(config)
+
+
+def bert_data() -> tuple[TokenSequences, TokenSequences]:
+    return TokenSequences(4000, seed=0), TokenSequences(800, seed=1)
+
+
+# -- ResNet: JPEG files from a folder, decoded per item ---------------------------------------
+
+IMAGE_SIZE = 64
+CROP = 56
+CLASSES = 10
+
+
+def _make_images(root: Path, n: int, seed: int) -> None:
+    """A class-coloured square or disc (its size, place and shade vary) on a noisy background,
+    saved as JPEG files in one folder per class; one image in twenty is in the wrong folder
+    (as real datasets' labels are)."""
+    from PIL import Image, ImageDraw
+
+    rng = random.Random(seed)
+    hues = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
+            (145, 30, 180), (70, 240, 240), (240, 50, 230), (128, 128, 0), (0, 0, 128)]  # fmt: skip
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        label = i % CLASSES
+        folder = root / f"class_{label if rng.random() >= 0.05 else rng.randrange(CLASSES)}"
+        folder.mkdir(exist_ok=True)
+        noise = bytes(rng.randrange(256) for _ in range(IMAGE_SIZE * IMAGE_SIZE * 3))
+        image = Image.frombytes("RGB", (IMAGE_SIZE, IMAGE_SIZE), noise)
+        draw = ImageDraw.Draw(image)
+        size = rng.randrange(12, 28)
+        x, y = rng.randrange(0, IMAGE_SIZE - size), rng.randrange(0, IMAGE_SIZE - size)
+        shade = rng.uniform(0.5, 1.0)
+        colour = tuple(int(c * shade) for c in hues[label])
+        shape = draw.ellipse if rng.random() < 0.5 else draw.rectangle
+        shape([x, y, x + size, y + size], fill=colour)
+        image.save(folder / f"{i:05d}.jpg", quality=90)
+
+
+def _image_folder(name: str, n: int, seed: int) -> Path:
+    root = DATA_DIR / f"images-v3-{name}-{n}"
+    done = root / ".complete"
+    if not done.exists():
+        _make_images(root, n, seed)
+        done.write_text("ok")
+    return root
+
+
+class ImageFolder(Dataset[tuple[torch.Tensor, int]]):
+    """``root/class_k/*.jpg``, decoded by PIL per item; random crop and flip when augmenting,
+    a centre crop otherwise (as torchvision's ImageFolder with its usual transforms)."""
+
+    def __init__(self, root: Path, *, augment: bool) -> None:
+        self.files = sorted(root.glob("class_*/*.jpg"))
+        self.targets = [int(f.parent.name.removeprefix("class_")) for f in self.files]
+        self.augment = augment
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        from PIL import Image
+
+        with Image.open(self.files[index]) as image:
+            image = image.convert("RGB")
+            if self.augment:
+                x, y = (
+                    random.randrange(0, IMAGE_SIZE - CROP),
+                    random.randrange(0, IMAGE_SIZE - CROP),
+                )
+            else:
+                x = y = (IMAGE_SIZE - CROP) // 2
+            image = image.crop((x, y, x + CROP, y + CROP))
+            if self.augment and random.random() < 0.5:
+                image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+            data = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
+        pixels = data.view(CROP, CROP, 3).permute(2, 0, 1).float().div_(255)
+        return (pixels - 0.5) / 0.25, self.targets[index]
+
+
+class ResNetLogits(nn.Module):
+    """transformers' ResNetForImageClassification, returning its logits: the (inputs, targets)
+    convention needs no hooks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import ResNetConfig, ResNetForImageClassification
+
+        config = ResNetConfig(
+            num_channels=3,
+            embedding_size=32,
+            hidden_sizes=[32, 64, 128, 256],
+            depths=[1, 1, 1, 1],
+            layer_type="basic",
+            num_labels=CLASSES,
+        )
+        self.net = ResNetForImageClassification(config)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.net(pixel_values=pixels).logits
+        return logits
+
+
+def resnet_model() -> nn.Module:
+    torch.manual_seed(0)
+    return ResNetLogits()
+
+
+def resnet_data() -> tuple[ImageFolder, ImageFolder]:
+    return (
+        ImageFolder(_image_folder("train", 3000, seed=0), augment=True),
+        ImageFolder(_image_folder("val", 600, seed=1), augment=False),
+    )
+
+
+# -- GPT-2: a causal LM, its loss as the metric, through hooks ---------------------------------
+
+LM_VOCAB = 64
+LM_LENGTH = 64
+
+
+class MarkovTokens(Dataset[dict[str, torch.Tensor]]):
+    """Sequences from an order-2 Markov chain with a few likely next tokens per context."""
+
+    def __init__(self, n: int, *, seed: int) -> None:
+        rules = torch.Generator().manual_seed(99)
+        choices = torch.randint(0, LM_VOCAB, (LM_VOCAB, LM_VOCAB, 3), generator=rules)
+        g = torch.Generator().manual_seed(seed)
+        tokens = torch.empty(n, LM_LENGTH, dtype=torch.long)
+        tokens[:, :2] = torch.randint(0, LM_VOCAB, (n, 2), generator=g)
+        weights = torch.tensor([0.7, 0.2, 0.1]).expand(n, 3)
+        for t in range(2, LM_LENGTH):
+            pick = torch.multinomial(weights, 1, generator=g).squeeze(1)
+            tokens[:, t] = choices[tokens[:, t - 2], tokens[:, t - 1], pick]
+        self.tokens = tokens
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.tokens[index]}
+
+
+def gpt2_model() -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=LM_VOCAB, n_positions=LM_LENGTH, n_embd=128, n_layer=4, n_head=4)
+    return GPT2LMHeadModel(config)
+
+
+def gpt2_data() -> tuple[MarkovTokens, MarkovTokens]:
+    return MarkovTokens(4000, seed=0), MarkovTokens(500, seed=1)
+
+
+def gpt2_forward(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[Any, torch.Tensor]:
+    ids = batch["input_ids"]
+    return model(input_ids=ids, labels=ids), ids
+
+
+def gpt2_loss(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+    loss: torch.Tensor = outputs.loss
+    return loss
+
+
+def gpt2_metric(outputs: Any, targets: torch.Tensor) -> float:
+    """The next-token loss on the validation set (lower is better)."""
+    logits = outputs.logits[:, :-1].float()
+    return float(F.cross_entropy(logits.flatten(0, 1), targets[:, 1:].flatten()))
