@@ -165,7 +165,7 @@ def grid(name: str, work: Workload, base: autotune.TrainingConfig, args: argpars
     speed = remeasure(work, configs, args.grid_rounds, args.seconds)
     samples = round(args.grid_epochs * len(work.train))  # type: ignore[arg-type]
     metrics: dict[tuple[Any, ...], list[float]] = {}
-    verdicts: dict[str, tuple[float, bool]] = {}
+    verdicts: dict[str, tuple[float, bool, float]] = {}
     base_runs = accuracy(work, base, samples, args.grid_seeds)
     higher = work.task.higher_is_better
     for label, cfg in configs.items():
@@ -180,8 +180,8 @@ def grid(name: str, work: Workload, base: autotune.TrainingConfig, args: argpars
             (b - c) if higher else (c - b) for b, c in zip(base_runs, metrics[key], strict=True)
         ]
         drop = statistics.fmean(drops)
-        verdicts[label] = (drop, drop <= args.tolerance)
-        print(f"  grid {label}: drop {drop:+.4f}", flush=True)
+        verdicts[label] = (drop, drop <= args.tolerance, statistics.fmean(metrics[key]))
+        print(f"  grid {label}: {metrics[key]} drop {drop:+.4f}", flush=True)
     return configs, speed, verdicts, samples
 
 
@@ -233,7 +233,8 @@ def render(name, found, wall, check, grid_result, args, command) -> str:  # type
         f"Machine: {env['device_name']} ({env['device']}), {env['cpu_count']} CPUs, torch "
         f"{env['torch']}. Command: `{command}` (code: {code_version()})",
         "",
-        f"- Search: {search_info['candidates']} candidates ({search_info['trials']} trials) in "
+        f"- Search: {search_info['configs_measured']} configs measured ({search_info['trials']} "
+        f"trials, reused measurements included) in "
         f"{wall:.0f} s of a {args.timeout:.0f} s timeout ({wall / args.timeout:.0%}); first "
         f"verified win {'none' if first is None else f'after {first:.0f} s'}; failures "
         f"{search_info['failures'] or 'none'}.",
@@ -267,18 +268,19 @@ def render(name, found, wall, check, grid_result, args, command) -> str:  # type
             f"{args.grid_seeds} paired seeds of {samples:,} samples (mean paired drop against "
             f"the tolerance {args.tolerance:g}):",
             "",
-            "| config | samples/s (median) | vs baseline | mean paired drop | within tolerance |",
-            "| --- | --- | --- | --- | --- |",
+            "| config | samples/s (median) | vs baseline | val metric (mean) | mean paired drop "
+            "| within tolerance |",
+            "| --- | --- | --- | --- | --- | --- |",
         ]
         best_label, best_ratio = base_label, 1.0
         for label in configs:
             ratio = statistics.median(speed[label]) / base_speed
-            drop, ok = verdicts[label]
+            drop, ok, mean = verdicts[label]
             if ok and ratio > best_ratio:
                 best_label, best_ratio = label, ratio
             lines.append(
                 f"| `{label}` | {statistics.median(speed[label]):,.0f} | {ratio:.2f}x | "
-                f"{drop:+.4f} | {'yes' if ok else 'no'} |"
+                f"{mean:.4f} | {drop:+.4f} | {'yes' if ok else 'no'} |"
             )
         ours = statistics.median(check) if check else 1.0
         lines += [

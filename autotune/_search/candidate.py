@@ -186,8 +186,10 @@ def _no_accuracy_run(
     reserve: float,
 ) -> str | None:
     """Why a candidate that changes the numerics gets no accuracy run, or None when it does:
-    there is no guard (no time was left for the baseline's runs), it could not win (not
-    faster than the best verified answer, beyond a tie), or its run does not fit the budget."""
+    there is no guard (no time was left for the baseline's runs), it could not win (slower
+    than the best verified answer beyond a tie: one measurement is noisy, and the best verified
+    answer is the best of several, so a candidate within the tie gets its chance; the
+    side-by-side rounds decide), or its run does not fit the budget."""
     assert outcome.measurement is not None
     if baseline.check is None:
         return "no accuracy check: the baseline's accuracy runs were not measured"
@@ -197,9 +199,9 @@ def _no_accuracy_run(
     best = ledger.best()
     if s.guided and best is not None:
         floor = float(ledger.projected(best) or 0.0)
-        if projected > floor * (1 - ranking.TIE):
+        if projected > floor * (1 + ranking.TIE):
             return (
-                f"not faster than the best verified config (trial #{best.number}): no accuracy "
+                f"slower than the best verified config (trial #{best.number}): no accuracy "
                 "run, it could not win"
             )
     run = baseline.run_seconds(outcome.measurement.throughput)
