@@ -226,7 +226,7 @@ def _confirm_if_leading(bench: Bench, baseline: Baseline, number: int, reserve: 
             f"trial #{number} passed screening; no time to confirm its accuracy (~{cost:.0f} s)"
         )
         return
-    confirm(bench, baseline, leader)
+    confirm(bench, baseline, leader, keep=reserve)
 
 
 def _predicted_oom(cfg: TrainingConfig, memory: MemoryLimits | None) -> TrialOutcome | None:

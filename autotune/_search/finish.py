@@ -4,6 +4,8 @@ rounds, which is where the reported speedup comes from."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from autotune import _knobs
 from autotune._search import storage
 from autotune._search.baseline import Baseline
@@ -17,22 +19,29 @@ __all__ = ["ROUNDS", "confirm", "confirm_pending", "side_by_side", "side_by_side
 ROUNDS = 3  # side-by-side rounds of the answers and the baseline
 MIN_ROUNDS = 2
 MAX_CONFIRMATIONS = 3  # pending candidates confirmed in turn at the end
+MAX_SEEDS = 8  # an unresolved confirmation is taken again with at most this many seeds
 
 
-def confirm(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
+def confirm(bench: Bench, baseline: Baseline, entry: Entry, *, keep: float = 0.0) -> Confirmation:
     """Run ``entry``'s config over the baseline's other seeds, pair each run with the
-    baseline's run of the same seed, and file the verdict under its numerics."""
+    baseline's run of the same seed, and file the verdict under its numerics. Where that leaves
+    it unresolved and the seeds that would settle it (both configs' runs of them) fit before the
+    deadline with ``keep`` seconds to spare, they are run and the verdict is taken again."""
     assert baseline.guard is not None and baseline.accuracy is not None
     record = entry.record
-    seeds = tuple(range(1, baseline.guard.repeats))
-    check = AccuracyCheck(samples=baseline.accuracy.samples, seeds=seeds)
     m = record.measurement
-    expected = baseline.confirm_seconds(m.throughput if m is not None else None)
-    outcome = bench.execute(entry.config, accuracy=check, measured=m, expected=expected)
+    throughput = m.throughput if m is not None else None
+    check = AccuracyCheck(
+        samples=baseline.accuracy.samples, seeds=tuple(range(1, baseline.guard.repeats))
+    )
+    outcome = bench.execute(
+        entry.config, accuracy=check, measured=m, expected=baseline.confirm_seconds(throughput)
+    )
     metric = record.metric
     if outcome.ok and metric is not None:
         runs = [metric, *(r.metric for r in outcome.accuracy)]
         result = baseline.guard.confirm(runs, trial=entry.number, at=bench.deadline.now())
+        result = _more_seeds(bench, baseline, entry, runs, result, keep)
     else:
         result = Confirmation(
             runs=(),
@@ -46,6 +55,66 @@ def confirm(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
     if result.settle:
         bench.report(f"  to settle it: {result.settle}")
     return result
+
+
+def _more_seeds(
+    bench: Bench,
+    baseline: Baseline,
+    entry: Entry,
+    runs: list[float],
+    result: Confirmation,
+    keep: float,
+) -> Confirmation:
+    """An unresolved confirmation taken again with the seeds its paired spread says would
+    settle it (up to :data:`MAX_SEEDS`), where they fit: the baseline's runs of the new seeds
+    join its accuracy record (later checks pair with them too), the candidate's join its runs."""
+    need = result.need
+    if result.verdict is not Verdict.UNRESOLVED or need is None or need > MAX_SEEDS:
+        return result
+    assert baseline.accuracy is not None
+    m = entry.record.measurement
+    throughput = m.throughput if m is not None else None
+    have = len(baseline.accuracy.runs)
+    base_seeds = tuple(range(have, need))
+    new_seeds = tuple(range(len(runs), need))
+    cost = baseline.run_seconds() * len(base_seeds) + baseline.run_seconds(throughput) * len(
+        new_seeds
+    )
+    if bench.deadline.past(cost + keep) or not bench.deadline.fits(cost):
+        bench.report(
+            f"trial #{entry.number}: {need} seeds would settle its accuracy (~{cost:.0f} s "
+            "more): they do not fit in the budget"
+        )
+        return result
+    bench.report(f"trial #{entry.number}: unresolved over {len(runs)} seeds; running {need}")
+    samples = baseline.accuracy.samples
+    if base_seeds:
+        more = bench.execute(
+            bench.settings.baseline,
+            accuracy=AccuracyCheck(samples=samples, seeds=base_seeds),
+            measured=baseline.record.measurement,
+            expected=baseline.run_seconds() * len(base_seeds),
+        )
+        if not more.ok:
+            return result
+        acc = baseline.accuracy
+        storage.write_baseline_accuracy(
+            bench.study,
+            dataclasses.replace(
+                acc, runs=(*acc.runs, *more.accuracy), seconds=acc.seconds + more.seconds
+            ),
+        )
+    outcome = bench.execute(
+        entry.config,
+        accuracy=AccuracyCheck(samples=samples, seeds=new_seeds),
+        measured=m,
+        expected=baseline.run_seconds(throughput) * len(new_seeds),
+    )
+    extended = Baseline.of(bench.ledger())
+    if not outcome.ok or extended is None or extended.guard is None:
+        return result
+    runs = [*runs, *(r.metric for r in outcome.accuracy)]
+    return extended.guard.confirm(runs, trial=entry.number, at=bench.deadline.now())
 
 
 def confirm_pending(bench: Bench, baseline: Baseline) -> None:
@@ -65,7 +134,7 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
                 f"no time left to confirm trial #{entry.number}'s accuracy over several seeds"
             )
             return
-        if confirm(bench, baseline, entry).passed:
+        if confirm(bench, baseline, entry, keep=after).passed:
             return
 
 
