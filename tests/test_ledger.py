@@ -282,3 +282,22 @@ def test_ranking_is_pure_median_noise_and_simpler_wins() -> None:
     items["compiled"] = (9.0, 0.05, (1,))
     assert pick(["compiled", "eager", "slow"]) == "compiled"  # 10% faster: beyond the noise
     assert pick([]) is None
+
+
+def test_a_config_remeasured_side_by_side_is_remeasured_for_its_twins() -> None:
+    """channels_last measured 140 once (trial 1) and a later proposal of the same config
+    reused that measurement (trial 2). The side-by-side rounds measured trial 1 at 160 and 165
+    against the baseline's 200: the twin must not keep the lucky 140 and win with a speedup
+    'from the trials' measurements' (the CNN benchmark at 60 s reported 1.48x that way)."""
+    cl = BASE.replace(channels_last=True)
+    twin = dataclasses.replace(_candidate(cl, 140.0), reused=True)
+    study = _study_with(
+        [_base(), _candidate(cl, 140.0), twin],
+        rounds=[{0: 200.0, 1: 160.0}, {0: 200.0, 1: 165.0}],
+    )
+    ledger = Ledger.read(study, settings())
+    assert ledger.remeasured(ledger.entries[2]) == (160.0, 165.0)
+    assert ledger.projected(ledger.entries[1]) == ledger.projected(ledger.entries[2]) == 160.0
+    best = ledger.best()
+    assert best is not None and best.config == cl
+    assert ledger.round_speedups(best) == pytest.approx([200 / 160, 200 / 165])

@@ -193,9 +193,16 @@ class Ledger:
 
     # -- Verdicts -------------------------------------------------------------------------------
 
+    def twins(self, entry: Entry) -> tuple[int, ...]:
+        """The trial numbers of every entry with ``entry``'s config (itself included): a
+        config re-measured side by side under one trial number is re-measured for all of them,
+        so a twin that kept only its first, luckier measurement cannot outrank it."""
+        return tuple(e.number for e in self.entries if e.config == entry.config)
+
     def remeasured(self, entry: Entry) -> tuple[float, ...]:
-        """Its projected times measured again in the side-by-side rounds."""
-        return tuple(r[entry.number] for r in self.rounds if entry.number in r)
+        """Its config's projected times measured again in the side-by-side rounds."""
+        twins = self.twins(entry) if self.rounds else ()
+        return tuple(r[n] for r in self.rounds for n in twins if n in r)
 
     def times(self, entry: Entry) -> list[float]:
         first = entry.record.projected_time
@@ -379,10 +386,12 @@ class Ledger:
         base = self.baseline
         if base is None:
             return []
+        twins = self.twins(entry)
         return [
-            r[base.number] / r[entry.number]
+            r[base.number] / r[n]
             for r in self.rounds
-            if base.number in r and entry.number in r and r[entry.number] > 0
+            for n in twins
+            if base.number in r and n != base.number and n in r and r[n] > 0
         ]
 
     def trial_records(self) -> tuple[TrialRecord, ...]:
