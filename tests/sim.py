@@ -52,6 +52,7 @@ class SimulatedExecutor:
         self.clock = clock
         self.model = model
         self.runs = 0
+        self.budgets: list[Budget] = []
         self.interrupt_at = interrupt_at
 
     def run(
@@ -64,6 +65,7 @@ class SimulatedExecutor:
         time_limit: float | None = None,
     ) -> TrialOutcome:
         self.runs += 1
+        self.budgets.append(budget)
         if self.interrupt_at is not None and self.runs >= self.interrupt_at:
             raise KeyboardInterrupt
         tp = self.model.throughput * self.model.speed(cfg)

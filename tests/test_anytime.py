@@ -139,3 +139,19 @@ def test_an_unresolved_confirmation_takes_the_seeds_that_settle_it_when_they_fit
     accuracy = ledger.baseline_accuracy
     assert accuracy is not None and [r.seed for r in accuracy.runs] == [0, 1, 2, 3]
     assert any("unresolved over 3 seeds; running 4" in line for line in lines), "\n".join(lines)
+
+
+def test_the_side_by_side_rounds_use_the_time_left() -> None:
+    """A space exhausted early leaves time: the rounds that decide the reported speedup measure
+    longer (up to 4x the search's timed samples) instead of handing the time back, and still
+    end within the budget."""
+    safe_knobs = {"num_workers": [0, 1, 2], "intra_op_threads": [None, 1]}
+    run, clock, lines = search(bert_like(workers_help=1.3), knobs=safe_knobs, timeout=240.0)
+    spent = clock.now - run.settings.started
+    assert spent <= 1.05 * 240, "\n".join(lines)
+    budgets = run.bench.executor.budgets  # type: ignore[attr-defined]
+    searched = run.settings.budget.timed_samples
+    # 3 rounds of the baseline and the safe answer, at the cap (time was plentiful); the last
+    # measurement before them had the search's own budget.
+    assert [b.timed_samples for b in budgets[-7:]] == [searched] + [4 * searched] * 6
+    assert len(run.ledger().rounds) == 3

@@ -19,7 +19,7 @@ from autotune._search.record import Record, Role
 from autotune._search.settings import SearchSettings
 from autotune._trial.isolation import TrialExecutor
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyCheck, TrialOutcome
+from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
 
 __all__ = ["Bench"]
 
@@ -61,6 +61,7 @@ class Bench:
         accuracy: AccuracyCheck | None = None,
         measured: Measurement | None = None,
         expected: float | None = None,
+        budget: Budget | None = None,
     ) -> TrialOutcome:
         """Run ``cfg`` within its wall-clock limit: the user's ``trial_timeout``, or 5x what
         the run is ``expected`` to take (at least a minute), and never far past the search's
@@ -70,7 +71,7 @@ class Bench:
             limit = max(MIN_TRIAL_LIMIT, TRIAL_LIMIT_FACTOR * expected)
         return self.executor.run(
             cfg,
-            self.settings.budget,
+            budget or self.settings.budget,
             accuracy=accuracy,
             measured=measured,
             time_limit=self.deadline.trial_limit(limit),

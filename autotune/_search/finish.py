@@ -12,7 +12,7 @@ from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.guard import Confirmation, Verdict
 from autotune._search.ledger import Entry, Ledger
-from autotune._trial.runner import AccuracyCheck
+from autotune._trial.runner import AccuracyCheck, Budget
 
 __all__ = ["ROUNDS", "confirm", "confirm_pending", "side_by_side", "side_by_side_seconds"]
 
@@ -20,6 +20,7 @@ ROUNDS = 3  # side-by-side rounds of the answers and the baseline
 MIN_ROUNDS = 2
 MAX_CONFIRMATIONS = 3  # pending candidates confirmed in turn at the end
 MAX_SEEDS = 8  # an unresolved confirmation is taken again with at most this many seeds
+MAX_STRETCH = 4.0  # the rounds' measurements last at most this many times the search's
 
 
 def confirm(bench: Bench, baseline: Baseline, entry: Entry, *, keep: float = 0.0) -> Confirmation:
@@ -158,6 +159,19 @@ def side_by_side_seconds(ledger: Ledger, baseline: Baseline, extra: Entry | None
     return ROUNDS * per_round
 
 
+def _round_budget(bench: Bench, per_round: float) -> tuple[Budget, float]:
+    """The measurement budget of the side-by-side rounds, and how many times the search's
+    measurement it lasts: stretched to fill the time left (never shortened)."""
+    budget = bench.settings.budget
+    left = bench.deadline.left()
+    if left is None or per_round <= 0:
+        return budget, 1.0
+    stretch = min(MAX_STRETCH, max(1.0, left / (ROUNDS * per_round)))
+    if stretch <= 1.0:
+        return budget, 1.0
+    return dataclasses.replace(budget, timed_samples=round(budget.timed_samples * stretch)), stretch
+
+
 def _relative_cost(entry: Entry, baseline: Baseline) -> float:
     seconds = entry.record.measure_seconds
     return seconds / baseline.record.measure_seconds if baseline.record.measure_seconds else 1.0
@@ -166,22 +180,25 @@ def _relative_cost(entry: Entry, baseline: Baseline) -> float:
 def side_by_side(bench: Bench, baseline: Baseline) -> None:
     """Measure the baseline and the answers again, one after the other in each round, the
     order rotating from round to round, so that drift in the machine's state hits all alike
-    and the speedup reported is what the same machine gives side by side."""
+    and the speedup reported is what the same machine gives side by side. Each measurement is
+    the search's, stretched (up to :data:`MAX_STRETCH` times the timed samples) to use the time
+    left: the reported ratio is the figure least exposed to noise."""
     ledger = bench.ledger()
     contenders = _contenders(ledger)
     if len(contenders) < 2:
         return
     s = bench.settings
+    per_round = sum(baseline.measure_seconds * _relative_cost(e, baseline) for e in contenders)
+    budget, stretch = _round_budget(bench, per_round)
     done = 0
     for r in range(ROUNDS):
-        cost = sum(baseline.measure_seconds * _relative_cost(e, baseline) for e in contenders)
-        if bench.deadline.past(cost):  # the grace past the deadline is the last it may take
+        if bench.deadline.past(per_round * stretch):  # the grace is the last it may take
             break
         order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
         measured: dict[int, float] = {}
         for entry in order:
-            expected = baseline.measure_seconds * _relative_cost(entry, baseline)
-            outcome = bench.execute(entry.config, expected=expected)
+            expected = stretch * baseline.measure_seconds * _relative_cost(entry, baseline)
+            outcome = bench.execute(entry.config, expected=expected, budget=budget)
             if outcome.ok and outcome.measurement is not None:
                 projected = outcome.measurement.projected_time(s.planned_samples, s.planned_epochs)
                 measured[entry.number] = projected

@@ -292,7 +292,10 @@ class ProcessExecutor:
         conn, process = self._conn, self._process
         try:
             conn.send((cfg, budget, accuracy, measured))
-            deadline = None if time_limit is None else start + time_limit
+            # The limit is the trial's own: a fresh worker's start-up (importing torch, seconds
+            # on a busy machine) is not the config's fault.
+            sent = time.perf_counter()
+            deadline = None if time_limit is None else sent + time_limit
             while True:
                 left = 1.0 if deadline is None else deadline - time.perf_counter()
                 if conn.poll(min(1.0, max(0.0, left))):
