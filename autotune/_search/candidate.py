@@ -144,7 +144,7 @@ def _measure(
     budget = bench.settings.budget
     outcome = bench.execute(cfg, expected=expected_seconds(cfg, ledger, baseline, budget))
     measured = outcome.seconds
-    if not outcome.ok or cfg.numerics_key() == baseline.record.config.numerics_key():
+    if not outcome.ok or ledger.same_numerics(cfg, baseline.record.config):
         return bench.record(outcome, role=Role.CANDIDATE, measure_seconds=measured)
     known = ledger.accuracy_of_numerics(cfg)
     if known is not None:  # the same trained model: its accuracy runs carry over

@@ -4,7 +4,6 @@ rounds, which is where the reported speedup comes from."""
 
 from __future__ import annotations
 
-from autotune import _knobs
 from autotune._search import storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
@@ -41,7 +40,7 @@ def confirm(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
             trial=entry.number,
             at=bench.deadline.now(),
         )
-    storage.file_confirmation(bench.study, _knobs.numerics_id(entry.config), result)
+    storage.file_confirmation(bench.study, bench.ledger().numerics_id(entry.config), result)
     bench.report(f"confirmation of trial #{entry.number}: {result.verdict} ({result.describe()})")
     if result.settle:
         bench.report(f"  to settle it: {result.settle}")
