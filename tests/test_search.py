@@ -557,7 +557,8 @@ def test_keep_global_batch_splits_a_baseline_batch_that_does_not_fit(fast_kwargs
 
 
 class NormedRecorder(nn.Module):
-    """A tiny classifier with a batch-norm layer: its statistics see each micro-batch."""
+    """A tiny classifier with a batch-norm layer (its statistics see each micro-batch), slow on
+    batches above 32: a split of 64 is then the faster config, worth an accuracy run."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -565,6 +566,8 @@ class NormedRecorder(nn.Module):
         self.net = nn.Sequential(nn.Linear(8, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 3))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] > 32:
+            time.sleep(0.02)
         out: torch.Tensor = self.net(x)
         return out
 
@@ -627,7 +630,7 @@ def test_a_small_space_measures_every_listed_value(fast_kwargs, compile_capable)
     }
     assert {32, 64} <= {b for b, _ in measured}
     assert any(mode == "default" for _, mode in measured)  # compile was tried
-    assert compile_capable == [None]  # torch.compile's default mode, once
+    assert compile_capable and set(compile_capable) == {None}  # torch.compile's default mode
     assert not any(t.reused for t in result.trials)  # no measured config proposed again
     assert any(", late]" in line and "compile=default" in line for line in lines)
     assert "every config of the space has been measured" in lines

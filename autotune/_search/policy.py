@@ -139,10 +139,14 @@ class StagePolicy:
             if not self._all_measured(fast_pins, ledger):
                 return Step(Stage.FAST, fast_pins)
         best = ledger.best() or safe
-        variants = late_variants(self.space, best, ledger)
-        if self._size() <= SMALL_SPACE:
-            variants += coverage_variants(self.space, self.baseline, best, ledger)
-        step = self._variants(Stage.LATE, safe_pins, ledger, variants)
+        step = self._variants(
+            Stage.LATE, safe_pins, ledger, late_variants(self.space, best, ledger)
+        )
+        if step is None and self._size() <= SMALL_SPACE:
+            # Without accuracy checks, a value that changes the numerics could not win anyway.
+            skip = self.numerics if checks is False else frozenset()
+            cover = coverage_variants(self.space, self.baseline, best, ledger, skip=skip)
+            step = self._variants(Stage.LATE, safe_pins, ledger, cover)
         if step is not None:
             return step
         pins = plain if checks else safe_pins
@@ -282,10 +286,15 @@ def fast_guesses(
 
 
 def coverage_variants(
-    space: SearchSpace, baseline: TrainingConfig, best: Entry, ledger: Ledger
+    space: SearchSpace,
+    baseline: TrainingConfig,
+    best: Entry,
+    ledger: Ledger,
+    *,
+    skip: frozenset[str] = frozenset(),
 ) -> list[TrainingConfig]:
-    """On the best answer so far: each listed value of each knob that no trial has measured
-    yet (a user who lists a value expects to see it tried)."""
+    """On the best answer so far: each listed value of each knob (but ``skip``) that no trial
+    has measured yet (a user who lists a value expects to see it tried)."""
     seen: dict[str, set[Any]] = {}
     for e in ledger.entries:
         if e.record.reused:
@@ -296,7 +305,7 @@ def coverage_variants(
     out: list[TrainingConfig] = []
     for name in space.searched():
         knob = space.knobs[name]
-        if not isinstance(knob, Choice) or name not in params:
+        if not isinstance(knob, Choice) or name not in params or name in skip:
             continue  # a range, or a knob that needs workers (or compile) the config lacks
         for value in knob.values:
             if value in seen.get(name, set()):

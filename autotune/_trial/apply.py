@@ -20,6 +20,7 @@ from torch.utils import checkpoint as torch_checkpoint
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
 from autotune._choices import CompileMode, LRSchedule, OptimizerImpl, Precision, ScheduleKind
+from autotune._errors import ArgumentError
 
 if TYPE_CHECKING:
     from autotune._config import TrainingConfig
@@ -248,7 +249,18 @@ def make_optimizer(
 ) -> torch.optim.Optimizer:
     """``factory(params, peak_lr)``, with ``foreach=True`` or ``fused=True`` as the config's
     optimizer implementation says (nothing for ``default``)."""
-    return factory(params, cfg.lr_schedule.peak_lr, **cfg.optimizer_impl.kwargs())
+    impl = cfg.optimizer_impl.kwargs()
+    try:
+        return factory(params, cfg.lr_schedule.peak_lr, **impl)
+    except TypeError as exc:
+        if not impl or f"'{cfg.optimizer_impl.value}'" not in str(exc):
+            raise
+        flag = f"{cfg.optimizer_impl.value}=True"
+        raise ArgumentError(
+            f"The `optimizer` factory does not take `{flag}`, which the config's "
+            f"optimizer_impl={cfg.optimizer_impl.value!r} asks for ({exc}). Let it take "
+            "**kwargs and pass them to the optimizer, or set optimizer_impl to 'default'."
+        ) from None
 
 
 def supported_optimizer_impls(
