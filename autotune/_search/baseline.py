@@ -94,12 +94,12 @@ class Baseline:
 
 
 def measurement_seconds(
-    batch_size: int, budget: Budget, throughput: float, overhead: float
+    batch_size: int, budget: Budget, throughput: float, overhead: float, accumulation: int = 1
 ) -> float:
-    """Seconds one measurement of a config at ``batch_size`` takes at ``throughput``:
-    its warm-up and timed steps, plus a fixed ``overhead`` (model copy, set-up, a validation
-    batch)."""
-    steps = budget.warmup_steps + budget.timed_steps(batch_size)
+    """Seconds one measurement of a config at ``batch_size`` (and ``accumulation`` steps)
+    takes at ``throughput``: its warm-up and timed micro-batches, plus a fixed ``overhead``
+    (model copy, set-up, a validation batch)."""
+    steps = sum(budget.steps(batch_size, accumulation))
     return overhead + steps * batch_size / max(throughput, 1e-9)
 
 
@@ -222,7 +222,7 @@ def accuracy_plan_seconds(bench: Bench, baseline: Baseline) -> tuple[int, float,
     s = bench.settings
     plan = plan_accuracy_budget(
         n_train=s.n_train,
-        batch_size=s.baseline.batch_size,
+        batch_size=s.baseline.global_batch_size,  # optimizer steps, accumulation included
         throughput=baseline.throughput,
         repeats=s.accuracy_repeats,
         seconds=s.timeout,

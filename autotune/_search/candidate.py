@@ -50,9 +50,11 @@ def expected_seconds(
     typical = baseline.measure_seconds
     m = baseline.record.measurement
     if m is not None:
-        base_cost = measurement_seconds(m.batch_size, budget, m.throughput, 0.0)
+        base = baseline.record.config.gradient_accumulation_steps
+        base_cost = measurement_seconds(m.batch_size, budget, m.throughput, 0.0, base)
         overhead = max(0.0, baseline.record.measure_seconds - base_cost)
-        steps = measurement_seconds(cfg.batch_size, budget, m.throughput, overhead)
+        k = cfg.gradient_accumulation_steps
+        steps = measurement_seconds(cfg.batch_size, budget, m.throughput, overhead, k)
         typical = SLACK * steps
     if cfg.compile_mode is CompileMode.NONE:
         return typical

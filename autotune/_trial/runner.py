@@ -72,6 +72,13 @@ class Budget:
         steps = max(self.min_timed_steps, math.ceil(self.timed_samples / batch_size))
         return math.ceil(steps / self.chunks) * self.chunks
 
+    def steps(self, batch_size: int, accumulation: int = 1) -> tuple[int, int]:
+        """(warm-up, timed) micro-batches of a measurement: with gradient accumulation, whole
+        optimizer steps in the warm-up and in every chunk."""
+        unit = self.chunks * accumulation
+        timed = math.ceil(self.timed_steps(batch_size) / unit) * unit
+        return math.ceil(self.warmup_steps / accumulation) * accumulation, timed
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AccuracyCheck:
@@ -271,10 +278,8 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
     stretched to last ``budget.min_timed_seconds`` where the warm-up shows steps are short.
     A step is a micro-batch; with gradient accumulation the warm-up and every chunk hold whole
     optimizer steps, so each chunk's time includes its share of optimizer updates."""
-    k = cfg.gradient_accumulation_steps
-    unit = budget.chunks * k
-    timed = math.ceil(budget.timed_steps(cfg.batch_size) / unit) * unit
-    warmup = math.ceil(budget.warmup_steps / k) * k
+    unit = budget.chunks * cfg.gradient_accumulation_steps
+    warmup, timed = budget.steps(cfg.batch_size, cfg.gradient_accumulation_steps)
     trainer = Trainer(cfg, workload, warmup + timed)
     data, shuffle = workload.train, True
     if budget.longest and workload.longest:
