@@ -239,11 +239,20 @@ class Trainer:
 MAX_STRETCH = 16
 
 
-def _fitted(timed: int, budget: Budget, later_warmup_time: float, warmup: int, unit: int) -> int:
+def _fitted(
+    timed: int,
+    budget: Budget,
+    later_warmup_time: float,
+    warmup: int | None = None,
+    unit: int | None = None,
+) -> int:
     """Timed steps, fitted so the timed phase lasts between ``min_timed_seconds`` and
-    ``max_timed_seconds``, judging the step time by the ``warmup`` steps after the first:
-    raised at most ``MAX_STRETCH`` times, lowered to ``min_timed_steps`` at the least; a
-    multiple of ``unit`` (chunks of whole optimizer steps)."""
+    ``max_timed_seconds``, judging the step time by the ``warmup`` steps after the first (the
+    budget's by default): raised at most ``MAX_STRETCH`` times, lowered to ``min_timed_steps``
+    at the least; a multiple of ``unit`` (chunks of whole optimizer steps; the budget's chunks
+    by default)."""
+    warmup = budget.warmup_steps if warmup is None else warmup
+    unit = budget.chunks if unit is None else unit
     if warmup < 2 or later_warmup_time <= 0:
         return timed
     per_step = later_warmup_time / (warmup - 1)
