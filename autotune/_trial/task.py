@@ -43,7 +43,7 @@ BUILTIN_METRICS = ("accuracy", "loss")
 
 
 def default_optimizer(
-    params: Iterable[nn.Parameter], lr: float, **impl: bool
+    params: Iterable[nn.Parameter], lr: float, **impl: Any
 ) -> torch.optim.Optimizer:
     """torch's AdamW; ``impl`` is ``foreach=True`` or ``fused=True`` where the optimizer
     implementation knob says (a factory of your own takes them the same way, or is left at
