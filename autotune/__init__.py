@@ -14,7 +14,14 @@ from :mod:`autotune.examples`, the built-in workloads the CLI can name.
 from __future__ import annotations
 
 from autotune._api import find_best
-from autotune._choices import BatchScaling, CompileMode, LRSchedule, Precision, ScheduleKind
+from autotune._choices import (
+    BatchScaling,
+    CompileMode,
+    LRSchedule,
+    OptimizerImpl,
+    Precision,
+    ScheduleKind,
+)
 from autotune._config import TrainingConfig
 from autotune._errors import (
     ArgumentError,
@@ -53,6 +60,7 @@ __all__ = [
     "LightningSettings",
     "Measurement",
     "ModelError",
+    "OptimizerImpl",
     "Precision",
     "ScheduleKind",
     "SearchResult",

@@ -95,6 +95,7 @@ def find_best(
     progress: bool | Callable[[str], None] = False,
     launcher: Callable[[optuna.Study], None] | None = None,
     guided: bool = True,
+    keep_global_batch: bool = False,
 ) -> SearchResult:
     """Find the fastest training config for ``model`` on ``dataset`` on this machine whose
     validation metric stays within ``tolerance`` of the baseline's.
@@ -119,6 +120,10 @@ def find_best(
     measured in full. For exhaustive grids (``optuna.samplers.BruteForceSampler``) and for
     comparing against plain random search.
 
+    ``keep_global_batch=True``: candidates keep the baseline's global batch (``batch_size *
+    gradient_accumulation_steps``), split differently, so need no accuracy runs (except with
+    batch norm, which sees the micro-batch); a baseline batch that does not fit is split.
+
     ``launcher(study)``, when given, runs the candidates elsewhere: it is called once the
     baseline is measured and returns when its workers are done (the CLI's ``--workers`` starts
     ``autotune worker`` processes this way); this process then confirms the winner and exports.
@@ -133,7 +138,8 @@ def find_best(
         model, dataset, val_dataset, hooks, val_fraction=val_fraction, seed=seed
     )
     base_cfg = _baseline_config(baseline, device_str)
-    restricted = restrict_space(load_space(space), prepared.workload, base_cfg, device_str)
+    wanted = load_space(space)
+    restricted = restrict_space(wanted, prepared.workload, base_cfg, device_str, keep_global_batch)
     study = open_study(storage, study_name, seed, sampler)
     refs = hooks.references()
     _check_launcher(launcher, refs, study)
@@ -152,6 +158,7 @@ def find_best(
         space=restricted,
         baseline=base_cfg,
         n_train=len(prepared.workload.train),  # type: ignore[arg-type]
+        split_free=not has_batch_norm(prepared.workload.model),
         started=started,
         isolated=executor.isolated,
         environment=env,
@@ -202,6 +209,7 @@ def _check_arguments(args: Mapping[str, Any]) -> None:
     )  # fmt: skip
     check_int("seed", args["seed"], rule="an int", ok=lambda v: True)
     check_flag("guided", args["guided"])
+    check_flag("keep_global_batch", args["keep_global_batch"])
     check_choice("isolation", args["isolation"], ISOLATION_MODES)
     check_number(
         "trial_timeout",
@@ -277,20 +285,45 @@ def _baseline_config(
 # -- The space for this device and model ------------------------------------------------
 
 
+def has_batch_norm(model: nn.Module) -> bool:
+    """Whether ``model`` has batch-norm layers: their statistics see each micro-batch alone."""
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
 def restrict_space(
-    space: SearchSpace, workload: Workload, baseline: TrainingConfig, device: str
+    space: SearchSpace,
+    workload: Workload,
+    baseline: TrainingConfig,
+    device: str,
+    keep_global_batch: bool = False,
 ) -> SearchSpace:
     """``space`` without what cannot matter on this device and model, widened to include the
-    baseline (every trial is then a point any sampler understands)."""
+    baseline (every trial is then a point any sampler understands); with
+    ``keep_global_batch``, narrowed to the splits of the baseline's global batch."""
     model = workload.model
+    impls = space.knobs.get("optimizer_impl")
     facts = _knobs.Facts(
         device=describe_device(device),
         has_conv=any(isinstance(m, nn.Conv2d | nn.Conv3d) for m in model.modules()),
         n_blocks=len(apply.find_repeated_blocks(model)),
         n_train=len(workload.train),  # type: ignore[arg-type]
         current_threads=torch.get_num_threads(),
+        # Tried only where the space has the knob: it builds an optimizer per implementation.
+        optimizer_impls=(
+            apply.supported_optimizer_impls(workload.optimizer, device)
+            if isinstance(impls, Choice)
+            else ("default",)
+        ),
     )
     restricted = _restrict_workers(space.restrict(facts), workload)
+    if keep_global_batch:
+        restricted = restricted.keeping_global_batch(baseline)
+        if has_batch_norm(model):
+            restricted = restricted.with_note(
+                "keep_global_batch: the model has batch-norm layers, whose statistics see "
+                "the micro-batch: a split of the global batch changes them, so it gets the "
+                "accuracy check"
+            )
     restricted = restricted.including(baseline, baseline)
     for note in restricted.notes:
         log.info("space: %s", note)

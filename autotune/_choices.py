@@ -18,6 +18,7 @@ __all__ = [
     "BatchScaling",
     "CompileMode",
     "LRSchedule",
+    "OptimizerImpl",
     "Precision",
     "ScheduleKind",
     "check_type",
@@ -49,6 +50,22 @@ class CompileMode(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class OptimizerImpl(str, enum.Enum):
+    """How torch's optimizer updates the parameters: its own default choice, one multi-tensor
+    (``foreach=True``) kernel per group, or one fused kernel (``fused=True``)."""
+
+    DEFAULT = "default"
+    FOREACH = "foreach"
+    FUSED = "fused"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def kwargs(self) -> dict[str, bool]:
+        """The optimizer constructor's keyword arguments for this implementation."""
+        return {} if self is OptimizerImpl.DEFAULT else {self.value: True}
 
 
 class ScheduleKind(str, enum.Enum):

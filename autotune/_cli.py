@@ -155,6 +155,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 trial_timeout=args.trial_timeout,
                 progress=progress,
                 launcher=launcher,
+                keep_global_batch=args.keep_global_batch,
             )
     except KeyboardInterrupt:
         print(
@@ -380,6 +381,12 @@ def _search_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="worker processes sharing the study (on a CPU they split the cores)",
     )
     s.add_argument("--devices", default=None, help="GPU indices, one worker each: 0,1,2,3")
+    s.add_argument(
+        "--keep-global-batch",
+        action="store_true",
+        help="candidates keep the baseline's global batch (batch size x accumulation steps) "
+        "and only split it differently: no accuracy runs (except with batch norm)",
+    )
     s.add_argument("--out", required=True, help="where to write the result JSON")
     s.add_argument("--quiet", action="store_true", help="no progress lines")
     s.set_defaults(func=cmd_search)

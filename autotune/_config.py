@@ -34,6 +34,7 @@ from autotune import _integrations, _knobs
 from autotune._choices import (
     CompileMode,
     LRSchedule,
+    OptimizerImpl,
     Precision,
     check_type,
     known_keys,
@@ -63,16 +64,22 @@ class TrainingConfig:
     """Every tuned knob, with PyTorch's defaults as the default values.
 
     The defaults are what a plain training script does: batch 32, no DataLoader workers, fp32,
-    eager execution, no checkpointing, a constant learning rate.
+    eager execution, no checkpointing, one optimizer step per batch, a constant learning rate.
+
+    ``batch_size`` is the micro-batch: what one forward/backward pass sees (and what the
+    DataLoader yields). With ``gradient_accumulation_steps`` = k the optimizer steps once every
+    k micro-batches, so the global batch (:attr:`global_batch_size`) is ``batch_size * k``.
     """
 
     device: str = "cpu"
     batch_size: int = 32
+    gradient_accumulation_steps: int = 1  # micro-batches per optimizer step
     num_workers: int = 0
     persistent_workers: bool = False
     prefetch_factor: int | None = None
     pin_memory: bool = False
     precision: Precision = Precision.FP32
+    optimizer_impl: OptimizerImpl = OptimizerImpl.DEFAULT  # torch's default, foreach or fused
     compile_mode: CompileMode = CompileMode.NONE
     compile_dynamic: bool = False  # torch.compile(dynamic=True): no recompile per batch shape
     cudnn_benchmark: bool = False
@@ -153,15 +160,29 @@ class TrainingConfig:
         """A copy with ``changes`` applied (the config itself is frozen)."""
         return dataclasses.replace(self, **changes)
 
-    def numerics_key(self) -> tuple[Any, ...]:
-        """The knobs that change the optimisation maths: equal keys train to the same model."""
-        return _knobs.numerics_key(self)
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimizer step: the micro-batch times the accumulation steps."""
+        return self.batch_size * self.gradient_accumulation_steps
+
+    def optimizer_steps(self, batches: int) -> int:
+        """Optimizer steps that ``batches`` micro-batches make (the LR schedule counts these)."""
+        return apply.optimizer_steps(self, batches)
+
+    def numerics_key(self, *, split_free: bool = False) -> tuple[Any, ...]:
+        """The knobs that change the optimisation maths: equal keys train to the same model.
+        ``split_free``: how the global batch is split into micro-batches does not matter (a
+        model without batch-norm layers)."""
+        return _knobs.numerics_key(self, split_free=split_free)
 
     def describe(self) -> str:
         """One line naming the knobs, for logs and summaries."""
         s = self.lr_schedule
+        batch = f"{self.batch_size}"
+        if self.gradient_accumulation_steps > 1:
+            batch += f"x{self.gradient_accumulation_steps}"  # micro-batch x accumulation steps
         parts = [
-            f"batch={self.batch_size}",
+            f"batch={batch}",
             f"workers={self.num_workers}",
             f"precision={self.precision.value}",
             f"compile={self.compile_mode.value}",
@@ -179,6 +200,8 @@ class TrainingConfig:
             parts.append(f"checkpoint every {self.checkpointing}")
         if self.intra_op_threads is not None:
             parts.append(f"threads={self.intra_op_threads}")
+        if self.optimizer_impl is not OptimizerImpl.DEFAULT:
+            parts.append(f"{self.optimizer_impl.value} optimizer")
         return " ".join(parts)
 
     # -- Applying the config to a user's own training loop ------------------------------------
@@ -229,14 +252,18 @@ class TrainingConfig:
         optimizer_cls: Callable[..., torch.optim.Optimizer] | None = None,
         **kwargs: Any,
     ) -> torch.optim.Optimizer:
-        """``optimizer_cls(params, lr=peak_lr, **kwargs)``; AdamW when no class is given."""
+        """``optimizer_cls(params, lr=peak_lr, **kwargs)``; AdamW when no class is given. The
+        tuned implementation is passed as ``foreach=True`` or ``fused=True`` (nothing for
+        ``default``), unless ``kwargs`` already say."""
         cls = optimizer_cls if optimizer_cls is not None else torch.optim.AdamW
-        return cls(params, lr=self.lr_schedule.peak_lr, **kwargs)
+        options = {**self.optimizer_impl.kwargs(), **kwargs}
+        return cls(params, lr=self.lr_schedule.peak_lr, **options)
 
     def lr_scheduler(
         self, optimizer: torch.optim.Optimizer, total_steps: int
     ) -> torch.optim.lr_scheduler.LRScheduler:
-        """The tuned schedule over ``total_steps`` optimizer steps (call ``.step()`` per step)."""
+        """The tuned schedule over ``total_steps`` optimizer steps (call ``.step()`` per step;
+        with gradient accumulation, :meth:`optimizer_steps` turns batches into steps)."""
         return apply.lr_scheduler(self.lr_schedule, optimizer, total_steps)
 
     def to_device(self, batch: Any) -> Any:

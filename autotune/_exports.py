@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from autotune._choices import CompileMode, Precision, ScheduleKind
+from autotune._choices import CompileMode, OptimizerImpl, Precision, ScheduleKind
 
 if TYPE_CHECKING:
     from autotune._config import TrainingConfig
@@ -62,6 +62,18 @@ def _takes(names: Collection[str] | None, name: str) -> bool:
 
 def hf_batch_size(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
     return {"per_device_train_batch_size": cfg.batch_size}
+
+
+def hf_accumulation(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    return {"gradient_accumulation_steps": cfg.gradient_accumulation_steps}
+
+
+def hf_optimizer_impl(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    # The search's default optimizer is torch's AdamW: "adamw_torch_fused" when fused, else
+    # "adamw_torch" (torch's own choice, foreach on a GPU), always said, since Hugging Face
+    # defaults to the fused one on torch >= 2.8.
+    fused = cfg.optimizer_impl is OptimizerImpl.FUSED
+    return {"optim": "adamw_torch_fused" if fused else "adamw_torch"}
 
 
 def hf_workers(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
@@ -149,6 +161,22 @@ _LIGHTNING_PRECISION = {
 
 def pl_batch_size(cfg: TrainingConfig) -> LightningPart:
     return LightningPart(dataloader={"batch_size": cfg.batch_size})
+
+
+def pl_accumulation(cfg: TrainingConfig) -> LightningPart:
+    return LightningPart(trainer={"accumulate_grad_batches": cfg.gradient_accumulation_steps})
+
+
+def pl_optimizer_impl(cfg: TrainingConfig) -> LightningPart:
+    if cfg.optimizer_impl is OptimizerImpl.DEFAULT:
+        return LightningPart()
+    return LightningPart(
+        notes=(
+            f"{cfg.optimizer_impl.value} optimizer: `cfg.optimizer(self.parameters())` in "
+            f"configure_optimizers passes {cfg.optimizer_impl.value}=True (or pass it to "
+            "your own optimizer class).",
+        )
+    )
 
 
 def pl_workers(cfg: TrainingConfig) -> LightningPart:

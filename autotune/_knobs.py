@@ -22,7 +22,14 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from autotune import _exports as ex
-from autotune._choices import BatchScaling, CompileMode, LRSchedule, Precision, ScheduleKind
+from autotune._choices import (
+    BatchScaling,
+    CompileMode,
+    LRSchedule,
+    OptimizerImpl,
+    Precision,
+    ScheduleKind,
+)
 
 if TYPE_CHECKING:
     from autotune._config import TrainingConfig
@@ -60,6 +67,8 @@ class Facts:
     n_blocks: int  # repeated blocks that checkpointing can wrap
     n_train: int  # training samples
     current_threads: int  # torch's intra-op threads in this process
+    # Optimizer implementations the user's optimizer factory takes and torch runs on the device.
+    optimizer_impls: tuple[str, ...] = (OptimizerImpl.DEFAULT.value,)
 
 
 # (values kept, or None when the knob cannot matter at all; why, for the space's notes)
@@ -170,12 +179,17 @@ def _checkpointing_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
     return tuple(v for v in values if v <= facts.n_blocks), f"the model has {facts.n_blocks} blocks"
 
 
+def _optimizer_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
+    why = "the optimizer factory does not take the flag, or torch has no such kernel here"
+    return tuple(v for v in values if v in facts.optimizer_impls), why
+
+
 # -- Readers of the LR schedule's knobs ----------------------------------------------------------
 
 
 def _lr_multiplier(cfg: TrainingConfig, baseline: TrainingConfig) -> float:
     s = cfg.lr_schedule
-    scale = s.batch_scaling.factor(cfg.batch_size, baseline.batch_size)
+    scale = s.batch_scaling.factor(cfg.global_batch_size, baseline.global_batch_size)
     return s.peak_lr / (baseline.lr_schedule.peak_lr * scale)
 
 
@@ -188,12 +202,24 @@ KNOBS: tuple[Knob, ...] = (
         rule=">= 1",
         check=lambda v: v >= 1,
         powers_of_two=True,
-        simplicity=9,
+        simplicity=11,
         restrict=_keep(
             lambda v, f: v <= f.n_train, lambda f: f"the training set has {f.n_train} samples"
         ),
         transformers=ex.hf_batch_size,
         lightning=ex.pl_batch_size,
+    ),
+    Knob(
+        name="gradient_accumulation_steps",
+        kind=ValueKind.INT,
+        numerics=True,  # alone, it changes the global batch (see numerics_key for a split)
+        field="gradient_accumulation_steps",
+        rule=">= 1",
+        check=lambda v: v >= 1,
+        simplicity=3,
+        cost=lambda v, base: float(v != base),
+        transformers=ex.hf_accumulation,
+        lightning=ex.pl_accumulation,
     ),
     Knob(
         name="num_workers",
@@ -202,7 +228,7 @@ KNOBS: tuple[Knob, ...] = (
         field="num_workers",
         rule=">= 0",
         check=lambda v: v >= 0,
-        simplicity=3,
+        simplicity=4,
         cost=lambda v, base: float(v),
         restrict=_keep(
             lambda v, f: v <= f.device.cpu_count, lambda f: f"{f.device.cpu_count} CPU cores"
@@ -238,7 +264,7 @@ KNOBS: tuple[Knob, ...] = (
         numerics=False,
         field="pin_memory",
         rule="true or false",
-        simplicity=5,
+        simplicity=7,
         restrict=_only_if(
             lambda f: f.device.type != "cpu",
             "pinned memory only speeds up copies to an accelerator",
@@ -252,10 +278,22 @@ KNOBS: tuple[Knob, ...] = (
         numerics=True,
         field="precision",
         enum=Precision,
-        simplicity=8,
+        simplicity=10,
         restrict=_precision_rule,
         transformers=ex.hf_precision,
         lightning=ex.pl_precision,
+    ),
+    Knob(
+        name="optimizer_impl",
+        kind=ValueKind.ENUM,
+        numerics=False,  # the same update, within float rounding (see README)
+        field="optimizer_impl",
+        enum=OptimizerImpl,
+        simplicity=6,
+        cost=lambda v, base: float(v != OptimizerImpl.DEFAULT.value),
+        restrict=_optimizer_rule,
+        transformers=ex.hf_optimizer_impl,
+        lightning=ex.pl_optimizer_impl,
     ),
     Knob(
         name="compile_mode",
@@ -291,7 +329,7 @@ KNOBS: tuple[Knob, ...] = (
         numerics=False,
         field="cudnn_benchmark",
         rule="true or false",
-        simplicity=6,
+        simplicity=8,
         restrict=_only_if(lambda f: f.device.has_cudnn, "no cuDNN on this device"),
         lightning=ex.pl_cudnn,
     ),
@@ -315,7 +353,7 @@ KNOBS: tuple[Knob, ...] = (
         numerics=False,
         field="channels_last",
         rule="true or false",
-        simplicity=7,
+        simplicity=9,
         restrict=_only_if(lambda f: f.has_conv, "the model has no convolutions"),
         lightning=ex.pl_channels_last,
     ),
@@ -327,7 +365,7 @@ KNOBS: tuple[Knob, ...] = (
         rule=">= 1 or null",
         check=lambda v: v >= 1,
         nullable=True,
-        simplicity=4,
+        simplicity=5,
         cost=lambda v, base: float(v is not None),
         restrict=_threads_rule,
         lightning=ex.pl_threads,
@@ -374,7 +412,12 @@ BY_NAME: Mapping[str, Knob] = {k.name: k for k in KNOBS}
 KNOB_NAMES: tuple[str, ...] = tuple(BY_NAME)
 # The config fields that decide the trained model's numerics (the LR schedule's knobs share
 # the `lr_schedule` field).
-NUMERIC_FIELDS: tuple[str, ...] = ("batch_size", "precision", "lr_schedule")
+NUMERIC_FIELDS: tuple[str, ...] = (
+    "batch_size",
+    "gradient_accumulation_steps",
+    "precision",
+    "lr_schedule",
+)
 assert {k.field or "lr_schedule" for k in KNOBS if k.numerics} == set(NUMERIC_FIELDS)
 
 
@@ -389,16 +432,23 @@ def numerics_free_knobs() -> tuple[str, ...]:
     return tuple(k.name for k in KNOBS if not k.numerics and not k.late)
 
 
-def numerics_key(cfg: TrainingConfig) -> tuple[Any, ...]:
-    """Equal keys train to the same model (same batch size, precision and LR schedule)."""
-    return tuple(getattr(cfg, name) for name in NUMERIC_FIELDS)
+def numerics_key(cfg: TrainingConfig, *, split_free: bool = False) -> tuple[Any, ...]:
+    """Equal keys train to the same model (same batch size and accumulation, precision and LR
+    schedule). ``split_free``: the model has no layer that sees the micro-batch on its own
+    (batch norm), so only the global batch counts: 2 micro-batches of 32 (loss scaled by 1/2,
+    the same samples in the same order) make the optimizer step one batch of 64 makes, within
+    float rounding."""
+    key = tuple(getattr(cfg, name) for name in NUMERIC_FIELDS)
+    if split_free:
+        return (cfg.global_batch_size, *key[2:])
+    return key
 
 
-def numerics_id(cfg: TrainingConfig) -> str:
+def numerics_id(cfg: TrainingConfig, *, split_free: bool = False) -> str:
     """:func:`numerics_key` as a string, the key confirmations are filed under."""
     values = [
         v.to_dict() if isinstance(v, LRSchedule) else v.value if isinstance(v, enum.Enum) else v
-        for v in numerics_key(cfg)
+        for v in numerics_key(cfg, split_free=split_free)
     ]
     return json.dumps(values)
 
@@ -441,21 +491,22 @@ def config_from(params: Mapping[str, Any], baseline: TrainingConfig) -> Training
         changes.setdefault("persistent_workers", True)
     if CompileMode(changes.get("compile_mode", baseline.compile_mode)) is CompileMode.NONE:
         changes["compile_dynamic"] = False
-    batch_size = int(changes.get("batch_size", baseline.batch_size))
+    # The LR is scaled with the global batch (samples per optimizer step), not the micro-batch.
+    global_batch = int(changes.get("batch_size", baseline.batch_size)) * int(
+        changes.get("gradient_accumulation_steps", baseline.gradient_accumulation_steps)
+    )
+    reference = baseline.global_batch_size
     base = baseline.lr_schedule
     scaling = BatchScaling(p.get("lr_batch_scaling", base.batch_scaling))
-    peak = (
-        base.peak_lr
-        * scaling.factor(batch_size, baseline.batch_size)
-        * float(p.get("lr_multiplier", 1.0))
-    )
+    multiplier = float(p.get("lr_multiplier", 1.0))
+    peak = base.peak_lr * scaling.factor(global_batch, reference) * multiplier
     schedule = LRSchedule(
         kind=p.get("lr_schedule", base.kind),
         peak_lr=peak,
         warmup_fraction=float(p.get("warmup_fraction", base.warmup_fraction)),
         batch_scaling=scaling,
-        reference_batch_size=baseline.batch_size,
+        reference_batch_size=reference,
     )
-    if schedule == dataclasses.replace(base, reference_batch_size=baseline.batch_size):
+    if schedule == dataclasses.replace(base, reference_batch_size=reference):
         schedule = base  # unchanged numerics compare equal to the baseline's
     return baseline.replace(lr_schedule=schedule, **changes)

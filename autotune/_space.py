@@ -55,12 +55,17 @@ Knob = Choice | FloatRange
 
 @dataclasses.dataclass(frozen=True)
 class SearchSpace:
-    """A validated set of knobs. ``notes`` says what was dropped or narrowed, and why."""
+    """A validated set of knobs. ``notes`` says what was dropped or narrowed, and why.
+
+    ``global_batch_size``: every config keeps this global batch (``keep_global_batch``), so
+    ``batch_size`` (the micro-batch) is the only split knob sampled and
+    ``gradient_accumulation_steps`` follows from it."""
 
     name: str
     knobs: Mapping[str, Knob]
     description: str = ""
     notes: tuple[str, ...] = ()
+    global_batch_size: int | None = None
 
     def restrict(self, facts: Facts) -> SearchSpace:
         """Drop knobs and values that cannot matter (or cannot run) on this device and model,
@@ -85,6 +90,32 @@ class SearchSpace:
                 del knobs[spec.name]
         return dataclasses.replace(self, knobs=knobs, notes=tuple(notes))
 
+    def keeping_global_batch(self, baseline: TrainingConfig) -> SearchSpace:
+        """The space whose configs all keep ``baseline``'s global batch: ``batch_size`` is the
+        global batch over each listed ``gradient_accumulation_steps`` that divides it (1, 2, 4
+        and 8 where the space lists none); the batch sizes the space listed give way."""
+        total = baseline.global_batch_size
+        listed = self.knobs.get(ACCUMULATION)
+        steps = listed.values if isinstance(listed, Choice) else DEFAULT_SPLITS
+        splits = sorted(
+            {int(k) for k in steps if total % int(k) == 0}  # type: ignore[arg-type]
+            | {baseline.gradient_accumulation_steps}
+        )
+        knobs: dict[str, Knob] = dict(self.knobs)
+        knobs["batch_size"] = Choice(tuple(total // k for k in splits))
+        knobs[ACCUMULATION] = Choice(tuple(splits))
+        note = (
+            f"keep_global_batch: every config trains the baseline's global batch of {total} "
+            f"samples; batch_size (the micro-batch) is {total} / gradient_accumulation_steps "
+            f"for steps {', '.join(map(str, splits))}"
+        )
+        return dataclasses.replace(
+            self, knobs=knobs, global_batch_size=total, notes=(*self.notes, note)
+        )
+
+    def with_note(self, note: str) -> SearchSpace:
+        return dataclasses.replace(self, notes=(*self.notes, note))
+
     def with_choice(
         self, name: str, values: tuple[Scalar, ...], note: str | None = None
     ) -> SearchSpace:
@@ -102,6 +133,7 @@ class SearchSpace:
             name: _suggest(trial, name, knob)
             for name, knob in self.knobs.items()
             if not _conditional(name)  # sampled only where they exist, in build
+            and not self._derived(name)
         }
         return self.build(params, baseline, trial=trial)
 
@@ -125,7 +157,15 @@ class SearchSpace:
             ):
                 continue
             p[name] = _suggest(trial, name, knob) if trial is not None else _first(knob)
+        if self.global_batch_size is not None:
+            micro = int(p.get("batch_size", baseline.batch_size))
+            p[ACCUMULATION] = max(1, self.global_batch_size // micro)
         return _knobs.config_from(p, baseline)
+
+    def _derived(self, name: str) -> bool:
+        """Whether knob ``name`` follows from the others (the accumulation steps, when the
+        global batch is kept), rather than being a parameter of its own."""
+        return name == ACCUMULATION and self.global_batch_size is not None
 
     def without(self, names: AbstractSet[str]) -> SearchSpace:
         """The space with ``names`` left at the baseline's values."""
@@ -152,8 +192,8 @@ class SearchSpace:
         values = _knobs.values_of(cfg, baseline)
         out = {}
         for name, knob in self.knobs.items():
-            if name not in values:
-                continue  # conditional on workers
+            if name not in values or self._derived(name):
+                continue  # conditional on workers, or following from the batch size
             if isinstance(knob, Choice) and len(knob.values) == 1:
                 continue  # fixed, not a parameter of the trial
             value = values[name]
@@ -170,16 +210,34 @@ class SearchSpace:
                 knobs[name] = list(knob.values)
             else:
                 knobs[name] = {"low": knob.low, "high": knob.high, "log": knob.log}
-        return {"name": self.name, "description": self.description, "knobs": knobs}
+        out: dict[str, Any] = {"name": self.name, "description": self.description, "knobs": knobs}
+        if self.global_batch_size is not None:
+            out["global_batch_size"] = self.global_batch_size
+        return out
 
     def searched(self) -> list[str]:
-        """Names of the knobs with more than one possible value."""
+        """Names of the knobs with more than one possible value (and not derived)."""
         return [
-            n for n, k in self.knobs.items() if not (isinstance(k, Choice) and len(k.values) == 1)
+            n
+            for n, k in self.knobs.items()
+            if not (isinstance(k, Choice) and len(k.values) == 1) and not self._derived(n)
+        ]
+
+    def numerics_knobs(self, *, split_free: bool) -> list[str]:
+        """The searched knobs that change the numerics, by the registry; except that with the
+        global batch kept on a ``split_free`` model (no batch norm), splitting it (the batch
+        size) changes nothing."""
+        kept = self.global_batch_size is not None and split_free
+        return [
+            n
+            for n in self.searched()
+            if _knobs.BY_NAME[n].numerics and not (kept and n in ("batch_size", ACCUMULATION))
         ]
 
     def describe(self) -> str:
         lines = [f"{self.name}: {self.description}".rstrip(": ")]
+        if self.global_batch_size is not None:
+            lines.append(f"  global batch kept: {self.global_batch_size}")
         for name, knob in self.knobs.items():
             if isinstance(knob, Choice):
                 shown = ", ".join("null" if v is None else str(v) for v in knob.values)
@@ -189,6 +247,10 @@ class SearchSpace:
                 lines.append(f"  {name}: {knob.low} .. {knob.high}{scale}")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+ACCUMULATION = "gradient_accumulation_steps"
+DEFAULT_SPLITS = (1, 2, 4, 8)  # accumulation steps tried to keep the global batch, unless listed
 
 
 def _conditional(name: str) -> bool:
@@ -271,11 +333,16 @@ def parse_space(data: Any, *, name: str, where: str | None = None) -> SearchSpac
         raise SearchSpaceError(
             f"Search space {where!r} must be a mapping with a `knobs` key, but got {data!r}."
         )
-    unknown_top = sorted(set(data) - {"knobs", "description", "name"})
+    unknown_top = sorted(set(data) - {"knobs", "description", "name", "global_batch_size"})
     if unknown_top:
         raise SearchSpaceError(
             f"Search space {where!r} has unknown top-level key(s) {', '.join(unknown_top)}; "
-            "allowed are: knobs, description, name."
+            "allowed are: knobs, description, name, global_batch_size."
+        )
+    total = data.get("global_batch_size")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 1):
+        raise SearchSpaceError(
+            f"`global_batch_size` in search space {where!r} must be an int >= 1, but got {total!r}."
         )
     raw = data["knobs"]
     if not isinstance(raw, Mapping) or not raw:
@@ -296,6 +363,7 @@ def parse_space(data: Any, *, name: str, where: str | None = None) -> SearchSpac
         name=str(data.get("name", name)),
         knobs=knobs,
         description=str(data.get("description", "")).strip(),
+        global_batch_size=total,
     )
 
 

@@ -50,7 +50,7 @@ class EpochStats:
 
     epoch: int  # 1-based
     loss: float  # mean training loss over the epoch's steps
-    steps: int
+    steps: int  # batches (micro-batches, with gradient accumulation)
     samples: int
     seconds: float  # wall clock, synchronised with the device, data loading included
     data_wait: float  # seconds spent waiting for the DataLoader
@@ -161,7 +161,10 @@ def train(
     """Train ``model`` on ``dataset`` for ``epochs`` epochs with every knob of ``config``
     applied: DataLoader batch size / workers / pinning / prefetch, device, channels_last,
     checkpointing, ``torch.compile``, precision (autocast, and a GradScaler for fp16), cuDNN
-    benchmark / TF32 / CPU threads (restored afterwards), and the LR schedule over all epochs.
+    benchmark / TF32 / CPU threads (restored afterwards), gradient accumulation (one optimizer
+    step every ``gradient_accumulation_steps`` batches, and at the end of each epoch), the
+    optimizer implementation (``foreach``/``fused``, passed to ``optimizer``), and the LR
+    schedule over all epochs' optimizer steps.
 
     ``model`` is not modified: a copy is trained and returned as ``report.model`` (the eager
     module, on the config's device; its weights are the trained ones whether or not it was
@@ -217,7 +220,9 @@ def train(
                 f"batch_size {cfg.batch_size} and drop_last=True. Use drop_last=False or a "
                 "smaller batch size."
             )
-        trainer = Trainer(cfg, workload, epochs * steps_per_epoch)
+        # Each epoch ends with an optimizer step, even on an incomplete window of micro-batches.
+        k = cfg.gradient_accumulation_steps
+        trainer = Trainer(cfg, workload, epochs * cfg.optimizer_steps(steps_per_epoch) * k)
         stats: list[EpochStats] = []
         for epoch in range(1, epochs + 1):
             stats.append(_run_epoch(trainer, iter(loader), epoch, cfg))
@@ -261,6 +266,7 @@ def _run_epoch(
         if len(pending) == _CHECK_EVERY:
             trainer.check(pending)
             pending = []
+    trainer.optimizer_step()  # the epoch's last, incomplete window of micro-batches
     trainer.check(pending)
     _synchronize(cfg.device)
     seconds = time.perf_counter() - start

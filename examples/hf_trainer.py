@@ -2,8 +2,9 @@
 
     python examples/hf_trainer.py [best.json]
 
-cfg.to_transformers() gives TrainingArguments' batch size, DataLoader settings, precision,
-torch.compile, checkpointing, learning rate and schedule. cuDNN benchmark and CPU threads are not
+cfg.to_transformers() gives TrainingArguments' batch size and gradient accumulation steps,
+DataLoader settings, precision, torch.compile, checkpointing, learning rate and schedule (and
+`optim="adamw_torch_fused"` for a fused optimizer). cuDNN benchmark and CPU threads are not
 TrainingArguments: cfg.backends() sets them around train(). The search tuned the learning rate
 for torch's AdamW (weight decay 0.01), so the optimizer is set to match.
 """
@@ -61,16 +62,18 @@ def main() -> None:
     cfg = config_from_argv()
     train, val = datasets()
     with tempfile.TemporaryDirectory() as out:
+        # The optimizer the search tuned for; to_transformers() overrides `optim` where the
+        # optimizer implementation maps ("adamw_torch_fused").
+        tuned = {"optim": "adamw_torch", **cfg.to_transformers()}
         args = TrainingArguments(
             output_dir=out,
             num_train_epochs=EPOCHS,
-            optim="adamw_torch",
             weight_decay=0.01,
             report_to="none",
             save_strategy="no",
             logging_strategy="no",
             disable_tqdm=True,
-            **cfg.to_transformers(),
+            **tuned,
         )
         trainer = Trainer(
             model=TinyClassifier(),

@@ -3,9 +3,10 @@
     python examples/lightning_trainer.py [best.json]
 
 cfg.to_lightning() gives the Trainer's arguments (accelerator, devices, precision, cuDNN
-benchmark) and the DataLoader's (Lightning leaves the loader to you); its notes say how to
-apply the rest: the model knobs through cfg.prepare, the LR schedule in configure_optimizers,
-TF32 and threads through cfg.backends().
+benchmark, accumulate_grad_batches) and the DataLoader's (Lightning leaves the loader to you);
+its notes say how to apply the rest: the model knobs through cfg.prepare, the optimizer
+(foreach/fused) and LR schedule in configure_optimizers, TF32 and threads through
+cfg.backends().
 """
 
 from __future__ import annotations

@@ -169,3 +169,149 @@ def test_one_cycle_peaks_at_peak_lr() -> None:
 def test_constant_schedule_is_constant() -> None:
     lrs = _lrs(TrainingConfig(lr_schedule=LRSchedule(peak_lr=0.003)), 10)
     assert all(math.isclose(v, 0.003) for v in lrs)
+
+
+# -- Gradient accumulation and the optimizer implementation -----------------------------------
+
+
+def _sgd(params, lr, **impl):
+    """Momentum SGD: its update is linear in the gradient, so float rounding stays rounding
+    (Adam's first steps are about the gradient's sign, which rounding can flip near zero)."""
+    return torch.optim.SGD(params, lr=lr, momentum=0.9, **impl)
+
+
+def _workload(model: nn.Module | None = None, *, optimizer=None):
+    from autotune._trial.task import default_optimizer, make_task
+    from autotune._trial.workload import Workload
+
+    task = make_task(
+        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
+    )
+    return Workload(
+        model=model or tiny_model(),
+        train=tiny_data(),
+        val=tiny_data(64),
+        task=task,
+        optimizer=optimizer or default_optimizer,
+    )
+
+
+def _trained(cfg: TrainingConfig, batches: int, workload=None) -> nn.Module:
+    """A trainer's model after ``batches`` batches of cfg's own loader (seeded order)."""
+    from autotune._trial.runner import Trainer
+
+    workload = workload or _workload()
+    trainer = Trainer(cfg, workload, batches)
+    loader = cfg.dataloader(workload.train, generator=torch.Generator().manual_seed(0))
+    for _, batch in zip(range(batches), loader, strict=False):
+        trainer.step(batch)
+    return trainer.model
+
+
+def test_k_micro_batches_really_make_one_optimizer_step() -> None:
+    from autotune._trial.runner import Trainer
+
+    cfg = TrainingConfig(
+        batch_size=16,
+        gradient_accumulation_steps=4,
+        lr_schedule=LRSchedule(kind="cosine", peak_lr=0.1),
+    )
+    trainer = Trainer(cfg, _workload(), total_steps=8)  # 8 micro-batches: 2 optimizer steps
+    weight = next(trainer.model.parameters())
+
+    def adam_steps() -> int:  # AdamW counts its own updates
+        state = trainer.optimizer.state.get(weight, {})
+        return int(state["step"]) if "step" in state else 0
+
+    before = weight.detach().clone()
+    batches = iter(cfg.dataloader(tiny_data()))
+    for _ in range(3):
+        trainer.step(next(batches))
+    assert adam_steps() == 0 and trainer.step_count == 0  # gradients accumulate, weights wait
+    assert torch.equal(before, weight)
+    trainer.step(next(batches))
+    assert adam_steps() == 1 and trainer.step_count == 1
+    assert not torch.equal(before, weight)
+    for _ in range(4):
+        trainer.step(next(batches))
+    assert adam_steps() == 2
+    # The schedule counts optimizer steps: 2 of 2, so the cosine has annealed to zero.
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)
+
+
+def _labels(cfg: TrainingConfig, data, *, drop_last: bool) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [y for _, y in cfg.dataloader(data, generator=g, drop_last=drop_last)]
+
+
+def test_micro_batches_split_the_global_batches_of_the_same_order() -> None:
+    data = tiny_data(100)
+    whole = TrainingConfig(batch_size=32)
+    split = TrainingConfig(batch_size=8, gradient_accumulation_steps=4)
+    for drop_last, micro_batches in ((True, 12), (False, 13)):
+        ours = _labels(split, data, drop_last=drop_last)
+        theirs = _labels(whole, data, drop_last=drop_last)
+        assert torch.equal(torch.cat(ours), torch.cat(theirs))  # the same samples, in order
+        assert [len(y) for y in ours][:4] == [8, 8, 8, 8]
+        # 3 global batches of 4 micro-batches; without drop_last, the 4 left over: 1 more.
+        assert len(ours) == micro_batches == len(split.dataloader(data, drop_last=drop_last))
+
+
+def test_the_global_batch_really_is_kept() -> None:
+    """4 micro-batches of 16, the loss scaled by 1/4, train what batches of 64 train."""
+    base = TrainingConfig(batch_size=64, lr_schedule=LRSchedule(kind="cosine", peak_lr=0.05))
+    split = base.replace(batch_size=16, gradient_accumulation_steps=4)
+    assert split.global_batch_size == base.global_batch_size == 64
+    assert split.numerics_key(split_free=True) == base.numerics_key(split_free=True)
+    assert split.numerics_key() != base.numerics_key()  # batch norm would tell them apart
+    ours = _trained(split, 4 * 3, _workload(optimizer=_sgd))
+    theirs = _trained(base, 3, _workload(optimizer=_sgd))
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # Batch norm sees each micro-batch alone: a split does change its running statistics.
+    cnn = _workload(SmallCNN())
+    assert any(isinstance(m, nn.BatchNorm2d) for m in cnn.model.modules())
+
+
+def test_the_optimizer_really_is_fused_or_foreach() -> None:
+    from autotune._trial.runner import Trainer
+
+    params = nn.Linear(2, 2).parameters()
+    assert TrainingConfig(optimizer_impl="fused").optimizer(params).defaults["fused"] is True
+    for impl in ("foreach", "fused"):
+        cfg = TrainingConfig(optimizer_impl=impl)
+        trainer = Trainer(cfg, _workload(), 4)
+        assert trainer.optimizer.defaults[impl] is True  # the trial's optimizer, as searched
+    default = Trainer(TrainingConfig(), _workload(), 4).optimizer.defaults
+    assert not default["fused"] and default["foreach"] is None  # torch's own choice
+
+
+def test_a_fused_optimizer_trains_what_the_default_one_trains() -> None:
+    """PyTorch documents fused/foreach as the same update (float rounding aside): the knob
+    leaves the numerics alone."""
+    cfg = TrainingConfig(lr_schedule=LRSchedule(peak_lr=0.01))
+    for optimizer, steps in ((None, 1), (_sgd, 5)):  # AdamW, then momentum SGD
+        plain = _trained(cfg, steps, _workload(optimizer=optimizer))
+        for impl in ("foreach", "fused"):
+            other = _trained(
+                cfg.replace(optimizer_impl=impl), steps, _workload(optimizer=optimizer)
+            )
+            for a, b in zip(plain.parameters(), other.parameters(), strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_only_the_implementations_a_factory_takes_are_searched() -> None:
+    from autotune._trial.task import default_optimizer
+
+    assert knobs.supported_optimizer_impls(default_optimizer, "cpu") == (
+        "default",
+        "foreach",
+        "fused",
+    )
+
+    def sgd(params, lr):  # no **kwargs: it cannot take the flag
+        return torch.optim.SGD(params, lr=lr)
+
+    assert knobs.supported_optimizer_impls(sgd, "cpu") == ("default",)
+
+    assert knobs.supported_optimizer_impls(_sgd, "cpu") == ("default", "foreach", "fused")

@@ -142,7 +142,10 @@ def test_spaces_and_env(capsys) -> None:
     out = capsys.readouterr().out
     assert "default" in out and "quick" in out and "throughput" in out
     assert main(["spaces", "default"]) == 0
-    assert "batch_size: 16, 32, 64" in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert "batch_size: 16, 32, 64" in listed
+    assert "gradient_accumulation_steps: 1, 2, 4, 8" in listed
+    assert "optimizer_impl: default, foreach, fused" in listed
     assert main(["env", "--json"]) == 0
     env = json.loads(capsys.readouterr().out)
     assert env["device"] == "cpu" and env["packages"]["optuna"].startswith("5.")
@@ -155,6 +158,23 @@ def test_console_script_is_installed() -> None:
     assert script.is_file(), f"no console script at {script}: is the package pip-installed?"
     proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=True)
     assert "search" in proc.stdout and "show" in proc.stdout and "verify" in proc.stdout
+
+
+def test_keep_global_batch_reaches_the_search(tmp_path, monkeypatch) -> None:
+    import autotune
+
+    seen: dict = {}
+
+    def record(*args, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt  # stop before any trial: only the arguments matter here
+
+    monkeypatch.setattr(autotune, "find_best", record)
+    argv = ["search", *TINY, "--out", str(tmp_path / "x.json"), "--storage", "sqlite:///:memory:"]
+    assert main([*argv, "--keep-global-batch"]) == 130
+    assert seen["keep_global_batch"] is True
+    assert main(argv) == 130
+    assert seen["keep_global_batch"] is False
 
 
 def test_an_error_that_is_not_about_the_input_keeps_its_traceback(

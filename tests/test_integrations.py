@@ -42,6 +42,12 @@ CPU_CONFIGS = {
         batch_size=16,
         lr_schedule={"kind": "constant", "peak_lr": 5e-4, "warmup_fraction": 0.05},
     ),
+    "accumulated-fused": TrainingConfig(
+        batch_size=16,
+        gradient_accumulation_steps=4,
+        optimizer_impl="fused",
+        lr_schedule={"kind": "cosine", "peak_lr": 1e-3},
+    ),
 }
 GPU_CONFIG = TrainingConfig(
     device="cuda:1",
@@ -85,6 +91,8 @@ def test_every_transformers_key_is_a_training_arguments_parameter() -> None:
         "torch_compile_mode",
         "learning_rate",
         "lr_scheduler_type",
+        "gradient_accumulation_steps",
+        "optim",
     } <= used
 
 
@@ -92,7 +100,10 @@ def test_every_transformers_key_is_a_training_arguments_parameter() -> None:
 def test_training_arguments_take_the_config(tmp_path, name: str) -> None:
     cfg = CPU_CONFIGS[name]
     args = _training_arguments(tmp_path, cfg)
-    assert args.per_device_train_batch_size == cfg.batch_size
+    assert args.per_device_train_batch_size == cfg.batch_size  # the micro-batch
+    assert args.gradient_accumulation_steps == cfg.gradient_accumulation_steps
+    fused = cfg.optimizer_impl.value == "fused"
+    assert args.optim == ("adamw_torch_fused" if fused else "adamw_torch")
     assert args.dataloader_num_workers == cfg.num_workers
     assert args.dataloader_persistent_workers == cfg.persistent_workers
     assert args.dataloader_prefetch_factor == cfg.prefetch_factor
@@ -205,6 +216,7 @@ def test_every_lightning_key_is_a_trainer_or_dataloader_parameter() -> None:
         ("defaults", "32-true"),
         ("bf16-workers-cosine-ckpt", "bf16-mixed"),
         ("constant-warmup", "32-true"),
+        ("accumulated-fused", "32-true"),
     ],
 )
 def test_lightning_trainer_and_dataloader_take_the_config(name: str, precision: str) -> None:
@@ -221,6 +233,7 @@ def test_lightning_trainer_and_dataloader_take_the_config(name: str, precision: 
             enable_model_summary=False,
         )
         assert trainer.precision == precision
+        assert trainer.accumulate_grad_batches == cfg.gradient_accumulation_steps
         assert type(trainer.accelerator).__name__ == "CPUAccelerator"
         assert torch.backends.cudnn.benchmark == cfg.cudnn_benchmark
     finally:
@@ -240,10 +253,13 @@ def test_lightning_notes_cover_what_the_trainer_cannot_take() -> None:
     assert "cfg.prepare" in text and "channels_last" in text and "max-autotune" in text
     assert "cfg.backends()" in text and "1 intra-op CPU threads" in text
     assert "'16-mixed' as 'bf16-mixed'" in text  # what Lightning does with fp16 on a CPU
+    fused = CPU_CONFIGS["accumulated-fused"].to_lightning()
+    assert any("fused=True" in note for note in fused.notes)
     gpu = GPU_CONFIG.to_lightning()
     assert gpu.trainer == {
         "accelerator": "cuda",
         "devices": [1],
+        "accumulate_grad_batches": 1,
         "precision": "32-true",
         "benchmark": True,
     }

@@ -36,6 +36,7 @@ def test_what_the_search_asks_about_knobs_comes_from_the_registry() -> None:
         "persistent_workers",
         "prefetch_factor",
         "pin_memory",
+        "optimizer_impl",
         "cudnn_benchmark",
         "channels_last",
         "intra_op_threads",
@@ -43,6 +44,7 @@ def test_what_the_search_asks_about_knobs_comes_from_the_registry() -> None:
     numeric = {k.name for k in KNOBS if k.numerics}
     assert numeric == {
         "batch_size",
+        "gradient_accumulation_steps",
         "precision",
         "lr_schedule",
         "lr_multiplier",
@@ -103,3 +105,23 @@ def test_equal_numerics_share_a_confirmation_key_and_simpler_means_fewer_extras(
     assert complexity(base.replace(num_workers=8), base) < complexity(
         base.replace(compile_mode="default"), base
     )
+
+
+def test_a_split_of_the_global_batch_keeps_the_numerics_where_the_model_allows() -> None:
+    """(32, k=2) and (64, k=1) make the same optimizer steps on a model without batch norm
+    (split_free), their LR scaled alike by the global batch; not with batch norm, nor a
+    bigger global batch."""
+    base = TrainingConfig(batch_size=64, lr_schedule={"peak_lr": 1e-3})
+    split = config_from({"batch_size": 32, "gradient_accumulation_steps": 2}, base)
+    assert split.lr_schedule == base.lr_schedule  # the same global batch: the same LR
+    assert numerics_id(split, split_free=True) == numerics_id(base, split_free=True)
+    assert numerics_id(split) != numerics_id(base)
+    bigger = config_from(
+        {"gradient_accumulation_steps": 2, "lr_batch_scaling": "linear"}, base
+    )  # 64 x 2: the LR follows the global batch
+    assert bigger.global_batch_size == 128
+    assert bigger.lr_schedule.peak_lr == pytest.approx(2e-3)
+    assert numerics_id(bigger, split_free=True) != numerics_id(base, split_free=True)
+    assert values_of(bigger, base)["lr_multiplier"] == pytest.approx(1.0)
+    # Accumulation is one more thing to get right: between equally fast configs, none wins.
+    assert complexity(base, base) < complexity(split, base)

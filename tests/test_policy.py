@@ -102,7 +102,17 @@ def test_after_the_fast_share_compile_then_the_whole_space() -> None:
     ledger = _ledger(_base(), accuracy=True)
     late = policy.next(ledger, used=0.8, checks=True)
     assert late.stage is Stage.LATE
-    explore = policy.next(ledger, used=0.8, checks=True)  # compile already queued (tried)
+    # A small space (96 configs): then each listed value no trial has measured, on the best.
+    cover = policy.next(ledger, used=0.8, checks=True)  # compile already queued (tried)
+    assert cover.stage is Stage.LATE
+    assert _configs(cover) == [
+        BASE.replace(batch_size=64),
+        BASE.replace(batch_size=128),
+        BASE.replace(precision="bf16"),
+        BASE.replace(checkpointing=1),
+        BASE.replace(lr_schedule={"kind": "cosine"}),
+    ]
+    explore = policy.next(ledger, used=0.8, checks=True)
     assert explore.stage is Stage.EXPLORE
     assert explore.pinned == {"compile_mode": "none", "checkpointing": 0}
 
@@ -181,3 +191,24 @@ def test_a_trial_is_stopped_not_far_past_the_deadline() -> None:
     assert Deadline(start=0.0, end=None, clock=clock).trial_limit(None) is None
     assert Deadline(start=0.0, end=None, clock=clock).describe() == "no time limit"
     assert d.describe() == "0 s left"
+
+
+def test_a_stage_with_every_config_measured_hands_over_and_the_last_one_ends() -> None:
+    """batch 32/64 x compile none/default: once both batch sizes are measured the fast stage
+    has nothing left (compile comes next, not the end); once compile is measured too, there is
+    no next step at all."""
+    space = load_space({"knobs": {"batch_size": [32, 64], "compile_mode": ["none", "default"]}})
+    policy = StagePolicy(space, BASE, guided=True, cpus=2)
+    big = BASE.replace(batch_size=64)
+    ledger = _ledger(_base(), _candidate(big, 150.0), accuracy=True)
+    late = policy.next(ledger, used=0.1, checks=True)
+    assert late is not None and late.stage is Stage.LATE
+    assert [c.compile_mode.value for c in _configs(late)] == ["default"]
+    compiled = _configs(late)[0]
+    done = _ledger(_base(), _candidate(big, 150.0), _candidate(compiled, 260.0), accuracy=True)
+    assert StagePolicy(space, BASE, guided=True, cpus=2).next(done, used=0.2, checks=True) is None
+    # A sampler that kept proposing measured configs ends its stage, not the search.
+    fresh = StagePolicy(space, BASE, guided=True, cpus=2)
+    fresh.exhausted.add(Stage.FAST)
+    step = fresh.next(_ledger(_base(), accuracy=True), used=0.1, checks=True)
+    assert step is not None and step.stage is Stage.LATE

@@ -481,8 +481,8 @@ def test_failed_write_keeps_the_previous_file(tmp_path, fast_kwargs, monkeypatch
     ("room", "asked", "limit"),
     [
         (10**6, [16, 32], 128),  # 2x headroom even at the largest batch: nothing more tried
-        (100, [16, 32], 64),  # the fitted line predicts 64
-        (60, [16, 32], 32),  # 1 GB + 60 MB: batch 64 would not fit
+        (100, [16, 32], 96),  # the fitted line predicts 100: 96 (a multiple of 8), not 64
+        (60, [16, 32], 56),  # 1 GB + 60 MB: batch 64 would not fit, 56 does
     ],
 )
 def test_memory_probe_limits_the_batch_sizes_trials_try(
@@ -513,3 +513,146 @@ def test_memory_probe_limits_the_batch_sizes_trials_try(
     assert info["limits"] == {"fp32/ckpt0": limit}
     assert all(t.config.batch_size <= limit for t in result.trials)
     assert max(Recorder.seen) <= limit  # no trial ever trained a batch that cannot fit
+    # The largest batch that fits between two listed sizes is a candidate too: the first
+    # guess (the largest batch that fits, up to 4x the baseline's) takes it.
+    assert limit in {t.config.batch_size for t in result.trials}
+
+
+# -- Gradient accumulation: keeping the global batch --------------------------------------------
+
+
+def test_keep_global_batch_splits_a_baseline_batch_that_does_not_fit(fast_kwargs) -> None:
+    """The baseline's batch of 64 runs out of memory (faked above 32): the search measures it
+    as 2 micro-batches of 32, the same global batch, and tries the other splits as safe
+    candidates: the baseline's model, so no accuracy runs at all."""
+    lines: list[str] = []
+    result = autotune.find_best(
+        Recorder(oom_above=32),
+        tiny_data(),
+        baseline={"batch_size": 64},
+        space={"knobs": {"gradient_accumulation_steps": [1, 2, 4]}},
+        keep_global_batch=True,
+        n_trials=4,
+        progress=lines.append,
+        **fast_kwargs,
+    )
+    assert any("batch 64 x 1 does not fit in memory; trying 32 x 2" in line for line in lines)
+    base = result.baseline
+    assert (base.batch_size, base.gradient_accumulation_steps) == (32, 2)
+    assert all(t.config.global_batch_size == 64 for t in result.trials)
+    splits = {
+        (t.config.batch_size, t.config.gradient_accumulation_steps): t
+        for t in result.trials
+        if t.role == "candidate"
+    }
+    assert set(splits) == {(64, 1), (16, 4)}
+    assert splits[64, 1].failure == "oom"
+    assert splits[16, 4].safe and splits[16, 4].feasible and splits[16, 4].failure is None
+    assert not any(t.accuracy_checked for t in result.trials)
+    assert not any(line.startswith("accuracy guard:") for line in lines)  # no runs at all
+    assert result.config.global_batch_size == 64 and result.config.batch_size <= 32
+    notes = result.to_dict()["search"]["space_notes"]
+    assert any("global batch of 64 samples" in n for n in notes)
+    assert any("measured as 32 x 2, the same global batch" in n for n in notes)
+
+
+class NormedRecorder(nn.Module):
+    """A tiny classifier with a batch-norm layer (its statistics see each micro-batch), slow on
+    batches above 32: a split of 64 is then the faster config, worth an accuracy run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(8, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] > 32:
+            time.sleep(0.02)
+        out: torch.Tensor = self.net(x)
+        return out
+
+
+def test_keep_global_batch_gives_a_batch_norm_model_the_accuracy_check(fast_kwargs) -> None:
+    result = autotune.find_best(
+        NormedRecorder(),
+        tiny_data(),
+        baseline={"batch_size": 64},
+        space={"knobs": {"gradient_accumulation_steps": [1, 2]}},
+        keep_global_batch=True,
+        n_trials=1,
+        sampler=optuna.samplers.BruteForceSampler(seed=0),
+        **fast_kwargs,
+    )
+    (split,) = [t for t in result.trials if t.role == "candidate"]
+    assert (split.config.batch_size, split.config.gradient_accumulation_steps) == (32, 2)
+    assert not split.safe and split.accuracy_checked  # batch norm saw batches of 32
+    notes = result.to_dict()["search"]["space_notes"]
+    assert any("batch-norm layers" in n and "accuracy check" in n for n in notes)
+
+
+# -- Every listed value is measured -------------------------------------------------------------
+
+
+@pytest.fixture
+def compile_capable(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """Pretend this CPU can compile, and make torch.compile an instant no-op that records the
+    modes asked for (a real inductor compile takes a minute here)."""
+    info = dataclasses.replace(describe_device("cpu"), supports_compile=True)
+    monkeypatch.setattr(api, "describe_device", lambda device: info)
+    modes: list[str | None] = []
+
+    def fake_compile(model, *, mode=None, dynamic=None):
+        modes.append(mode)
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    return modes
+
+
+SMALL = {"batch_size": [32, 64], "compile_mode": ["none", "default"], "precision": ["fp32"]}
+
+
+def test_a_small_space_measures_every_listed_value(fast_kwargs, compile_capable) -> None:
+    """A new user's first space: once batch 64 is measured, the fast stage has nothing left
+    and hands over to the late stage, which compiles the best config; then the search ends,
+    every config measured, instead of proposing measured configs until it gives up."""
+    lines: list[str] = []
+    result = autotune.find_best(
+        tiny_model(),
+        tiny_data(),
+        space={"knobs": SMALL},
+        n_trials=10,
+        progress=lines.append,
+        **fast_kwargs,
+    )
+    measured = {
+        (t.config.batch_size, t.config.compile_mode.value) for t in result.trials if not t.reused
+    }
+    assert {32, 64} <= {b for b, _ in measured}
+    assert any(mode == "default" for _, mode in measured)  # compile was tried
+    assert compile_capable and set(compile_capable) == {None}  # torch.compile's default mode
+    assert not any(t.reused for t in result.trials)  # no measured config proposed again
+    assert any(", late]" in line and "compile=default" in line for line in lines)
+    assert "every config of the space has been measured" in lines
+
+
+def test_a_model_that_cannot_be_compiled_fails_that_trial_only(
+    fast_kwargs, compile_capable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Uncompilable(nn.Module):
+        def __init__(self, model: nn.Module) -> None:
+            super().__init__()
+            self._orig_mod = model
+
+        def forward(self, *args, **kwargs):
+            raise RuntimeError("backend='inductor' raised: CompilationError (faked)")
+
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: Uncompilable(model))
+    result = autotune.find_best(
+        tiny_model(), tiny_data(), space={"knobs": SMALL}, n_trials=10, **fast_kwargs
+    )
+    failed = [t for t in result.trials if t.failure]
+    assert [t.config.compile_mode.value for t in failed] == ["default"]
+    assert failed[0].failure == "error" and "CompilationError (faked)" in failed[0].message
+    assert result.config.compile_mode.value == "none"
+    assert result.failures == {"error": 1}

@@ -8,7 +8,7 @@ import pytest
 from autotune import SearchSpaceError, TrainingConfig, builtin_spaces, load_space
 from autotune._device import DeviceInfo
 from autotune._knobs import KNOB_NAMES, Facts
-from autotune._space import Choice, FloatRange
+from autotune._space import Choice, FloatRange, parse_space
 
 CPU = DeviceInfo(
     device="cpu",
@@ -169,3 +169,26 @@ def test_unchanged_numerics_equal_the_baseline() -> None:
     cfg = space.build({"num_workers": 1}, baseline)
     assert cfg.numerics_key() == baseline.numerics_key()
     assert cfg.lr_schedule is baseline.lr_schedule
+
+
+def test_keeping_the_global_batch_derives_the_accumulation_steps() -> None:
+    """keep_global_batch: batch_size is the baseline's global batch over each listed number of
+    accumulation steps that divides it; the steps follow from it, never sampled on their own."""
+    base = TrainingConfig(batch_size=64)
+    listed = {"batch_size": [16, 128], "gradient_accumulation_steps": [1, 2, 3, 4, 8]}
+    space = load_space({"knobs": listed}).keeping_global_batch(base)
+    assert space.knobs["batch_size"] == Choice((64, 32, 16, 8))  # 3 does not divide 64
+    assert space.searched() == ["batch_size"]
+    built = [space.build({"batch_size": b}, base) for b in (64, 32, 16, 8)]
+    assert [c.gradient_accumulation_steps for c in built] == [1, 2, 4, 8]
+    assert all(c.global_batch_size == 64 and c.lr_schedule is base.lr_schedule for c in built)
+    cfg = space.suggest(optuna.create_study().ask(), base)
+    assert cfg.global_batch_size == 64
+    assert space.params_of(built[2], base) == {"batch_size": 16}  # not the derived steps
+    # Splits leave the numerics alone, unless the model has batch norm.
+    assert space.numerics_knobs(split_free=True) == []
+    assert space.numerics_knobs(split_free=False) == ["batch_size"]
+    assert "global batch of 64 samples" in space.notes[-1]
+    # The study's settings keep it: the space read back still keeps the global batch.
+    back = parse_space(space.to_dict(), name="back")
+    assert back.global_batch_size == 64 and back.searched() == ["batch_size"]

@@ -152,3 +152,25 @@ def test_bad_arguments_are_named(kwargs, error, message) -> None:
     args.update(kwargs)
     with pytest.raises(error, match=message):
         autotune.train(args.pop("model"), args.pop("dataset"), args.pop("config"), **args)
+
+
+def _plain_sgd(params, lr):
+    return torch.optim.SGD(params, lr=lr)
+
+
+def test_train_accumulates_and_the_schedule_counts_optimizer_steps() -> None:
+    cfg = autotune.TrainingConfig(
+        batch_size=16,
+        gradient_accumulation_steps=4,
+        lr_schedule=autotune.LRSchedule(kind="cosine", peak_lr=0.05),
+    )
+    report = autotune.train(tiny_model(), tiny_data(256), cfg, epochs=2)
+    assert [e.steps for e in report.epochs] == [16, 16]  # micro-batches of 16
+    # 2 epochs of 4 optimizer steps: the cosine reaches zero at the 8th (counted in
+    # micro-batches it would still be at 85% of its peak).
+    assert report.epochs[-1].lr == pytest.approx(0.0, abs=1e-9)
+    assert report.epochs[0].lr == pytest.approx(0.025)  # halfway
+    with pytest.raises(autotune.AutotuneError, match=r"does not take `fused=True`"):
+        autotune.train(
+            tiny_model(), tiny_data(), cfg.replace(optimizer_impl="fused"), optimizer=_plain_sgd
+        )

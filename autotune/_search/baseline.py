@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
+from autotune._config import TrainingConfig
 from autotune._errors import AutotuneError
 from autotune._search import storage
 from autotune._search.bench import Bench
@@ -16,7 +17,8 @@ from autotune._search.guard import AccuracyGuard, plan_accuracy_budget
 from autotune._search.ledger import Entry, Ledger
 from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._space import Choice, SearchSpace
-from autotune._trial.runner import AccuracyCheck, Budget
+from autotune._trial.failures import FailureReason
+from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
 
 __all__ = [
     "Baseline",
@@ -24,6 +26,8 @@ __all__ = [
     "measure_baseline",
     "measure_baseline_accuracy",
     "measurement_seconds",
+    "run_baseline",
+    "smaller_split",
 ]
 
 SLACK = 1.2  # expected times of runs like the baseline's, as a multiple of the baseline's
@@ -90,13 +94,47 @@ class Baseline:
 
 
 def measurement_seconds(
-    batch_size: int, budget: Budget, throughput: float, overhead: float
+    batch_size: int, budget: Budget, throughput: float, overhead: float, accumulation: int = 1
 ) -> float:
-    """Seconds one measurement of a config at ``batch_size`` takes at ``throughput``:
-    its warm-up and timed steps, plus a fixed ``overhead`` (model copy, set-up, a validation
-    batch)."""
-    steps = budget.warmup_steps + budget.timed_steps(batch_size)
+    """Seconds one measurement of a config at ``batch_size`` (and ``accumulation`` steps)
+    takes at ``throughput``: its warm-up and timed micro-batches, plus a fixed ``overhead``
+    (model copy, set-up, a validation batch)."""
+    steps = sum(budget.steps(batch_size, accumulation))
     return overhead + steps * batch_size / max(throughput, 1e-9)
+
+
+def smaller_split(space: SearchSpace, cfg: TrainingConfig) -> TrainingConfig | None:
+    """With the global batch kept: ``cfg`` split into the next smaller micro-batch of the
+    space (more accumulation steps, the same global batch); None when there is none."""
+    total, batch = space.global_batch_size, space.knobs.get("batch_size")
+    if total is None or not isinstance(batch, Choice):
+        return None
+    smaller = [int(b) for b in batch.values if int(b) < cfg.batch_size]  # type: ignore[arg-type]
+    if not smaller:
+        return None
+    micro = max(smaller)
+    return cfg.replace(batch_size=micro, gradient_accumulation_steps=total // micro)
+
+
+def run_baseline(bench: Bench, space: SearchSpace) -> TrialOutcome:
+    """Measure the baseline's throughput. With the global batch kept, a baseline out of
+    memory is split into smaller micro-batches until one fits (the same global batch, so the
+    same numerics): that split becomes the search's baseline, and it is said so."""
+    cfg = bench.settings.baseline
+    outcome = bench.execute(cfg)
+    while outcome.failure is FailureReason.OOM:
+        split = smaller_split(space, cfg)
+        if split is None:
+            break
+        bench.report(
+            f"baseline: batch {cfg.batch_size} x {cfg.gradient_accumulation_steps} does not "
+            f"fit in memory; trying {split.batch_size} x {split.gradient_accumulation_steps}, "
+            f"the same global batch of {split.global_batch_size}"
+        )
+        cfg = split
+        bench.settings = bench.settings.replace(baseline=cfg)
+        outcome = bench.execute(cfg)
+    return outcome
 
 
 def calibrate(bench: Bench, space: SearchSpace) -> SearchSpace:
@@ -105,11 +143,11 @@ def calibrate(bench: Bench, space: SearchSpace) -> SearchSpace:
     the same number of timed samples (the same batches, for configs of one batch size), about
     1% of the time budget at the baseline's speed. Batch sizes one measurement of which would
     take more than a tenth of the budget leave the space. Returns the space."""
-    s = bench.settings
-    if not s.calibrate:
+    if not bench.settings.calibrate:
         return space
+    outcome = run_baseline(bench, space)
+    s = bench.settings  # its baseline split, where the one asked for did not fit
     cfg = s.baseline
-    outcome = bench.execute(cfg)
     m = outcome.measurement
     if not outcome.ok or m is None:
         return space  # the baseline's own measurement says why, next
@@ -155,9 +193,9 @@ def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
     if found is not None:
         bench.report(f"baseline: reusing trial {found.entry.number} from the study")
         return found
+    bench.report(f"baseline: {bench.settings.baseline.describe()}")
+    outcome = run_baseline(bench, space)
     cfg = bench.settings.baseline
-    bench.report(f"baseline: {cfg.describe()}")
-    outcome = bench.execute(cfg)
     if not outcome.ok or outcome.measurement is None:
         raise AutotuneError(
             f"The baseline config failed ({outcome.failure}): {outcome.message}. Nothing can "
@@ -184,7 +222,7 @@ def accuracy_plan_seconds(bench: Bench, baseline: Baseline) -> tuple[int, float,
     s = bench.settings
     plan = plan_accuracy_budget(
         n_train=s.n_train,
-        batch_size=s.baseline.batch_size,
+        batch_size=s.baseline.global_batch_size,  # optimizer steps, accumulation included
         throughput=baseline.throughput,
         repeats=s.accuracy_repeats,
         seconds=s.timeout,

@@ -50,9 +50,11 @@ def expected_seconds(
     typical = baseline.measure_seconds
     m = baseline.record.measurement
     if m is not None:
-        base_cost = measurement_seconds(m.batch_size, budget, m.throughput, 0.0)
+        base = baseline.record.config.gradient_accumulation_steps
+        base_cost = measurement_seconds(m.batch_size, budget, m.throughput, 0.0, base)
         overhead = max(0.0, baseline.record.measure_seconds - base_cost)
-        steps = measurement_seconds(cfg.batch_size, budget, m.throughput, overhead)
+        k = cfg.gradient_accumulation_steps
+        steps = measurement_seconds(cfg.batch_size, budget, m.throughput, overhead, k)
         typical = SLACK * steps
     if cfg.compile_mode is CompileMode.NONE:
         return typical
@@ -144,7 +146,7 @@ def _measure(
     budget = bench.settings.budget
     outcome = bench.execute(cfg, expected=expected_seconds(cfg, ledger, baseline, budget))
     measured = outcome.seconds
-    if not outcome.ok or cfg.numerics_key() == baseline.record.config.numerics_key():
+    if not outcome.ok or ledger.same_numerics(cfg, baseline.record.config):
         return bench.record(outcome, role=Role.CANDIDATE, measure_seconds=measured)
     known = ledger.accuracy_of_numerics(cfg)
     if known is not None:  # the same trained model: its accuracy runs carry over

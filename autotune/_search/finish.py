@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from autotune import _knobs
 from autotune._search import storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
@@ -51,7 +50,7 @@ def confirm(bench: Bench, baseline: Baseline, entry: Entry, *, keep: float = 0.0
             trial=entry.number,
             at=bench.deadline.now(),
         )
-    storage.file_confirmation(bench.study, _knobs.numerics_id(entry.config), result)
+    storage.file_confirmation(bench.study, bench.ledger().numerics_id(entry.config), result)
     bench.report(f"confirmation of trial #{entry.number}: {result.verdict} ({result.describe()})")
     if result.settle:
         bench.report(f"  to settle it: {result.settle}")

@@ -133,6 +133,7 @@ class Ledger:
     confirmations: Mapping[str, Confirmation]
     baseline_accuracy: BaselineAccuracy | None  # None until it is measured
     guard: AccuracyGuard | None  # made from it
+    split_free: bool = False  # how the global batch is split leaves the numerics alone
 
     @classmethod
     def read(cls, study: optuna.Study, settings: SearchSettings) -> Ledger:
@@ -147,6 +148,7 @@ class Ledger:
             confirmations=confirmations,
             baseline_accuracy=accuracy,
             guard=guard,
+            split_free=settings.split_free,
         )
 
     # -- What was measured ---------------------------------------------------------------------
@@ -166,12 +168,21 @@ class Ledger:
         """The trial that measured ``cfg`` itself (not one that reused another's record)."""
         return next((e for e in self.entries if e.config == cfg and not e.record.reused), None)
 
+    def numerics_id(self, cfg: TrainingConfig) -> str:
+        """The key ``cfg``'s confirmation is filed under: equal for configs that train the same
+        model (see :func:`autotune._knobs.numerics_key`)."""
+        return _knobs.numerics_id(cfg, split_free=self.split_free)
+
+    def same_numerics(self, a: TrainingConfig, b: TrainingConfig) -> bool:
+        """Whether ``a`` and ``b`` train the same model."""
+        split_free = self.split_free
+        return a.numerics_key(split_free=split_free) == b.numerics_key(split_free=split_free)
+
     def accuracy_of_numerics(self, cfg: TrainingConfig) -> tuple[AccuracyRun, ...] | None:
         """Accuracy runs of a candidate with ``cfg``'s numerics (the same trained model)."""
-        key = cfg.numerics_key()
         for e in self.candidates:
             r = e.record
-            if r.ok and r.accuracy and r.config.numerics_key() == key:
+            if r.ok and r.accuracy and self.same_numerics(r.config, cfg):
                 return r.accuracy
         return None
 
@@ -226,12 +237,12 @@ class Ledger:
     def safe(self, entry: Entry) -> bool:
         """Whether it trains the baseline's model (its numerics unchanged): no accuracy risk."""
         base = self.baseline
-        return base is not None and entry.config.numerics_key() == base.config.numerics_key()
+        return base is not None and self.same_numerics(entry.config, base.config)
 
     def confirmation(self, entry: Entry) -> Confirmation | None:
         if self.safe(entry):
             return None
-        return self.confirmations.get(_knobs.numerics_id(entry.config))
+        return self.confirmations.get(self.numerics_id(entry.config))
 
     def screened(self, entry: Entry) -> bool | None:
         """Whether its one-run accuracy screening passed (None: no run, or no guard)."""

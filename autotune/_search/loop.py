@@ -22,7 +22,6 @@ import optuna
 
 from autotune._device import describe_device
 from autotune._errors import AutotuneError
-from autotune._knobs import BY_NAME
 from autotune._search import storage
 from autotune._search.baseline import (
     Baseline,
@@ -30,6 +29,7 @@ from autotune._search.baseline import (
     calibrate,
     measure_baseline,
     measure_baseline_accuracy,
+    smaller_split,
 )
 from autotune._search.bench import Bench
 from autotune._search.candidate import expected_seconds, run_candidate
@@ -96,9 +96,18 @@ class Search:
             # once used, so the batch sizes that cannot fit are removed first.
             self._probe_memory()
             self._adopt_stored_settings()
+            asked = self.settings.baseline
             if Baseline.of(self.ledger()) is None:
+                self._split_baseline_to_fit()
                 self.space = calibrate(self.bench, self.space)
             self.baseline = measure_baseline(self.bench, self.space)
+            split = self.settings.baseline
+            if split != asked:
+                self.space = self.space.with_note(
+                    f"baseline: batch {asked.batch_size} x {asked.gradient_accumulation_steps} "
+                    f"does not fit in memory; measured as {split.batch_size} x "
+                    f"{split.gradient_accumulation_steps}, the same global batch"
+                )
             self.bench.settings = self.settings.replace(space=self.space)
             storage.publish_settings(study, self.settings)
             if self.launcher is not None or not self.settings.guided:
@@ -153,7 +162,7 @@ class Search:
         cpus = describe_device(self.settings.baseline.device).cpu_count
         policy = StagePolicy(
             self.space, self.settings.baseline, guided=self.settings.guided, cpus=cpus,
-            memory=self.memory,
+            memory=self.memory, split_free=self.settings.split_free,
         )  # fmt: skip
         repeats = 0
         waited = 0.0
@@ -188,7 +197,11 @@ class Search:
                         "the numerics alone"
                     )
                 checks = False if self.no_checks else (True if ledger.guard else None)
-                step = policy.next(ledger, used=self._used(ledger), checks=checks)
+                next_step = policy.next(ledger, used=self._used(ledger), checks=checks)
+                if next_step is None:
+                    self.bench.report("every config of the space has been measured")
+                    return
+                step = next_step
                 if step.needs_checks:
                     self._accuracy_check()  # the first candidate that changes the numerics
                     continue
@@ -216,9 +229,12 @@ class Search:
                 if repeats >= MAX_REPEATS:
                     self.bench.report(
                         f"the sampler proposed {MAX_REPEATS} configs in a row that were "
-                        "already measured: the space looks exhausted"
+                        f"already measured: the {step.stage} stage looks exhausted"
                     )
-                return
+                if step.stage in (Stage.SAMPLING, Stage.EXPLORE):
+                    return
+                policy.exhausted.add(step.stage)  # the next stage, not the end
+                repeats = 0
 
     def finish(self) -> None:
         """Confirm a leader still pending, then the answers side by side with the baseline."""
@@ -258,7 +274,7 @@ class Search:
         assert self.baseline is not None
         if self.baseline.guard is not None or self.no_checks:
             return
-        if not any(BY_NAME[name].numerics for name in self.space.searched()):
+        if not self.space.numerics_knobs(split_free=self.settings.split_free):
             self.no_checks = True
             return
         ledger = self.ledger()
@@ -300,7 +316,10 @@ class Search:
         stored = storage.read_settings(self.bench.study)
         if stored is None or Baseline.of(self.ledger()) is None:
             return
-        self.bench.settings = self.settings.replace(budget=stored.budget, calibrate=False)
+        # The stored baseline: where the one asked for did not fit, the split that was measured.
+        self.bench.settings = self.settings.replace(
+            budget=stored.budget, calibrate=False, baseline=stored.baseline
+        )
         self.space = stored.space
         self._apply_memory_limits()
 
@@ -328,11 +347,31 @@ class Search:
         self._apply_memory_limits()
 
     def _apply_memory_limits(self) -> None:
+        """Batch sizes that cannot fit leave the space; the largest that fits between two
+        listed sizes joins it (a batch of 100 where 128 does not fit, rather than 64)."""
         knob = self.space.knobs.get("batch_size")
         if self.memory is None or not self.memory.limits or not isinstance(knob, Choice):
             return
         top = max(self.memory.limits.values())
         keep = self.settings.baseline.batch_size
-        kept = tuple(v for v in knob.values if int(v) <= top or v == keep)  # type: ignore[arg-type]
-        if kept != knob.values:
-            self.space = self.space.with_choice("batch_size", kept)
+        kept = [v for v in knob.values if int(v) <= top or v == keep]  # type: ignore[arg-type]
+        if self.space.global_batch_size is None:
+            kept += sorted({b for b in self.memory.limits.values() if b > 0} - set(kept))
+        if tuple(kept) != knob.values:
+            self.space = self.space.with_choice("batch_size", tuple(kept))
+
+    def _split_baseline_to_fit(self) -> None:
+        """With the global batch kept: a baseline batch the memory probe says cannot fit is
+        split into smaller micro-batches until it can, before anything runs."""
+        cfg = self.settings.baseline
+        while self.memory is not None and not self.memory.allows(cfg):
+            split = smaller_split(self.space, cfg)
+            if split is None:
+                return
+            self.bench.report(
+                f"baseline: batch {cfg.batch_size} does not fit in memory (the memory probe); "
+                f"splitting the global batch of {cfg.global_batch_size} into {split.batch_size}"
+                f" x {split.gradient_accumulation_steps}"
+            )
+            cfg = split
+            self.bench.settings = self.settings.replace(baseline=cfg)

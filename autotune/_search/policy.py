@@ -10,8 +10,15 @@ Guided, a search goes:
    precision alone (the same optimizer steps), then a bigger batch with a scaled LR and an
    annealed schedule, then the sampler over the numerics knobs. Each pays for accuracy runs.
 3. **late**: compile (and ``dynamic=True`` where batch shapes changed under it) and
-   checkpointing (where it lets a batch fit that did not), on the best answer so far.
+   checkpointing (where it lets a batch fit that did not), on the best answer so far; then, in a
+   small space, every listed value of every knob not measured yet, on the best answer.
 4. **explore**: the sampler over the whole space for what is left.
+
+With the global batch kept on a model without batch norm, splitting it differently
+(``batch_size`` x ``gradient_accumulation_steps``) leaves the numerics alone: the splits are
+tried in the safe stage. A stage whose every config is measured (or whose sampler keeps
+proposing measured ones) hands over to the next; the search ends only when the last one has
+nothing left.
 
 Unguided, the sampler has the whole space from the start. The policy derives where it is from
 the study itself (what was measured), so a resumed search and workers on other hosts agree.
@@ -21,12 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
+import math
 from collections.abc import Callable
 from typing import Any
 
 from autotune import _knobs
 from autotune._choices import CompileMode, Precision, ScheduleKind
 from autotune._config import TrainingConfig
+from autotune._errors import ConfigError
 from autotune._search.ledger import Entry, Ledger
 from autotune._space import Choice, SearchSpace
 from autotune._trial.probe import MemoryLimits
@@ -37,6 +47,7 @@ __all__ = [
     "Stage",
     "StagePolicy",
     "Step",
+    "coverage_variants",
     "fast_guesses",
     "late_variants",
 ]
@@ -45,6 +56,9 @@ Params = dict[str, Any]
 STAGE_ATTR = "autotune_stage"  # an enqueued trial's user attribute: the stage that queued it
 FAST_SHARE = 0.75  # of the budget (time, or trials), by which the fast stage hands over
 REDUCED = (Precision.BF16.value, Precision.FP16.value, Precision.TF32.value)  # fastest first
+# A space of at most this many configs is small: every listed value is measured at least once,
+# and a stage knows when it has measured all of its configs.
+SMALL_SPACE = 256
 
 
 class Stage(str, enum.Enum):
@@ -83,18 +97,22 @@ class StagePolicy:
         guided: bool,
         cpus: int,
         memory: MemoryLimits | None = None,
+        split_free: bool = False,
     ) -> None:
         self.space = space
         self.baseline = baseline
         self.guided = guided
         self.cpus = cpus
         self.memory = memory
+        self.numerics = frozenset(space.numerics_knobs(split_free=split_free))
         self.tried: set[TrainingConfig] = set()  # configs this policy enqueued
+        self.exhausted: set[Stage] = set()  # stages whose sampler kept proposing measured configs
 
-    def next(self, ledger: Ledger, *, used: float, checks: bool | None) -> Step:
-        """The step for the next candidate. ``used``: the share of the budget spent (time, or
-        trials); ``checks``: whether accuracy checks can be made (True: the baseline's
-        accuracy runs are measured; False: they cannot be; None: not measured yet)."""
+    def next(self, ledger: Ledger, *, used: float, checks: bool | None) -> Step | None:
+        """The step for the next candidate; None when every stage has nothing left. ``used``:
+        the share of the budget spent (time, or trials); ``checks``: whether accuracy checks
+        can be made (True: the baseline's accuracy runs are measured; False: they cannot be;
+        None: not measured yet)."""
         if not self.guided:
             return Step(Stage.SAMPLING)
         base = ledger.baseline
@@ -105,25 +123,73 @@ class StagePolicy:
         # one-time cost and recompute do not pay on a random config.
         plain = self._plain_late()
         safe_pins = {**self._numerics_of(safe.config), **plain}
-        for name in _knobs.numerics_free_knobs():
-            step = self._variants(Stage.SAFE, safe_pins, ledger, self._one_knob(safe, name))
+        for variants in self._safe_variants(safe):
+            step = self._variants(Stage.SAFE, safe_pins, ledger, variants)
             if step is not None:
                 return step
-        if checks is not False and used < FAST_SHARE and self._changes_numerics():
+        fast = Stage.FAST not in self.exhausted and used < FAST_SHARE and bool(self.numerics)
+        if checks is not False and fast:
             fast_pins = {**self._safe_of(safe.config), **plain}
             if checks is None:
                 return Step(Stage.FAST, fast_pins, needs_checks=True)
             guesses = fast_guesses(self.space, self.baseline, safe.config, self.memory)
             step = self._variants(Stage.FAST, fast_pins, ledger, guesses)
-            return step or Step(Stage.FAST, fast_pins)
+            if step is not None:
+                return step
+            if not self._all_measured(fast_pins, ledger):
+                return Step(Stage.FAST, fast_pins)
         best = ledger.best() or safe
-        variants = late_variants(self.space, best, ledger)
-        step = self._variants(Stage.LATE, safe_pins, ledger, variants)
+        step = self._variants(
+            Stage.LATE, safe_pins, ledger, late_variants(self.space, best, ledger)
+        )
+        if step is None and self._size() <= SMALL_SPACE:
+            # Without accuracy checks, a value that changes the numerics could not win anyway.
+            skip = self.numerics if checks is False else frozenset()
+            cover = coverage_variants(self.space, self.baseline, best, ledger, skip=skip)
+            step = self._variants(Stage.LATE, safe_pins, ledger, cover)
         if step is not None:
             return step
-        return Step(Stage.EXPLORE, plain if checks else safe_pins)
+        pins = plain if checks else safe_pins
+        if Stage.EXPLORE in self.exhausted or self._all_measured(pins, ledger):
+            return None
+        return Step(Stage.EXPLORE, pins)
 
     # -- Helpers -------------------------------------------------------------------------------
+
+    def _safe_variants(self, safe: Entry) -> list[list[TrainingConfig]]:
+        """The safe stage's variants of the best safe config: each numerics-free knob's other
+        values, one knob at a time; then the other splits of its global batch, where they
+        leave the numerics alone."""
+        out = [self._one_knob(safe, name) for name in _knobs.numerics_free_knobs()]
+        if self.space.global_batch_size is not None and "batch_size" not in self.numerics:
+            out.append(self._one_knob(safe, "batch_size"))
+        return out
+
+    def _size(self) -> float:
+        """How many configs the space holds (inf with a continuous knob)."""
+        sizes = [self.space.knobs[n] for n in self.space.searched()]
+        return math.prod(len(k.values) if isinstance(k, Choice) else math.inf for k in sizes)
+
+    def _all_measured(self, pins: Params, ledger: Ledger) -> bool:
+        """Whether every config the sampler could propose with ``pins`` fixed was measured (or
+        enqueued): then its stage has nothing left. Only known in a small, discrete space."""
+        free = [n for n in self.space.searched() if n not in pins]
+        knobs = [self.space.knobs[n] for n in free]
+        if not all(isinstance(k, Choice) for k in knobs):
+            return False
+        choices = [k.values for k in knobs if isinstance(k, Choice)]
+        if math.prod(len(c) for c in choices) > SMALL_SPACE:
+            return False
+        for combo in itertools.product(*choices):
+            try:
+                cfg = self.space.build(
+                    {**pins, **dict(zip(free, combo, strict=True))}, self.baseline
+                )
+            except ConfigError:
+                continue  # a combination the config rejects is never proposed twice
+            if ledger.measured(cfg) is None and cfg not in self.tried:
+                return False
+        return True
 
     def _variants(
         self, stage: Stage, pins: Params, ledger: Ledger, configs: list[TrainingConfig]
@@ -162,16 +228,13 @@ class StagePolicy:
     def _numerics_of(self, cfg: TrainingConfig) -> Params:
         """The values of ``cfg``'s knobs that change the numerics (pinned in the safe stage)."""
         values = _knobs.values_of(cfg, self.baseline)
-        return self._pins({k: v for k, v in values.items() if _knobs.BY_NAME[k].numerics})
+        return self._pins({k: v for k, v in values.items() if k in self.numerics})
 
     def _safe_of(self, cfg: TrainingConfig) -> Params:
         """The values of ``cfg``'s knobs that leave the numerics alone: pinned in the fast
         stage."""
         values = _knobs.values_of(cfg, self.baseline)
-        return self._pins({k: v for k, v in values.items() if not _knobs.BY_NAME[k].numerics})
-
-    def _changes_numerics(self) -> bool:
-        return any(_knobs.BY_NAME[name].numerics for name in self.space.searched())
+        return self._pins({k: v for k, v in values.items() if k not in self.numerics})
 
 
 def fast_guesses(
@@ -219,6 +282,40 @@ def fast_guesses(
     candidate = space.build(bold, baseline)
     if candidate != safe and candidate not in out:
         out.append(candidate)
+    return out
+
+
+def coverage_variants(
+    space: SearchSpace,
+    baseline: TrainingConfig,
+    best: Entry,
+    ledger: Ledger,
+    *,
+    skip: frozenset[str] = frozenset(),
+) -> list[TrainingConfig]:
+    """On the best answer so far: each listed value of each knob (but ``skip``) that no trial
+    has measured yet (a user who lists a value expects to see it tried)."""
+    seen: dict[str, set[Any]] = {}
+    for e in ledger.entries:
+        if e.record.reused:
+            continue
+        for name, value in _knobs.values_of(e.config, baseline).items():
+            seen.setdefault(name, set()).add(value)
+    params = space.params_of(best.config, baseline)
+    out: list[TrainingConfig] = []
+    for name in space.searched():
+        knob = space.knobs[name]
+        if not isinstance(knob, Choice) or name not in params or name in skip:
+            continue  # a range, or a knob that needs workers (or compile) the config lacks
+        for value in knob.values:
+            if value in seen.get(name, set()):
+                continue
+            try:
+                cfg = space.build({**params, name: value}, baseline)
+            except ConfigError:
+                continue
+            if cfg != best.config and cfg not in out:
+                out.append(cfg)
     return out
 
 

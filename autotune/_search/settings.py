@@ -46,6 +46,8 @@ class SearchSettings:
     isolation: str = "auto"  # as asked: auto, process or none
     isolated: bool = True  # whether the coordinator's trials ran in a worker process
     guided: bool = True
+    # The model has no batch-norm layer: how the global batch is split leaves the numerics alone.
+    split_free: bool = False
     environment: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property

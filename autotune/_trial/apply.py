@@ -9,21 +9,24 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-from collections.abc import Callable, Iterator, Mapping
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.utils import checkpoint as torch_checkpoint
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
-from autotune._choices import CompileMode, LRSchedule, Precision, ScheduleKind
+from autotune._choices import CompileMode, LRSchedule, OptimizerImpl, Precision, ScheduleKind
+from autotune._errors import ArgumentError
 
 if TYPE_CHECKING:
     from autotune._config import TrainingConfig
 
 __all__ = [
+    "MicroBatchSampler",
     "autocast",
     "backend_flags",
     "checkpointed_blocks",
@@ -31,7 +34,10 @@ __all__ = [
     "grad_scaler",
     "lr_scheduler",
     "make_dataloader",
+    "make_optimizer",
+    "optimizer_steps",
     "prepare_model",
+    "supported_optimizer_impls",
     "to_device",
     "unwrap_compiled",
 ]
@@ -64,6 +70,24 @@ def make_dataloader(
             kwargs["prefetch_factor"] = cfg.prefetch_factor
     # Pinning only means something when batches are copied to an accelerator.
     pin = cfg.pin_memory and device_type(cfg.device) != "cpu"
+    k = cfg.gradient_accumulation_steps
+    if k > 1 and batch_size is None:
+        # Micro-batches that split the global batches a loader of batch_size * k would yield:
+        # the same samples in the same order, whatever the split.
+        sampler: Sampler[int] = (
+            RandomSampler(dataset, generator=generator)  # type: ignore[arg-type]
+            if shuffle
+            else SequentialSampler(dataset)  # type: ignore[arg-type]
+        )
+        return DataLoader(
+            dataset,
+            batch_sampler=MicroBatchSampler(sampler, cfg.batch_size, k, drop_last=drop_last),
+            num_workers=workers,
+            pin_memory=pin,
+            collate_fn=collate_fn,
+            generator=generator,
+            **kwargs,
+        )
     return DataLoader(
         dataset,
         batch_size=batch_size if batch_size is not None else cfg.batch_size,
@@ -75,6 +99,42 @@ def make_dataloader(
         generator=generator,
         **kwargs,
     )
+
+
+class MicroBatchSampler(Sampler[list[int]]):
+    """Global batches of ``micro * steps`` indices, each yielded as ``steps`` micro-batches of
+    ``micro``. ``drop_last`` drops an incomplete global batch (as a loader of the global batch
+    size would); otherwise its micro-batches come as they are, the last one shorter."""
+
+    def __init__(self, sampler: Iterable[int], micro: int, steps: int, *, drop_last: bool) -> None:
+        self.sampler, self.micro, self.steps, self.drop_last = sampler, micro, steps, drop_last
+
+    def __iter__(self) -> Iterator[list[int]]:
+        size = self.micro * self.steps
+        window: list[int] = []
+        for index in self.sampler:
+            window.append(index)
+            if len(window) == size:
+                yield from self._split(window)
+                window = []
+        if window and not self.drop_last:
+            yield from self._split(window)
+
+    def _split(self, window: list[int]) -> Iterator[list[int]]:
+        for start in range(0, len(window), self.micro):
+            yield window[start : start + self.micro]
+
+    def __len__(self) -> int:
+        n = len(self.sampler) if isinstance(self.sampler, Sized) else 0
+        size = self.micro * self.steps
+        full, rest = divmod(n, size)
+        return full * self.steps + (0 if self.drop_last else math.ceil(rest / self.micro))
+
+
+def optimizer_steps(cfg: TrainingConfig, batches: int) -> int:
+    """Optimizer steps that ``batches`` micro-batches make (an incomplete last window steps
+    too, as :func:`autotune.train` and Hugging Face's Trainer do at the end of an epoch)."""
+    return math.ceil(batches / cfg.gradient_accumulation_steps)
 
 
 def to_device(batch: Any, device: str, *, non_blocking: bool = False) -> Any:
@@ -179,6 +239,49 @@ def prepare_model(cfg: TrainingConfig, model: nn.Module, *, inplace: bool = Fals
         dynamic = True if cfg.compile_dynamic else None
         model = torch.compile(model, mode=mode, dynamic=dynamic)  # type: ignore[assignment]
     return model
+
+
+# -- Optimizer ----------------------------------------------------------------------------------
+
+
+def make_optimizer(
+    cfg: TrainingConfig, factory: Callable[..., torch.optim.Optimizer], params: Iterable[Any]
+) -> torch.optim.Optimizer:
+    """``factory(params, peak_lr)``, with ``foreach=True`` or ``fused=True`` as the config's
+    optimizer implementation says (nothing for ``default``)."""
+    impl = cfg.optimizer_impl.kwargs()
+    try:
+        return factory(params, cfg.lr_schedule.peak_lr, **impl)
+    except TypeError as exc:
+        if not impl or f"'{cfg.optimizer_impl.value}'" not in str(exc):
+            raise
+        flag = f"{cfg.optimizer_impl.value}=True"
+        raise ArgumentError(
+            f"The `optimizer` factory does not take `{flag}`, which the config's "
+            f"optimizer_impl={cfg.optimizer_impl.value!r} asks for ({exc}). Let it take "
+            "**kwargs and pass them to the optimizer, or set optimizer_impl to 'default'."
+        ) from None
+
+
+def supported_optimizer_impls(
+    factory: Callable[..., torch.optim.Optimizer], device: str
+) -> tuple[str, ...]:
+    """The optimizer implementations ``factory`` takes and torch runs on ``device``: each is
+    tried on one parameter (built, then one step), so a factory without ``**kwargs`` for the
+    flag, or an optimizer or device without the kernel, leaves it out."""
+    kept = [OptimizerImpl.DEFAULT.value]
+    for impl in (OptimizerImpl.FOREACH, OptimizerImpl.FUSED):
+        try:
+            param = nn.Parameter(torch.zeros(4, device=device))
+            optimizer = factory([param], 1e-3, **impl.kwargs())
+            if not optimizer.defaults.get(impl.value):
+                continue  # it took the flag and dropped it: nothing would change
+            param.grad = torch.ones_like(param)
+            optimizer.step()
+        except Exception:  # a TypeError for the flag, a RuntimeError for the device: unsupported
+            continue
+        kept.append(impl.value)
+    return tuple(kept)
 
 
 # -- Precision ----------------------------------------------------------------------------------

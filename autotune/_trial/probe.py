@@ -51,7 +51,9 @@ class MemoryLimits:
     """Largest batch size that fits, by precision and checkpointing ("bf16/ckpt0")."""
 
     capacity: int
-    limits: dict[str, int]  # the largest listed batch size that fits
+    # The largest batch size that fits: a listed one, or the largest predicted to fit between
+    # the largest listed one that fits and the next (a candidate too).
+    limits: dict[str, int]
     points: dict[str, list[tuple[int, int]]]  # measured (batch size, peak bytes)
     largest: dict[str, int] = dataclasses.field(default_factory=dict)  # fitted, listed or not
     notes: tuple[str, ...] = ()
@@ -125,8 +127,14 @@ def probe_memory(
         ((str(p), int(c)) for p in precisions for c in ckpts),
         key=lambda pc: (pc[0] != "fp32" and pc[0] != "tf32", pc[1]),
     )
+    # One micro-batch at a time: accumulation keeps the gradients a plain step keeps, so the
+    # limit found is the micro-batch's (the global batch may be larger).
     plain = baseline.replace(
-        num_workers=0, persistent_workers=False, prefetch_factor=None, compile_mode="none"
+        num_workers=0,
+        persistent_workers=False,
+        prefetch_factor=None,
+        compile_mode="none",
+        gradient_accumulation_steps=1,
     )
     stop = None if seconds is None else time.monotonic() + seconds
     found = _Found(capacity=capacity)
@@ -208,6 +216,7 @@ def _probe_setting(
         found.largest[key] = max(1, int((capacity - intercept) / slope) // 8 * 8)
     predicted = [s for s in sizes if intercept + slope * s <= capacity]
     limit = predicted[-1] if predicted else sizes[0]
+    between = _between(found.largest.get(key), limit, sizes)
     if limit == sizes[-1] and intercept + slope * sizes[-1] <= capacity / 2:
         found.limits[key] = limit
         found.notes.append(
@@ -216,12 +225,13 @@ def _probe_setting(
         )
         return True
     if not verify:
-        found.limits[key] = limit
-        found.notes.append(f"{key}: largest batch predicted to fit is {limit}")
+        found.limits[key] = between or limit
+        found.notes.append(f"{key}: largest batch predicted to fit is {between or limit}")
         return False
     # Verify the prediction, stepping down on out-of-memory.
     verified = measured[-1][0]
-    for size in reversed([s for s in sizes if measured[-1][0] < s <= limit]):
+    tries = [s for s in sizes if measured[-1][0] < s <= limit] + ([between] if between else [])
+    for size in reversed(tries):
         try:
             peak = _peak(executor, cfg.replace(batch_size=size), time_limit)
         except _ProbeFailed:
@@ -233,6 +243,15 @@ def _probe_setting(
     found.limits[key] = verified
     found.notes.append(f"{key}: largest batch that fits is {verified}")
     return False
+
+
+def _between(largest: int | None, limit: int, sizes: list[int]) -> int | None:
+    """``largest`` where it lies between the listed ``limit`` and the next listed size (it is
+    then a candidate too); None otherwise."""
+    above = [s for s in sizes if s > limit]
+    if largest is None or not above or not limit < largest < above[0]:
+        return None
+    return largest
 
 
 def _values(space: SearchSpace, name: str, default: Any) -> list[Any]:

@@ -72,6 +72,13 @@ class Budget:
         steps = max(self.min_timed_steps, math.ceil(self.timed_samples / batch_size))
         return math.ceil(steps / self.chunks) * self.chunks
 
+    def steps(self, batch_size: int, accumulation: int = 1) -> tuple[int, int]:
+        """(warm-up, timed) micro-batches of a measurement: with gradient accumulation, whole
+        optimizer steps in the warm-up and in every chunk."""
+        unit = self.chunks * accumulation
+        timed = math.ceil(self.timed_steps(batch_size) / unit) * unit
+        return math.ceil(self.warmup_steps / accumulation) * accumulation, timed
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AccuracyCheck:
@@ -163,31 +170,49 @@ def _endless(loader: DataLoader[Any]) -> Iterator[Any]:
 
 
 class Trainer:
-    """One model, optimizer, scaler and scheduler set up from a config; steps on demand."""
+    """One model, optimizer, scaler and scheduler set up from a config; steps on demand.
+
+    ``total_steps`` counts micro-batches (what :meth:`step` takes); the LR schedule counts the
+    optimizer steps they make (one every ``gradient_accumulation_steps`` micro-batches)."""
 
     def __init__(self, cfg: TrainingConfig, workload: Workload, total_steps: int) -> None:
         self.cfg = cfg
         self.task = workload.task
         self.model = cfg.prepare(workload.model)
         self.model.train()
-        self.optimizer = workload.optimizer(self.model.parameters(), cfg.lr_schedule.peak_lr)
-        self.scheduler = cfg.lr_scheduler(self.optimizer, total_steps)
+        self.optimizer = apply.make_optimizer(cfg, workload.optimizer, self.model.parameters())
+        self.scheduler = cfg.lr_scheduler(self.optimizer, cfg.optimizer_steps(total_steps))
         self.scaler = cfg.grad_scaler()
-        self.step_count = 0
+        self.step_count = 0  # optimizer steps made
+        self.pending = 0  # micro-batches whose gradients wait for the next optimizer step
 
     def step(self, batch: Any) -> torch.Tensor:
+        """Forward and backward one micro-batch, its loss scaled by 1/k (so k micro-batches
+        add up to the gradient of their global batch); the optimizer steps after every k-th."""
         batch = self.cfg.to_device(batch)
+        if self.pending == 0:
+            self.optimizer.zero_grad(set_to_none=True)
         with self.cfg.autocast():
             outputs, targets = self.task.forward(self.model, batch)
             loss = self.task.loss_fn(outputs, targets)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
+        k = self.cfg.gradient_accumulation_steps
+        self.scaler.scale(loss / k if k > 1 else loss).backward()
+        self.pending += 1
+        if self.pending == k:
+            self.optimizer_step()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        """Step the optimizer (and the LR schedule) on the gradients accumulated so far; also
+        what ends an epoch whose last window of micro-batches is incomplete."""
+        if self.pending == 0:
+            return
         self.scaler.step(self.optimizer)
         self.scaler.update()
         if self.step_count < self.scheduler_total():
             self.scheduler.step()
         self.step_count += 1
-        return loss.detach()
+        self.pending = 0
 
     def scheduler_total(self) -> int:
         total = getattr(self.scheduler, "total_steps", None)
@@ -214,19 +239,29 @@ class Trainer:
 MAX_STRETCH = 16
 
 
-def _fitted(timed: int, budget: Budget, later_warmup_time: float) -> int:
+def _fitted(
+    timed: int,
+    budget: Budget,
+    later_warmup_time: float,
+    warmup: int | None = None,
+    unit: int | None = None,
+) -> int:
     """Timed steps, fitted so the timed phase lasts between ``min_timed_seconds`` and
-    ``max_timed_seconds``, judging the step time by the warm-up steps after the first: raised
-    at most ``MAX_STRETCH`` times, lowered to ``min_timed_steps`` at the least."""
-    if budget.warmup_steps < 2 or later_warmup_time <= 0:
+    ``max_timed_seconds``, judging the step time by the ``warmup`` steps after the first (the
+    budget's by default): raised at most ``MAX_STRETCH`` times, lowered to ``min_timed_steps``
+    at the least; a multiple of ``unit`` (chunks of whole optimizer steps; the budget's chunks
+    by default)."""
+    warmup = budget.warmup_steps if warmup is None else warmup
+    unit = budget.chunks if unit is None else unit
+    if warmup < 2 or later_warmup_time <= 0:
         return timed
-    per_step = later_warmup_time / (budget.warmup_steps - 1)
+    per_step = later_warmup_time / (warmup - 1)
     wanted = timed
     if budget.min_timed_seconds > 0 and per_step * timed < budget.min_timed_seconds:
         wanted = min(timed * MAX_STRETCH, math.ceil(budget.min_timed_seconds / per_step))
     elif budget.max_timed_seconds > 0 and per_step * timed > budget.max_timed_seconds:
         wanted = max(budget.min_timed_steps, math.ceil(budget.max_timed_seconds / per_step))
-    return math.ceil(wanted / budget.chunks) * budget.chunks
+    return math.ceil(wanted / unit) * unit
 
 
 def _graphs_compiled() -> int:
@@ -249,12 +284,15 @@ class _Longest(Dataset[Any]):
 
 def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) -> Measurement:
     """Warm-up, then ``budget.chunks`` synchronised chunks of steady-state training steps,
-    stretched to last ``budget.min_timed_seconds`` where the warm-up shows steps are short."""
-    timed = budget.timed_steps(cfg.batch_size)
-    trainer = Trainer(cfg, workload, budget.warmup_steps + timed)
+    stretched to last ``budget.min_timed_seconds`` where the warm-up shows steps are short.
+    A step is a micro-batch; with gradient accumulation the warm-up and every chunk hold whole
+    optimizer steps, so each chunk's time includes its share of optimizer updates."""
+    unit = budget.chunks * cfg.gradient_accumulation_steps
+    warmup, timed = budget.steps(cfg.batch_size, cfg.gradient_accumulation_steps)
+    trainer = Trainer(cfg, workload, warmup + timed)
     data, shuffle = workload.train, True
     if budget.longest and workload.longest:
-        steps = budget.warmup_steps + timed * MAX_STRETCH
+        steps = warmup + timed * MAX_STRETCH
         data, shuffle = _Longest(workload.train, workload.longest, cfg.batch_size * steps), False
     loader = cfg.dataloader(
         data,
@@ -276,12 +314,12 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
     _synchronize(device)
     first_step_done = time.perf_counter()
     first_graphs = _graphs_compiled()
-    for _ in range(budget.warmup_steps - 1):
+    for _ in range(warmup - 1):
         losses.append(trainer.step(next(batches)))
     _synchronize(device)
     warmup_time = time.perf_counter() - start
     trainer.check(losses)
-    timed = _fitted(timed, budget, warmup_time - (first_step_done - start))
+    timed = _fitted(timed, budget, warmup_time - (first_step_done - start), warmup, unit)
     chunk_steps = timed // budget.chunks
 
     chunk_times: list[float] = []
@@ -308,7 +346,7 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
         chunk_steps=chunk_steps,
         chunk_times=tuple(chunk_times),
         data_wait=data_wait,
-        warmup_steps=budget.warmup_steps,
+        warmup_steps=warmup,
         warmup_time=warmup_time,
         first_batch_time=first_batch_time,
         epoch_restart=cfg.num_workers > 0 and not cfg.persistent_workers,
@@ -365,12 +403,15 @@ def train_for_accuracy(
     cfg: TrainingConfig, workload: Workload, samples: int, seed: int
 ) -> AccuracyRun:
     """Train from the initial weights for ``samples`` samples with data-order ``seed``, the
-    config's schedule annealed over exactly that budget; then validate."""
-    steps = max(1, math.ceil(samples / cfg.batch_size))
+    config's schedule annealed over exactly that budget; then validate. With gradient
+    accumulation, whole global batches: the same optimizer steps on the same samples as a
+    config that takes each global batch in one piece."""
+    k = cfg.gradient_accumulation_steps
+    steps = max(1, math.ceil(samples / cfg.global_batch_size)) * k  # micro-batches
     start = time.perf_counter()
     with seeded(seed, cfg.device):
         trainer = Trainer(cfg, workload, steps)
-        drop_last = len(workload.train) >= cfg.batch_size  # type: ignore[arg-type]
+        drop_last = len(workload.train) >= cfg.global_batch_size  # type: ignore[arg-type]
         loader = cfg.dataloader(
             workload.train,
             shuffle=True,

@@ -42,8 +42,13 @@ OptimizerFactory = Callable[[Iterable[nn.Parameter], float], torch.optim.Optimiz
 BUILTIN_METRICS = ("accuracy", "loss")
 
 
-def default_optimizer(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=lr)
+def default_optimizer(
+    params: Iterable[nn.Parameter], lr: float, **impl: Any
+) -> torch.optim.Optimizer:
+    """torch's AdamW; ``impl`` is ``foreach=True`` or ``fused=True`` where the optimizer
+    implementation knob says (a factory of your own takes them the same way, or is left at
+    torch's default implementation)."""
+    return torch.optim.AdamW(params, lr=lr, **impl)
 
 
 def default_forward(model: nn.Module, batch: Any) -> tuple[Any, Any]:
