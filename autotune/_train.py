@@ -22,10 +22,12 @@ from torch.utils.data import Dataset
 from autotune._checks import check_int
 from autotune._config import TrainingConfig
 from autotune._device import resolve_device
+from autotune._display import reporter
 from autotune._errors import ArgumentError
-from autotune._progress import reporter
+from autotune._progress import flush_std_streams
 from autotune._result.result import load_config
 from autotune._trial import apply
+from autotune._trial.data import DataModuleLike, unpack_data
 from autotune._trial.runner import Trainer, evaluate, seeded
 from autotune._trial.task import (
     CollateFn,
@@ -143,7 +145,7 @@ def _synchronize(device: str) -> None:
 
 def train(
     model: nn.Module,
-    dataset: Dataset[Any],
+    dataset: Dataset[Any] | DataModuleLike,
     config: TrainingConfig | str | os.PathLike[str],
     *,
     epochs: int = 1,
@@ -152,6 +154,7 @@ def train(
     forward: ForwardFn | None = None,
     metric: str | MetricFn = "accuracy",
     higher_is_better: bool | None = None,
+    metric_name: str | None = None,
     collate_fn: CollateFn | None = None,
     optimizer: OptimizerFactory | None = None,
     drop_last: bool = False,
@@ -166,10 +169,11 @@ def train(
     ``model`` is not modified: a copy is trained and returned as ``report.model`` (the eager
     module, on the config's device; its weights are the trained ones whether or not it was
     compiled). ``config`` is a :class:`TrainingConfig` or the path of ``best.json``.
-    ``forward``, ``loss_fn``, ``metric``, ``collate_fn`` and ``optimizer(params, lr)`` mean what
-    they mean for :func:`autotune.find_best`. With ``val_dataset`` the final model's metric is
-    reported. ``seed`` fixes the data order (and dropout); the caller's RNG states are restored
-    afterwards. ``None`` leaves the global RNGs as they are.
+    ``forward``, ``loss_fn``, ``metric``, ``metric_name``, ``collate_fn`` and
+    ``optimizer(params, lr)`` mean what they mean for :func:`autotune.find_best`, and
+    ``dataset`` may be a ``LightningDataModule`` there too. With ``val_dataset`` the final
+    model's metric is reported. ``seed`` fixes the data order (and dropout); the caller's RNG
+    states are restored afterwards. ``None`` leaves the global RNGs as they are.
 
     Raises ``RuntimeError`` ("diverged: ...") when the loss becomes NaN/inf.
     """
@@ -182,12 +186,15 @@ def train(
     check_int("epochs", epochs, rule=">= 1", ok=lambda v: v >= 1)
     check_int("seed", seed, rule="an int or None", ok=lambda v: True, optional=True)
     cfg = cfg.replace(device=resolve_device(cfg.device))
+    data = unpack_data(dataset, val_dataset, collate_fn)
+    dataset, val_dataset = data.train, data.val
     hooks = Hooks(
         forward=forward,
         loss_fn=loss_fn,
         metric=metric,
         higher_is_better=higher_is_better,
-        collate_fn=collate_fn,
+        metric_name=metric_name,
+        collate_fn=data.collate_fn,
         optimizer=optimizer,
     )
     task = checked_task(dataset, val_dataset, hooks)
@@ -220,6 +227,7 @@ def train(
         trainer = Trainer(cfg, workload, epochs * steps_per_epoch)
         stats: list[EpochStats] = []
         for epoch in range(1, epochs + 1):
+            flush_std_streams()  # before DataLoader workers fork: they would repeat it
             stats.append(_run_epoch(trainer, iter(loader), epoch, cfg))
             report(
                 f"epoch {epoch}/{epochs}: loss {stats[-1].loss:.4f}, "

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, Subset
 
+from autotune._trial.data import DataModuleLike, unpack_data
 from autotune._trial.task import (
     Hooks,
     OptimizerFactory,
@@ -47,15 +48,17 @@ class Workload:
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-    """The workload, and whether the validation split kept the label proportions."""
+    """The workload, whether the validation split kept the label proportions, and what was
+    taken from a data module (None for plain datasets)."""
 
     workload: Workload
     stratified: bool
+    note: str | None = None
 
 
 def prepare_workload(
     model: nn.Module,
-    dataset: Dataset[Any],
+    dataset: Dataset[Any] | DataModuleLike,
     val_dataset: Dataset[Any] | None,
     hooks: Hooks,
     *,
@@ -63,7 +66,11 @@ def prepare_workload(
     seed: int,
 ) -> Prepared:
     """The task from the hooks, the datasets checked (and split, without a validation set),
-    the model checked against a batch and copied once: the caller's is never touched again."""
+    the model checked against a batch and copied once: the caller's is never touched again.
+    ``dataset`` may be a LightningDataModule: its datasets and collate function are used."""
+    data = unpack_data(dataset, val_dataset, hooks.collate_fn)
+    dataset, val_dataset = data.train, data.val
+    hooks = dataclasses.replace(hooks, collate_fn=data.collate_fn)
     task = checked_task(dataset, val_dataset, hooks)
     if val_dataset is not None:
         train, val, stratified = dataset, val_dataset, False
@@ -83,7 +90,7 @@ def prepare_workload(
         optimizer=hooks.optimizer_factory(),
         longest=longest_items(train, seed=seed),
     )
-    return Prepared(workload=workload, stratified=stratified)
+    return Prepared(workload=workload, stratified=stratified, note=data.note)
 
 
 def _elements(item: Any) -> int:
