@@ -62,6 +62,7 @@ class SimulatedExecutor:
         accuracy: AccuracyCheck | None = None,
         measured: Measurement | None = None,
         time_limit: float | None = None,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> TrialOutcome:
         self.runs += 1
         if self.interrupt_at is not None and self.runs >= self.interrupt_at:

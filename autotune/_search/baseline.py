@@ -109,6 +109,7 @@ def calibrate(bench: Bench, space: SearchSpace) -> SearchSpace:
     if not s.calibrate:
         return space
     cfg = s.baseline
+    bench.report.trial("calibration: the baseline's speed")
     outcome = bench.execute(cfg)
     m = outcome.measurement
     if not outcome.ok or m is None:
@@ -157,6 +158,7 @@ def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
         return found
     cfg = bench.settings.baseline
     bench.report(f"baseline: {cfg.describe()}")
+    bench.report.trial("baseline")
     outcome = bench.execute(cfg)
     if not outcome.ok or outcome.measurement is None:
         raise AutotuneError(
@@ -205,6 +207,7 @@ def measure_baseline_accuracy(bench: Bench, baseline: Baseline) -> Baseline:
     if note is not None:
         bench.report(f"accuracy guard: {note}")
     check = AccuracyCheck(samples=samples, seeds=tuple(range(s.accuracy_repeats)), initial=True)
+    bench.report.trial("the baseline's accuracy runs (the accuracy guard)")
     outcome = bench.execute(
         s.baseline, accuracy=check, measured=baseline.record.measurement, expected=expected
     )

@@ -26,6 +26,7 @@ def confirm(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
     record = entry.record
     seeds = tuple(range(1, baseline.guard.repeats))
     check = AccuracyCheck(samples=baseline.accuracy.samples, seeds=seeds)
+    bench.report.trial(f"confirmation of trial #{entry.number}")
     m = record.measurement
     expected = baseline.confirm_seconds(m.throughput if m is not None else None)
     outcome = bench.execute(entry.config, accuracy=check, measured=m, expected=expected)
@@ -109,6 +110,7 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
         if bench.deadline.past(cost):  # the grace past the deadline is the last it may take
             break
         order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
+        bench.report.trial(f"side by side with the baseline: round {r + 1}/{ROUNDS}")
         measured: dict[int, float] = {}
         for entry in order:
             expected = baseline.measure_seconds * _relative_cost(entry, baseline)
