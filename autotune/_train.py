@@ -187,7 +187,8 @@ def train(
     check_int("seed", seed, rule="an int or None", ok=lambda v: True, optional=True)
     cfg = cfg.replace(device=resolve_device(cfg.device))
     data = unpack_data(dataset, val_dataset, collate_fn)
-    dataset, val_dataset = data.train, data.val
+    train_set: Dataset[Any] = data.train
+    val_set: Dataset[Any] | None = data.val
     hooks = Hooks(
         forward=forward,
         loss_fn=loss_fn,
@@ -197,12 +198,12 @@ def train(
         collate_fn=data.collate_fn,
         optimizer=optimizer,
     )
-    task = checked_task(dataset, val_dataset, hooks)
-    check_model_consumes(model, dataset, task)
+    task = checked_task(train_set, val_set, hooks)
+    check_model_consumes(model, train_set, task)
     workload = Workload(
         model=model,
-        train=dataset,
-        val=val_dataset if val_dataset is not None else dataset,
+        train=train_set,
+        val=val_set if val_set is not None else train_set,
         task=task,
         optimizer=hooks.optimizer_factory(),
     )
@@ -211,7 +212,7 @@ def train(
     start = time.perf_counter()
     with cfg.backends(), rng:
         loader = cfg.dataloader(
-            dataset,
+            train_set,
             shuffle=True,
             drop_last=drop_last,
             collate_fn=task.collate_fn,
@@ -234,7 +235,7 @@ def train(
                 f"{stats[-1].samples_per_second:,.0f} samples/s"
             )
         del loader
-        metric_value = evaluate(trainer.model, cfg, workload) if val_dataset is not None else None
+        metric_value = evaluate(trainer.model, cfg, workload) if val_set is not None else None
     trained = apply.unwrap_compiled(trainer.model)
     return TrainReport(
         model=trained,

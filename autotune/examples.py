@@ -225,7 +225,6 @@ class TokenSequences(Dataset[dict[str, Any]]):
     ``{"input_ids": 1-D tensor, "labels": int}``, as a tokenized Hugging Face dataset's are."""
 
     vocab = 100
-    signal = range(90, 100)
 
     def __init__(self, n: int = 512, *, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(seed)

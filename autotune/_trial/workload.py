@@ -69,13 +69,14 @@ def prepare_workload(
     the model checked against a batch and copied once: the caller's is never touched again.
     ``dataset`` may be a LightningDataModule: its datasets and collate function are used."""
     data = unpack_data(dataset, val_dataset, hooks.collate_fn)
-    dataset, val_dataset = data.train, data.val
+    given: Dataset[Any] = data.train
+    given_val: Dataset[Any] | None = data.val
     hooks = dataclasses.replace(hooks, collate_fn=data.collate_fn)
-    task = checked_task(dataset, val_dataset, hooks)
-    if val_dataset is not None:
-        train, val, stratified = dataset, val_dataset, False
+    task = checked_task(given, given_val, hooks)
+    if given_val is not None:
+        train, val, stratified = given, given_val, False
     else:
-        train, val, stratified = split_dataset(dataset, task, val_fraction=val_fraction, seed=seed)
+        train, val, stratified = split_dataset(given, task, val_fraction=val_fraction, seed=seed)
     check_model_consumes(model, train, task)
     template = copy.deepcopy(model).cpu()
     if len(val) > MAX_VAL_ITEMS:  # type: ignore[arg-type]
