@@ -92,10 +92,11 @@ def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_pat
     records = storage.read_records(study)
     owner = {t.number: t.user_attrs["autotune_owner"]["pid"] for t, _ in records}
     baseline = next(t.number for t, r in records if r.role.value == "baseline")
-    checked = [(t.number, r.metric) for t, r in records if r.role.value == "candidate" and r.metric]
-    workers = {owner[n] for n, _ in checked}
+    candidates = [(t.number, r) for t, r in records if r.role.value == "candidate"]
+    workers = {owner[n] for n, _ in candidates}
     assert len(workers) == 2 and owner[baseline] not in workers  # two worker processes
-    assert all(100.0 <= metric <= 102.0 for _, metric in checked), checked
+    checked = [r.metric for _, r in candidates if r.metric is not None]
+    assert checked and all(100.0 <= metric <= 102.0 for metric in checked), checked
     guard = storage.read_baseline_accuracy(study)
     assert guard is not None and all(100.0 <= r.metric <= 102.0 for r in guard.runs)
     saved = json.loads(out.read_text())
