@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 from collections.abc import Callable
 
-__all__ = ["Lines", "Progress", "Report", "Status", "as_progress", "flush_std_streams"]
+__all__ = ["Lines", "Progress", "Report", "Status", "as_progress"]
 
 log = logging.getLogger("autotune")
 
@@ -66,14 +65,3 @@ class Lines(Progress):
 
 def as_progress(report: Progress | Report) -> Progress:
     return report if isinstance(report, Progress) else Lines(report)
-
-
-def flush_std_streams() -> None:
-    """Flush stdout and stderr before DataLoader workers are forked: a forked worker inherits
-    unwritten output and writes it again when it exits (lines printed twice)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            pass

@@ -24,7 +24,6 @@ from autotune._config import TrainingConfig
 from autotune._device import resolve_device
 from autotune._display import reporter
 from autotune._errors import ArgumentError
-from autotune._progress import flush_std_streams
 from autotune._result.result import load_config
 from autotune._trial import apply
 from autotune._trial.data import DataModuleLike, unpack_data
@@ -228,7 +227,6 @@ def train(
         trainer = Trainer(cfg, workload, epochs * steps_per_epoch)
         stats: list[EpochStats] = []
         for epoch in range(1, epochs + 1):
-            flush_std_streams()  # before DataLoader workers fork: they would repeat it
             stats.append(_run_epoch(trainer, iter(loader), epoch, cfg))
             report(
                 f"epoch {epoch}/{epochs}: loss {stats[-1].loss:.4f}, "

@@ -272,8 +272,7 @@ def hf_model() -> nn.Module:
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=64,
-        num_labels=2,
-    )
+    )  # two labels, the default
     model: nn.Module = BertForSequenceClassification(config)
     return model
 

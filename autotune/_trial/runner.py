@@ -30,7 +30,6 @@ from torch.utils.data import DataLoader, Dataset
 
 from autotune._choices import CompileMode
 from autotune._config import TrainingConfig
-from autotune._progress import flush_std_streams
 from autotune._trial import apply
 from autotune._trial.failures import Diverged, FailureReason, classify, free_memory
 from autotune._trial.measure import Measurement, MemoryTracker, UtilizationSampler
@@ -450,7 +449,6 @@ def run_trial(
         # Dynamo's caches are keyed on the model's code, shared by every trial's copy: without a
         # reset, later trials hit the recompile limit and silently fall back to eager.
         torch._dynamo.reset()
-    flush_std_streams()  # before DataLoader workers fork: they would write it all again
     try:
         with cfg.backends(), seeded(0, cfg.device):
             if measurement is None:
