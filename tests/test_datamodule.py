@@ -70,6 +70,7 @@ def test_a_search_takes_a_data_module_from_the_api(tmp_path) -> None:
     assert result.baseline_metrics["throughput"] > 0
 
 
+@pytest.mark.slow
 def test_a_search_takes_a_data_module_factory_from_the_cli(tmp_path, capsys) -> None:
     out = tmp_path / "best.json"
     code = main(

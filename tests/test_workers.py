@@ -67,6 +67,7 @@ def test_a_worker_guards_the_coordinators_metric_with_its_hooks(tmp_path) -> Non
     assert settings.hooks.metric_name == "offset accuracy"
 
 
+@pytest.mark.slow
 def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_path) -> None:
     """`autotune search --workers 2 --metric loss --loss steady:offset_loss`: two `autotune
     worker` processes run the candidates, and every accuracy run they make reports the
