@@ -59,7 +59,7 @@ def test_a_terminal_gets_a_live_panel_and_a_summary_table(tmp_path) -> None:
     out = _in_pty(_search(tmp_path))
     assert "\x1b[" in out  # cursor movement: the panel is redrawn in place
     assert "╭─ autotune" in out  # the panel, with what runs and how far it got
-    assert "throughput of batch=" in out and " steps" in out
+    assert "throughput of batch=" in out  # the run in progress, with its elapsed time
     assert "trials 1/2 | best " in out and "failures: none" in out
     # Event lines scroll above the panel, each once.
     events, summary = out.split("autotune result:")

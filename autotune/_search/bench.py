@@ -79,7 +79,9 @@ class Bench:
             accuracy=accuracy,
             measured=measured,
             time_limit=self.deadline.trial_limit(limit),
-            progress=self.report.step,
+            # Steps from an isolated worker made a fault test's baseline time out (unexplained,
+            # see issue 12's closing note): the panel shows only their elapsed time for now.
+            progress=None if self.executor.isolated else self.report.step,
         )
 
     def ask(self) -> optuna.Trial:
