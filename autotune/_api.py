@@ -22,14 +22,16 @@ from autotune import _knobs
 from autotune._checks import check_choice, check_flag, check_int, check_number
 from autotune._config import TrainingConfig
 from autotune._device import describe_device, environment, resolve_device
+from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
-from autotune._progress import reporter
+from autotune._progress import Progress
 from autotune._result.result import SearchResult
 from autotune._search.loop import DEFAULT_TIMEOUT, Search
 from autotune._search.settings import SearchSettings
 from autotune._search.storage import open_study, redact
 from autotune._space import Choice, SearchSpace, load_space
 from autotune._trial import apply
+from autotune._trial.data import DataModuleLike
 from autotune._trial.isolation import ISOLATION_MODES, make_executor, worker_env
 from autotune._trial.runner import Budget, preserved_rng
 from autotune._trial.task import (
@@ -66,13 +68,14 @@ def _keeps_callers_rng(fn: Callable[_P, _R]) -> Callable[_P, _R]:
 @_keeps_callers_rng
 def find_best(
     model: nn.Module,
-    dataset: Dataset[Any],
+    dataset: Dataset[Any] | DataModuleLike,
     *,
     val_dataset: Dataset[Any] | None = None,
     loss_fn: LossFn | None = None,
     forward: ForwardFn | None = None,
     metric: str | MetricFn = "accuracy",
     higher_is_better: bool | None = None,
+    metric_name: str | None = None,
     collate_fn: CollateFn | None = None,
     optimizer: OptimizerFactory | None = None,
     tolerance: float = 0.01,
@@ -102,7 +105,13 @@ def find_best(
 
     ``model`` is never modified: every trial trains a copy of its initial weights. Batches are
     ``(inputs, targets)`` unless ``forward(model, batch) -> (outputs, targets)`` says otherwise;
-    ``loss_fn(outputs, targets)`` defaults to cross-entropy and ``metric`` to accuracy.
+    ``loss_fn(outputs, targets)`` defaults to cross-entropy and ``metric`` to accuracy. Dict
+    batches go to a Hugging Face model as its ``Trainer`` sends them: ``model(**batch)``, the
+    model's own loss (or cross-entropy on ``.logits`` against ``labels``), the metric on
+    ``.logits``: no hook needed. ``metric_name`` names a callable metric in progress lines and
+    reports ("metric" by default). ``dataset`` may be a ``LightningDataModule``: its training
+    and validation datasets and its collate function are used (its own DataLoader settings are
+    what autotune tunes).
     ``optimizer(params, lr)`` builds the optimizer (AdamW by default); ``sampler`` replaces the
     default multivariate TPE sampler (the accuracy guard and failures reach any sampler as Optuna
     constraints, through ``trial.set_constraint``). The search stops after
@@ -134,22 +143,41 @@ def find_best(
     _check_arguments(args)
     hooks = Hooks(**{name: args[name] for name in _HOOKS})
     device_str = resolve_device(device)
+    report = reporter(progress, live=True)
+    try:
+        return _search(args, hooks, device_str, report, started)
+    finally:
+        report.close()  # a live display stops; its lines stay
+
+
+def _search(
+    args: Mapping[str, Any], hooks: Hooks, device: str, report: Progress, started: float
+) -> SearchResult:
+    """The search for checked arguments: workload, space, study, executor, then the loop."""
     prepared = prepare_workload(
-        model, dataset, val_dataset, hooks, val_fraction=val_fraction, seed=seed
+        args["model"],
+        args["dataset"],
+        args["val_dataset"],
+        hooks,
+        val_fraction=args["val_fraction"],
+        seed=args["seed"],
     )
-    base_cfg = _baseline_config(baseline, device_str)
-    wanted = load_space(space)
-    restricted = restrict_space(wanted, prepared.workload, base_cfg, device_str, keep_global_batch)
-    study = open_study(storage, study_name, seed, sampler)
+    if prepared.note:
+        report(prepared.note)
+    base_cfg = _baseline_config(args["baseline"], device)
+    restricted = restrict_space(
+        load_space(args["space"]), prepared.workload, base_cfg, device, args["keep_global_batch"]
+    )
+    study = open_study(args["storage"], args["study_name"], args["seed"], args["sampler"])
     refs = hooks.references()
+    launcher = args["launcher"]
     _check_launcher(launcher, refs, study)
-    report = reporter(progress)
     executor, fallback = make_executor(
-        prepared.workload, isolation, env=worker_env(study.study_name)
+        prepared.workload, args["isolation"], env=worker_env(study.study_name)
     )
     if fallback:
         report(fallback)
-    env = environment(device_str)
+    env = environment(device)
     settings = _settings(
         args,
         task=prepared.workload.task,
@@ -179,7 +207,7 @@ def find_best(
         search.ledger(),
         search.settings,
         study_name=study.study_name,
-        storage=redact(storage),
+        storage=redact(args["storage"]),
         seconds=time.time() - started,
         interrupted=interrupted,
         memory=search.memory,
@@ -188,7 +216,15 @@ def find_best(
 
 # -- Arguments --------------------------------------------------------------------------------
 
-_HOOKS = ("forward", "loss_fn", "metric", "higher_is_better", "collate_fn", "optimizer")
+_HOOKS = (
+    "forward",
+    "loss_fn",
+    "metric",
+    "higher_is_better",
+    "metric_name",
+    "collate_fn",
+    "optimizer",
+)
 
 
 def _check_arguments(args: Mapping[str, Any]) -> None:

@@ -22,8 +22,9 @@ from torch import nn
 import autotune
 from autotune import _refs
 from autotune._device import environment, resolve_device
+from autotune._display import console_progress, print_summary
 from autotune._errors import AutotuneError
-from autotune._result.summary import render_summary
+from autotune._progress import Lines, Progress
 from autotune._search.distributed import (
     cpu_shares,
     join_search,
@@ -32,6 +33,8 @@ from autotune._search.distributed import (
     restricted_to,
 )
 from autotune._space import builtin_spaces, load_space
+from autotune._trial.data import is_datamodule
+from autotune._trial.task import BUILTIN_METRICS
 from autotune._verify import DEFAULT_BUDGET
 
 __all__ = ["main"]
@@ -50,6 +53,36 @@ def load_factory(spec: str, option: str) -> Callable[..., Any]:
         return _refs.load(spec)
     except _refs.UnresolvedReference as exc:
         raise CLIError(f"{option}: {exc}") from exc
+
+
+def _hooks(args: argparse.Namespace) -> dict[str, Any]:
+    """find_best's hook arguments from --collate, --forward, --loss, --metric, --metric-name
+    and --lower-is-better."""
+    hooks: dict[str, Any] = {}
+    for option, name in (
+        ("--collate", "collate_fn"),
+        ("--forward", "forward"),
+        ("--loss", "loss_fn"),
+    ):
+        spec = getattr(args, option[2:])
+        hooks[name] = None if spec is None else load_factory(spec, option)
+    metric: Any = args.metric
+    if metric not in BUILTIN_METRICS:
+        if ":" not in metric:
+            raise CLIError(
+                f"--metric: must be accuracy, loss, or MODULE:FUNCTION / file.py:FUNCTION naming "
+                f"a metric(outputs, targets) -> float, but got {metric!r}."
+            )
+        metric = load_factory(metric, "--metric")
+    if args.lower_is_better and args.metric == "accuracy":
+        raise CLIError(
+            "--lower-is-better: accuracy is better when higher; pass --metric loss, or "
+            "--metric MODULE:FUNCTION for a metric that is better when lower."
+        )
+    hooks["metric"] = metric
+    hooks["metric_name"] = args.metric_name
+    hooks["higher_is_better"] = False if args.lower_is_better else None
+    return hooks
 
 
 def _call_factory(fn: Callable[[], Any], spec: str, option: str) -> Any:
@@ -75,18 +108,25 @@ def _model_and_data(args: argparse.Namespace) -> tuple[Any, Any, Any]:
                 f"a {type(data).__name__} of length {len(data)}."
             )
         train, val = data
+    if is_datamodule(train):
+        return model, train, val  # its datasets and collate function are read by find_best
     for what, ds in (("dataset", train), ("validation dataset", val)):
         if ds is not None and not (hasattr(ds, "__getitem__") and hasattr(ds, "__len__")):
             raise CLIError(
-                f"--data: {args.data} must return a map-style dataset (or a (train, val) pair); "
-                f"its {what} is a {type(ds).__name__}."
+                f"--data: {args.data} must return a map-style dataset, a (train, val) pair or a "
+                f"LightningDataModule; its {what} is a {type(ds).__name__}."
             )
     return model, train, val
 
 
 def _default_study(args: argparse.Namespace) -> str:
     # Same command, same study: running it again continues the search.
-    key = "|".join([args.model, args.data, str(args.space), str(args.device), str(args.tolerance)])
+    parts = [args.model, args.data, str(args.space), str(args.device), str(args.tolerance)]
+    # Hooks join the key only where given, so that earlier commands keep their studies.
+    given = (args.collate, args.forward, args.loss, args.metric_name)
+    if any(given) or args.metric != "accuracy" or args.lower_is_better:
+        parts += [*map(str, given), args.metric, str(args.lower_is_better)]
+    key = "|".join(parts)
     short = hashlib.sha1(key.encode()).hexdigest()[:8]
     model_name = args.model.rpartition(":")[2]
     data_name = args.data.rpartition(":")[2]
@@ -103,15 +143,31 @@ def cmd_search(args: argparse.Namespace) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices[0]
         args.device = "cuda:0"
     model, train, val = _model_and_data(args)
+    hooks = _hooks(args)
     storage = args.storage or DEFAULT_STORAGE
     study = args.study or _default_study(args)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     quiet = args.quiet
+    # A live panel on a terminal; each line once where stderr is a pipe or a log.
+    progress: Progress = Lines(lambda line: None) if quiet else console_progress(sys.stderr)
+    try:
+        return _search(args, model, train, val, hooks, storage, study, progress)
+    finally:
+        progress.close()
 
-    def progress(line: str) -> None:
-        if not quiet:
-            print(line, file=sys.stderr, flush=True)
 
+def _search(
+    args: argparse.Namespace,
+    model: nn.Module,
+    train: Any,
+    val: Any,
+    hooks: dict[str, Any],
+    storage: str,
+    study: str,
+    progress: Progress,
+) -> int:
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    quiet = args.quiet
     progress(f"study {study!r} in {storage}; results will be written to {args.out}")
     launcher = None
     pinned: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
@@ -133,7 +189,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             devices=devices,
             shares=shares,
             report=progress,
-            extra_args=["--quiet"] if quiet else [],
+            extra_args=["--quiet"] if quiet else ["--plain"],
         )
     try:
         with pinned:
@@ -156,6 +212,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 progress=progress,
                 launcher=launcher,
                 keep_global_batch=args.keep_global_batch,
+                **hooks,
             )
     except KeyboardInterrupt:
         print(
@@ -165,8 +222,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         )
         return 130
     result.save(args.out)
-    print(result.summary())
-    print(f"\nwrote {args.out}")
+    progress.close()  # the live panel goes before the summary
+    print_summary(result.to_dict(), sys.stdout)
+    print(f"\nwrote {args.out}", flush=True)
     if result.interrupted:
         print(
             "Interrupted. Run the same command again to resume the study "
@@ -181,11 +239,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
     pin_from_env()  # the CPU share a local coordinator gave this worker
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     model, train, val = _model_and_data(args)
+    prefix = f"[worker {os.getpid()}] "
+    progress: Progress
+    if args.quiet:
+        progress = Lines(lambda line: None)
+    elif args.plain:
+        progress = Lines(lambda line: print(f"{prefix}{line}", file=sys.stderr, flush=True))
+    else:
+        progress = console_progress(sys.stderr, prefix=prefix)
+    try:
+        return _work(args, model, train, val, progress)
+    finally:
+        progress.close()
 
-    def progress(line: str) -> None:
-        if not args.quiet:
-            print(f"[worker {os.getpid()}] {line}", file=sys.stderr, flush=True)
 
+def _work(
+    args: argparse.Namespace, model: nn.Module, train: Any, val: Any, progress: Progress
+) -> int:
     ran = join_search(
         model,
         train,
@@ -214,7 +284,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data["config"], indent=2))
     else:
-        print(render_summary(data))
+        print_summary(data, sys.stdout)
     return 0
 
 
@@ -264,6 +334,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     model, train, val = _model_and_data(args)
+    hooks = _hooks(args)
     quiet = args.quiet or args.json
 
     def progress(line: str) -> None:
@@ -283,6 +354,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         device=args.device,
         accuracy_seeds=args.accuracy_seeds,
         progress=progress,
+        **hooks,
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -388,8 +460,34 @@ def _search_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "and only split it differently: no accuracy runs (except with batch norm)",
     )
     s.add_argument("--out", required=True, help="where to write the result JSON")
-    s.add_argument("--quiet", action="store_true", help="no progress lines")
+    s.add_argument("--quiet", action="store_true", help="no progress display or lines")
+    _hook_arguments(s)
     s.set_defaults(func=cmd_search)
+
+
+def _hook_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group(
+        "hooks",
+        "How a batch becomes a loss and a metric, each MODULE:NAME or file.py:NAME. By "
+        "default a batch is (inputs, targets), or a dict given to the model as model(**batch) "
+        "with its targets under `labels` (Hugging Face models need no hook); the loss is the "
+        "model's own or cross-entropy; the metric accuracy. Workers of the search load the "
+        "same hooks from the study.",
+    )
+    g.add_argument("--collate", default=None, help="collate_fn(items) -> batch")
+    g.add_argument("--forward", default=None, help="forward(model, batch) -> (outputs, targets)")
+    g.add_argument("--loss", default=None, help="loss(outputs, targets) -> scalar tensor")
+    g.add_argument(
+        "--metric",
+        default="accuracy",
+        help="accuracy (default), loss, or metric(outputs, targets) -> float",
+    )
+    g.add_argument("--metric-name", default=None, help="the metric's name in progress and reports")
+    g.add_argument(
+        "--lower-is-better",
+        action="store_true",
+        help="the metric is better when lower (a callable metric is taken as higher-is-better)",
+    )
 
 
 def _worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -402,6 +500,7 @@ def _worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     w.add_argument("--isolation", default=None, choices=["auto", "process", "none"])
     w.add_argument("--seed-offset", type=int, default=1, help="distinct per worker")
     w.add_argument("--quiet", action="store_true")
+    w.add_argument("--plain", action="store_true", help="plain progress lines, even on a terminal")
     w.set_defaults(func=cmd_worker)
 
 
@@ -432,6 +531,7 @@ def _verify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     v.add_argument("--device", default=None, help="measure here instead of the result's device")
     v.add_argument("--json", action="store_true", help="print the comparison as JSON")
     v.add_argument("--quiet", action="store_true", help="no progress lines")
+    _hook_arguments(v)
     v.set_defaults(func=cmd_verify)
 
 

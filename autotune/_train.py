@@ -22,10 +22,11 @@ from torch.utils.data import Dataset
 from autotune._checks import check_int
 from autotune._config import TrainingConfig
 from autotune._device import resolve_device
+from autotune._display import reporter
 from autotune._errors import ArgumentError
-from autotune._progress import reporter
 from autotune._result.result import load_config
 from autotune._trial import apply
+from autotune._trial.data import DataModuleLike, unpack_data
 from autotune._trial.runner import Trainer, evaluate, seeded
 from autotune._trial.task import (
     CollateFn,
@@ -143,7 +144,7 @@ def _synchronize(device: str) -> None:
 
 def train(
     model: nn.Module,
-    dataset: Dataset[Any],
+    dataset: Dataset[Any] | DataModuleLike,
     config: TrainingConfig | str | os.PathLike[str],
     *,
     epochs: int = 1,
@@ -152,6 +153,7 @@ def train(
     forward: ForwardFn | None = None,
     metric: str | MetricFn = "accuracy",
     higher_is_better: bool | None = None,
+    metric_name: str | None = None,
     collate_fn: CollateFn | None = None,
     optimizer: OptimizerFactory | None = None,
     drop_last: bool = False,
@@ -169,10 +171,11 @@ def train(
     ``model`` is not modified: a copy is trained and returned as ``report.model`` (the eager
     module, on the config's device; its weights are the trained ones whether or not it was
     compiled). ``config`` is a :class:`TrainingConfig` or the path of ``best.json``.
-    ``forward``, ``loss_fn``, ``metric``, ``collate_fn`` and ``optimizer(params, lr)`` mean what
-    they mean for :func:`autotune.find_best`. With ``val_dataset`` the final model's metric is
-    reported. ``seed`` fixes the data order (and dropout); the caller's RNG states are restored
-    afterwards. ``None`` leaves the global RNGs as they are.
+    ``forward``, ``loss_fn``, ``metric``, ``metric_name``, ``collate_fn`` and
+    ``optimizer(params, lr)`` mean what they mean for :func:`autotune.find_best`, and
+    ``dataset`` may be a ``LightningDataModule`` there too. With ``val_dataset`` the final
+    model's metric is reported. ``seed`` fixes the data order (and dropout); the caller's RNG
+    states are restored afterwards. ``None`` leaves the global RNGs as they are.
 
     Raises ``RuntimeError`` ("diverged: ...") when the loss becomes NaN/inf.
     """
@@ -185,20 +188,24 @@ def train(
     check_int("epochs", epochs, rule=">= 1", ok=lambda v: v >= 1)
     check_int("seed", seed, rule="an int or None", ok=lambda v: True, optional=True)
     cfg = cfg.replace(device=resolve_device(cfg.device))
+    data = unpack_data(dataset, val_dataset, collate_fn)
+    train_set: Dataset[Any] = data.train
+    val_set: Dataset[Any] | None = data.val
     hooks = Hooks(
         forward=forward,
         loss_fn=loss_fn,
         metric=metric,
         higher_is_better=higher_is_better,
-        collate_fn=collate_fn,
+        metric_name=metric_name,
+        collate_fn=data.collate_fn,
         optimizer=optimizer,
     )
-    task = checked_task(dataset, val_dataset, hooks)
-    check_model_consumes(model, dataset, task)
+    task = checked_task(train_set, val_set, hooks)
+    check_model_consumes(model, train_set, task)
     workload = Workload(
         model=model,
-        train=dataset,
-        val=val_dataset if val_dataset is not None else dataset,
+        train=train_set,
+        val=val_set if val_set is not None else train_set,
         task=task,
         optimizer=hooks.optimizer_factory(),
     )
@@ -207,7 +214,7 @@ def train(
     start = time.perf_counter()
     with cfg.backends(), rng:
         loader = cfg.dataloader(
-            dataset,
+            train_set,
             shuffle=True,
             drop_last=drop_last,
             collate_fn=task.collate_fn,
@@ -231,7 +238,7 @@ def train(
                 f"{stats[-1].samples_per_second:,.0f} samples/s"
             )
         del loader
-        metric_value = evaluate(trainer.model, cfg, workload) if val_dataset is not None else None
+        metric_value = evaluate(trainer.model, cfg, workload) if val_set is not None else None
     trained = apply.unwrap_compiled(trainer.model)
     return TrainReport(
         model=trained,

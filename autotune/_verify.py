@@ -24,9 +24,10 @@ from torch.utils.data import Dataset
 from autotune._checks import check_int
 from autotune._config import TrainingConfig
 from autotune._device import environment, resolve_device
+from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
-from autotune._progress import reporter
 from autotune._result.result import SearchResult
+from autotune._trial.data import DataModuleLike
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import AccuracyCheck, Budget, run_trial
 from autotune._trial.task import (
@@ -282,7 +283,7 @@ def _load(result: SearchResult | Mapping[str, Any] | str | os.PathLike[str]) -> 
 def verify(
     result: SearchResult | Mapping[str, Any] | str | os.PathLike[str],
     model: nn.Module,
-    dataset: Dataset[Any],
+    dataset: Dataset[Any] | DataModuleLike,
     *,
     val_dataset: Dataset[Any] | None = None,
     rounds: int = 6,
@@ -292,6 +293,7 @@ def verify(
     forward: ForwardFn | None = None,
     metric: str | MetricFn = "accuracy",
     higher_is_better: bool | None = None,
+    metric_name: str | None = None,
     collate_fn: CollateFn | None = None,
     optimizer: OptimizerFactory | None = None,
     accuracy_seeds: int = 0,
@@ -323,19 +325,23 @@ def verify(
         loss_fn=loss_fn,
         metric=metric,
         higher_is_better=higher_is_better,
+        metric_name=metric_name,
         collate_fn=collate_fn,
         optimizer=optimizer,
     )
     search = data.get("search") or {}
     # The split find_best made, so an accuracy check validates on the same items.
-    workload = prepare_workload(
+    prepared = prepare_workload(
         model,
         dataset,
         val_dataset,
         hooks,
         val_fraction=float(search.get("val_fraction") or 0.1),
         seed=int(search.get("seed") or 0),
-    ).workload
+    )
+    if prepared.note:
+        report(prepared.note)
+    workload = prepared.workload
     pair = {"baseline": baseline, "winner": winner}
     measure_budget = budget or DEFAULT_BUDGET
     measured, failures = _measure_rounds(pair, workload, measure_budget, rounds, report)

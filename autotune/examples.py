@@ -8,9 +8,19 @@
 - ``lm``: a small causal transformer language model on token sequences from a synthetic
   order-2 Markov "language" (next-token accuracy), with repeated layers to checkpoint.
 - ``tiny``: a very small MLP on separable synthetic data, for tests and quick demos.
+- ``hf``: a Hugging Face ``BertForSequenceClassification`` built from a tiny config (no
+  download; needs ``transformers``) on variable-length token sequences: dict items with
+  ``labels``, padded per batch by ``hf_collate``. No forward hook, no loss: autotune calls the
+  model as Hugging Face's ``Trainer`` does.
+
+``autotune search --model autotune.examples:hf_model --data autotune.examples:hf_data
+--collate autotune.examples:hf_collate --out best.json``
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +32,12 @@ __all__ = [
     "MarkovText",
     "SmallCNN",
     "TinyLM",
+    "TokenSequences",
     "cnn_data",
     "cnn_model",
+    "hf_collate",
+    "hf_data",
+    "hf_model",
     "lm_data",
     "lm_model",
     "mlp_data",
@@ -203,3 +217,66 @@ def tiny_data(n: int = 256, features: int = 8, classes: int = 3) -> TensorDatase
     ds = TensorDataset(x, y)
     ds.targets = y  # type: ignore[attr-defined]
     return ds
+
+
+class TokenSequences(Dataset[dict[str, Any]]):
+    """Token sequences of 6-48 tokens after a ``[CLS]`` (id 1), in two classes: class 1 draws
+    about one token in four from a small "signal" vocabulary, class 0 none. Items are dicts
+    ``{"input_ids": 1-D tensor, "labels": int}``, as a tokenized Hugging Face dataset's are."""
+
+    vocab = 100
+
+    def __init__(self, n: int = 512, *, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.targets = torch.randint(0, 2, (n,), generator=g)
+        self.items: list[torch.Tensor] = []
+        for label in self.targets.tolist():
+            length = int(torch.randint(6, 49, (), generator=g))
+            tokens = torch.randint(2, 90, (length,), generator=g)
+            if label:
+                marked = torch.rand(length, generator=g) < 0.25
+                signal = torch.randint(90, 100, (length,), generator=g)
+                tokens = torch.where(marked, signal, tokens)
+            self.items.append(torch.cat([torch.tensor([1]), tokens]))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"input_ids": self.items[index], "labels": int(self.targets[index])}
+
+
+def hf_collate(items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Pad a batch to its longest sequence (id 0), with the attention mask, as Hugging Face's
+    ``DataCollatorWithPadding`` does."""
+    longest = max(int(item["input_ids"].shape[0]) for item in items)
+    ids = torch.zeros(len(items), longest, dtype=torch.long)
+    mask = torch.zeros(len(items), longest, dtype=torch.long)
+    for row, item in enumerate(items):
+        n = int(item["input_ids"].shape[0])
+        ids[row, :n] = item["input_ids"]
+        mask[row, :n] = 1
+    labels = torch.tensor([int(item["labels"]) for item in items])
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def hf_model() -> nn.Module:
+    """``transformers.BertForSequenceClassification`` from a tiny config: no download."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=TokenSequences.vocab,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )  # two labels, the default
+    model: nn.Module = BertForSequenceClassification(config)
+    return model
+
+
+def hf_data(n: int = 512) -> tuple[TokenSequences, TokenSequences]:
+    """(training sequences, validation sequences)."""
+    return TokenSequences(n, seed=0), TokenSequences(max(128, n // 4), seed=1)

@@ -63,6 +63,7 @@ class SimulatedExecutor:
         accuracy: AccuracyCheck | None = None,
         measured: Measurement | None = None,
         time_limit: float | None = None,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> TrialOutcome:
         self.runs += 1
         self.budgets.append(budget)

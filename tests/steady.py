@@ -45,3 +45,9 @@ def offset_accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
 def sum_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """A loss hook (cross-entropy, summed over the batch) importable by worker processes."""
     return torch.nn.functional.cross_entropy(outputs.float(), targets, reduction="sum")
+
+
+def offset_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy plus 100: the same gradients, and a `metric="loss"` value that says which
+    loss a trial guarded (the default loss stays below 100)."""
+    return torch.nn.functional.cross_entropy(outputs.float(), targets) + 100.0

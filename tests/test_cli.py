@@ -119,6 +119,35 @@ def test_model_factory_from_a_file(tmp_path, capsys) -> None:
             ["--model", "autotune.examples:tiny_model", "--storage", "not-a-url"],
             "`storage` must be a database URL",
         ),
+        (
+            ["--model", "autotune.examples:tiny_model", "--metric", "f1"],
+            "--metric: must be accuracy, loss, or MODULE:FUNCTION / file.py:FUNCTION naming a "
+            "metric(outputs, targets) -> float, but got 'f1'.",
+        ),
+        (
+            ["--model", "autotune.examples:tiny_model", "--collate", "no_such_module_xyz:pad"],
+            "--collate: cannot import module 'no_such_module_xyz'",
+        ),
+        (
+            ["--model", "autotune.examples:tiny_model", "--loss", "autotune.examples:nothing"],
+            "--loss: 'autotune.examples' has no attribute 'nothing'. Callables there:",
+        ),
+        (
+            ["--model", "autotune.examples:tiny_model", "--forward", "autotune.examples:__doc__"],
+            "--forward: 'autotune.examples:__doc__' is a str, not a function.",
+        ),
+        (
+            ["--model", "autotune.examples:tiny_model", "--lower-is-better"],
+            "--lower-is-better: accuracy is better when higher; pass --metric loss",
+        ),
+        (
+            ["--model", "autotune.examples:hf_model", "--data", "autotune.examples:hf_data"],
+            "cannot be collated into a batch",  # variable-length items need a collate function
+        ),
+        (
+            ["--model", "autotune.examples:hf_model", "--data", "autotune.examples:hf_data"],
+            "Pass collate_fn= (--collate on the command line)",
+        ),
     ],
 )
 def test_bad_cli_input_is_a_clear_error(tmp_path, capsys, argv, message) -> None:
@@ -192,3 +221,9 @@ def test_an_error_that_is_not_about_the_input_keeps_its_traceback(
     with pytest.raises(ValueError, match="Expected input batch_size"):
         main(argv)
     assert "usage" not in capsys.readouterr().err
+
+
+def test_verify_takes_the_same_hook_flags(tmp_path, capsys) -> None:
+    argv = ["verify", str(tmp_path / "best.json"), *TINY, "--metric", "f1"]
+    assert main(argv) == 2
+    assert "autotune verify: error: --metric: must be accuracy, loss" in capsys.readouterr().err

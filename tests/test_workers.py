@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
 import pytest
 
 import autotune
@@ -36,6 +43,7 @@ def test_a_worker_guards_the_coordinators_metric_with_its_hooks(tmp_path) -> Non
         tiny_model(),
         tiny_data(),
         metric=offset_accuracy,
+        metric_name="offset accuracy",
         loss_fn=sum_loss,
         space={"knobs": {"batch_size": [16, 32, 64], "lr_schedule": ["constant", "cosine"]}},
         n_trials=3,
@@ -50,12 +58,53 @@ def test_a_worker_guards_the_coordinators_metric_with_its_hooks(tmp_path) -> Non
     assert joined and joined[0] >= 3  # the worker ran the candidates
     checked = [t for t in result.trials if t.role == "candidate" and t.accuracy_checked]
     assert checked and all(10.0 <= t.metric <= 11.0 for t in checked)  # accuracy + 10
-    assert result.guard.metric_name == "offset_accuracy" and result.guard.higher_is_better
+    assert result.guard.metric_name == "offset accuracy" and result.guard.higher_is_better
     study = storage.load_study(url, "metric")
     settings = storage.read_settings(study)
     assert settings is not None
     assert settings.hooks.metric == "steady:offset_accuracy"
     assert settings.hooks.loss_fn == "steady:sum_loss"
+    assert settings.hooks.metric_name == "offset accuracy"
+
+
+@pytest.mark.slow
+def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_path) -> None:
+    """`autotune search --workers 2 --metric loss --loss steady:offset_loss`: two `autotune
+    worker` processes run the candidates, and every accuracy run they make reports the
+    coordinator's loss (cross-entropy + 100), not the default one."""
+    space = tmp_path / "space.yaml"
+    space.write_text("knobs:\n  batch_size: [16, 32, 64]\n  lr_schedule: [constant, cosine]\n")
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    out = tmp_path / "best.json"
+    tests = str(Path(__file__).parent)
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "autotune", "search",
+            "--model", "autotune.examples:tiny_model", "--data", "autotune.examples:tiny_data",
+            "--metric", "loss", "--loss", "steady:offset_loss",
+            "--workers", "2", "--trials", "4", "--space", str(space),
+            "--accuracy-samples", "512", "--storage", url, "--study", "loss", "--out", str(out),
+        ],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="loss", storage=url)
+    records = storage.read_records(study)
+    owner = {t.number: t.user_attrs["autotune_owner"]["pid"] for t, _ in records}
+    baseline = next(t.number for t, r in records if r.role.value == "baseline")
+    candidates = [(t.number, r) for t, r in records if r.role.value == "candidate"]
+    workers = {owner[n] for n, _ in candidates}
+    assert len(workers) == 2 and owner[baseline] not in workers  # two worker processes
+    checked = [r.metric for _, r in candidates if r.metric is not None]
+    assert checked and all(100.0 <= metric <= 102.0 for metric in checked), checked
+    guard = storage.read_baseline_accuracy(study)
+    assert guard is not None and all(100.0 <= r.metric <= 102.0 for r in guard.runs)
+    saved = json.loads(out.read_text())
+    assert saved["accuracy_guard"]["metric"] == "loss"
+    assert saved["accuracy_guard"]["higher_is_better"] is False
+    settings = storage.read_settings(study)
+    assert settings is not None and settings.hooks.loss_fn == "steady:offset_loss"
 
 
 def test_a_worker_refuses_hooks_it_cannot_load(tmp_path) -> None:

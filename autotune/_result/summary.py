@@ -8,7 +8,7 @@ from typing import Any
 from autotune._config import TrainingConfig
 from autotune._errors import ConfigError
 
-__all__ = ["render_summary"]
+__all__ = ["render_summary", "summary_parts"]
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -23,14 +23,23 @@ def _fmt_metric(value: float | None) -> str:
 
 def render_summary(data: dict[str, Any]) -> str:
     """A readable summary of an exported result (what ``autotune show`` prints)."""
+    head, rows, tail = summary_parts(data)
+    lines = [*head, "", f"  {'':22}{'winner':>16}{'baseline':>16}"]
+    lines += [f"  {label:22}{w:>16}{b:>16}" for label, w, b in rows]
+    return "\n".join([*lines, "", *tail])
+
+
+def summary_parts(
+    data: dict[str, Any],
+) -> tuple[list[str], list[tuple[str, str, str]], list[str]]:
+    """The summary's headline and configs, its table (label, winner, baseline) and the lines
+    after it (the answers, the guard, the search), for a plain or a terminal rendering."""
     m, b = data["metrics"], data["baseline"]["metrics"]
-    lines = [
+    head = [
         _headline(data),
         "",
         f"  winner:   {_describe(data['config'])}",
         f"  baseline: {_describe(data['baseline']['config'])}",
-        "",
-        f"  {'':22}{'winner':>16}{'baseline':>16}",
     ]
     rows = [
         ("throughput (samples/s)", m.get("throughput"), b.get("throughput"), "{:,.0f}"),
@@ -45,21 +54,23 @@ def render_summary(data: dict[str, Any]) -> str:
             "{:.1f}",
         ),
     ]
-    for label, w, base, fmt in rows:
-        lines.append(f"  {label:22}{_cell(w, fmt):>16}{_cell(base, fmt):>16}")
-    lines.append(
-        f"  {'peak memory':22}{_fmt_bytes(m.get('peak_memory_bytes')):>16}"
-        f"{_fmt_bytes(b.get('peak_memory_bytes')):>16}"
+    table = [(label, _cell(w, fmt), _cell(base, fmt)) for label, w, base, fmt in rows]
+    table.append(
+        (
+            "peak memory",
+            _fmt_bytes(m.get("peak_memory_bytes")),
+            _fmt_bytes(b.get("peak_memory_bytes")),
+        )
     )
     name = m.get("metric_name", "metric")
-    lines.append(
-        f"  {'val ' + name:22}{_fmt_metric(m.get('validation_metric')):>16}"
-        f"{_fmt_metric(b.get('validation_metric')):>16}"
+    table.append(
+        (
+            "val " + name,
+            _fmt_metric(m.get("validation_metric")),
+            _fmt_metric(b.get("validation_metric")),
+        )
     )
-    lines.append("")
-    lines += _answers(data, name)
-    lines += _search_lines(data)
-    return "\n".join(lines)
+    return head, table, _answers(data, name) + _search_lines(data)
 
 
 def _headline(data: dict[str, Any]) -> str:

@@ -145,6 +145,7 @@ def calibrate(bench: Bench, space: SearchSpace) -> SearchSpace:
     take more than a tenth of the budget leave the space. Returns the space."""
     if not bench.settings.calibrate:
         return space
+    bench.report.trial("calibration: the baseline's speed")
     outcome = run_baseline(bench, space)
     s = bench.settings  # its baseline split, where the one asked for did not fit
     cfg = s.baseline
@@ -194,6 +195,7 @@ def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
         bench.report(f"baseline: reusing trial {found.entry.number} from the study")
         return found
     bench.report(f"baseline: {bench.settings.baseline.describe()}")
+    bench.report.trial("baseline")
     outcome = run_baseline(bench, space)
     cfg = bench.settings.baseline
     if not outcome.ok or outcome.measurement is None:
@@ -243,6 +245,7 @@ def measure_baseline_accuracy(bench: Bench, baseline: Baseline) -> Baseline:
     if note is not None:
         bench.report(f"accuracy guard: {note}")
     check = AccuracyCheck(samples=samples, seeds=tuple(range(s.accuracy_repeats)), initial=True)
+    bench.report.trial("the baseline's accuracy runs (the accuracy guard)")
     outcome = bench.execute(
         s.baseline, accuracy=check, measured=baseline.record.measurement, expected=expected
     )

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
 
 import optuna
 from optuna.trial import TrialState
 
 from autotune._config import TrainingConfig
+from autotune._progress import Progress, Report, as_progress
 from autotune._search import storage
 from autotune._search.deadline import Deadline
 from autotune._search.guard import AccuracyGuard
@@ -41,14 +41,14 @@ class Bench:
         settings: SearchSettings,
         executor: TrialExecutor,
         deadline: Deadline,
-        report: Callable[[str], None],
+        report: Progress | Report,
         fingerprint: str,
     ) -> None:
         self.study = study
         self.settings = settings
         self.executor = executor
         self.deadline = deadline
-        self.report = report
+        self.report = as_progress(report)
         self.fingerprint = fingerprint
 
     def ledger(self) -> Ledger:
@@ -69,12 +69,20 @@ class Bench:
         limit = self.settings.trial_timeout
         if limit is None and expected is not None:
             limit = max(MIN_TRIAL_LIMIT, TRIAL_LIMIT_FACTOR * expected)
+        what = "throughput"
+        if accuracy is not None:
+            seeds = ", ".join(str(seed) for seed in accuracy.seeds)
+            what = f"accuracy run{'s' if len(accuracy.seeds) > 1 else ''} (seed {seeds})"
+        self.report.run(f"{what} of {cfg.describe()}", expected)
         return self.executor.run(
             cfg,
             budget or self.settings.budget,
             accuracy=accuracy,
             measured=measured,
             time_limit=self.deadline.trial_limit(limit),
+            # Steps from an isolated worker made a fault test's baseline time out (unexplained,
+            # see issue 12's closing note): the panel shows only their elapsed time for now.
+            progress=None if self.executor.isolated else self.report.step,
         )
 
     def ask(self) -> optuna.Trial:

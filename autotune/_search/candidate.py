@@ -19,7 +19,7 @@ from autotune._search.bench import Bench
 from autotune._search.finish import confirm
 from autotune._search.ledger import Ledger
 from autotune._search.policy import STAGE_ATTR, Stage, Step
-from autotune._search.progress import trial_line
+from autotune._search.progress import search_status, trial_line
 from autotune._search.record import Record, Role
 from autotune._space import SearchSpace
 from autotune._trial.failures import FailureReason
@@ -107,6 +107,7 @@ def _run(
 ) -> CandidateRun:
     stage = trial.user_attrs.get(STAGE_ATTR)  # the stage that queued it
     step = dataclasses.replace(step, stage=Stage(stage) if stage else step.stage)
+    bench.report.trial(f"trial #{trial.number} [{step.stage.value}]")
     try:
         cfg = space.suggest(trial, bench.settings.baseline)
     except ConfigError as exc:  # a combination the config itself rejects
@@ -269,6 +270,9 @@ def _finish(
             n_trials=bench.settings.n_trials,
             time_left=bench.deadline.describe(),
         )
+    )
+    bench.report.status(
+        search_status(ledger, n_trials=bench.settings.n_trials, deadline=bench.settings.deadline)
     )
     if exhausted:
         bench.report("the sampler has tried every config in the space")

@@ -24,11 +24,12 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune._device import describe_device, environment, resolve_device
+from autotune._display import reporter
 from autotune._errors import ArgumentError, AutotuneError
-from autotune._progress import reporter
 from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
 from autotune._search.storage import FINISHED, OWNER, open_study, read_settings
+from autotune._trial.data import DataModuleLike
 from autotune._trial.isolation import make_executor, worker_env
 from autotune._trial.task import Hooks
 from autotune._trial.workload import prepare_workload
@@ -133,7 +134,7 @@ def launch_local_workers(
 
 def join_search(
     model: nn.Module,
-    dataset: Dataset[Any],
+    dataset: Dataset[Any] | DataModuleLike,
     *,
     storage: str,
     study_name: str,
@@ -150,6 +151,7 @@ def join_search(
     same metric with the same hooks (loaded by reference) and splits the data the same way."""
     study, settings = _wait_for_settings(storage, study_name, wait_for_baseline, seed_offset)
     device_str = resolve_device(device)
+    report = reporter(progress)
     prepared = prepare_workload(
         model,
         dataset,
@@ -158,7 +160,8 @@ def join_search(
         val_fraction=settings.val_fraction,
         seed=settings.seed,
     )
-    report = reporter(progress)
+    if prepared.note:
+        report(prepared.note)
     executor, fallback = make_executor(
         prepared.workload, isolation or settings.isolation, env=worker_env(study_name)
     )

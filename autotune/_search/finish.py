@@ -29,6 +29,7 @@ def confirm(bench: Bench, baseline: Baseline, entry: Entry, *, keep: float = 0.0
     deadline with ``keep`` seconds to spare, they are run and the verdict is taken again."""
     assert baseline.guard is not None and baseline.accuracy is not None
     record = entry.record
+    bench.report.trial(f"confirmation of trial #{entry.number}")
     m = record.measurement
     throughput = m.throughput if m is not None else None
     check = AccuracyCheck(
@@ -194,6 +195,7 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
         if bench.deadline.past(per_round * stretch):  # the grace is the last it may take
             break
         order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
+        bench.report.trial(f"side by side with the baseline: round {r + 1}/{ROUNDS}")
         measured: dict[int, float] = {}
         for entry in order:
             expected = stretch * baseline.measure_seconds * _relative_cost(entry, baseline)

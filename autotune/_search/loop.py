@@ -37,6 +37,7 @@ from autotune._search.deadline import Deadline
 from autotune._search.finish import confirm_pending, side_by_side, side_by_side_seconds
 from autotune._search.ledger import Ledger
 from autotune._search.policy import STAGE_ATTR, Stage, StagePolicy, Step
+from autotune._search.progress import search_status
 from autotune._search.settings import SearchSettings
 from autotune._space import Choice
 from autotune._trial.isolation import TrialExecutor
@@ -110,6 +111,7 @@ class Search:
                 )
             self.bench.settings = self.settings.replace(space=self.space)
             storage.publish_settings(study, self.settings)
+            self._status()
             if self.launcher is not None or not self.settings.guided:
                 # Workers and unguided samplers meet changes of the numerics from the start.
                 self._accuracy_check()
@@ -147,6 +149,7 @@ class Search:
         self._apply_memory_limits()
         self.baseline = baseline
         self.no_checks = baseline.guard is None
+        self._status()
         try:
             self.candidates()
         except KeyboardInterrupt:
@@ -293,6 +296,12 @@ class Search:
             return
         self.baseline = measure_baseline_accuracy(self.bench, self.baseline)
 
+    def _status(self) -> None:
+        s = self.settings
+        self.bench.report.status(
+            search_status(self.ledger(), n_trials=s.n_trials, deadline=s.deadline)
+        )
+
     # -- Set-up --------------------------------------------------------------------------------
 
     def _others_running(self) -> bool:
@@ -330,6 +339,7 @@ class Search:
         self.memory = storage.read_memory(study)
         if self.memory is None:
             s = self.settings
+            self.bench.report.trial("memory probe")
             self.memory = probe_memory(
                 self.bench.executor,
                 s.baseline,

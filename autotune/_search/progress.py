@@ -1,10 +1,12 @@
-"""The progress line of a finished trial: what it was, how it ended, the best so far."""
+"""The progress line of a finished trial (what it was, how it ended, the best so far) and the
+search's status for a live display."""
 
 from __future__ import annotations
 
+from autotune._progress import Status
 from autotune._search.ledger import Entry, Ledger
 
-__all__ = ["trial_line"]
+__all__ = ["search_status", "trial_line"]
 
 
 def trial_line(
@@ -12,26 +14,15 @@ def trial_line(
 ) -> str:
     """``trial n/N [#number, stage] config: outcome | best | failures | time left``."""
     r = entry.record
-    base = ledger.baseline
-    base_time = ledger.projected(base) if base is not None else None
     name = ledger.guard.metric_name if ledger.guard is not None else "metric"
-
-    def speed(e: Entry) -> str:
-        projected = ledger.projected(e)
-        return f"{base_time / projected:.2f}x" if base_time and projected else "n/a"
-
     if r.failure is not None:
         outcome = f"failed ({r.failure.value}): {r.message}"
     elif r.pruned:
-        outcome = f"{speed(entry)}, {r.message or 'pruned'}"
+        outcome = f"{_speedup(ledger, entry)}, {r.message or 'pruned'}"
     else:
         metric = "" if r.metric is None else f", val {name} {r.metric:.4f}"
-        outcome = f"{speed(entry)}{metric}{_verdict(ledger, entry)}"
-    best = ledger.best()
-    best_text = (
-        f"best {speed(best)} (#{best.number})" if best is not None else "no feasible candidate yet"
-    )
-    failures = ", ".join(f"{k} {v}" for k, v in sorted(ledger.failures().items())) or "none"
+        outcome = f"{_speedup(ledger, entry)}{metric}{_verdict(ledger, entry)}"
+    best_text, failures = _best(ledger), _failures(ledger)
     reused = " (same config as an earlier trial: reused)" if r.reused else ""
     done = len(ledger.candidates)
     total = f"/{n_trials}" if n_trials is not None else ""
@@ -49,3 +40,32 @@ def _verdict(ledger: Ledger, entry: Entry) -> str:
     if confirmation is not None:
         return f" ({confirmation.verdict.value})"
     return " (passed screening)" if ledger.screened(entry) else " (outside tolerance)"
+
+
+def _speedup(ledger: Ledger, entry: Entry) -> str:
+    base = ledger.baseline
+    base_time = ledger.projected(base) if base is not None else None
+    projected = ledger.projected(entry)
+    return f"{base_time / projected:.2f}x" if base_time and projected else "n/a"
+
+
+def _best(ledger: Ledger) -> str:
+    best = ledger.best()
+    if best is None:
+        return "no feasible candidate yet"
+    return f"best {_speedup(ledger, best)} (#{best.number})"
+
+
+def _failures(ledger: Ledger) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(ledger.failures().items())) or "none"
+
+
+def search_status(ledger: Ledger, *, n_trials: int | None, deadline: float | None) -> Status:
+    """Trials done, the best answer so far, failures by reason, and the budget's end."""
+    done = len(ledger.candidates)
+    return Status(
+        trials=f"{done}/{n_trials}" if n_trials is not None else str(done),
+        best=_best(ledger),
+        failures=_failures(ledger),
+        deadline=deadline,
+    )

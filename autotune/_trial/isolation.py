@@ -32,7 +32,14 @@ from autotune._config import TrainingConfig
 from autotune._device import cpu_share
 from autotune._trial.failures import FailureReason, free_memory
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome, run_trial
+from autotune._trial.runner import (
+    AccuracyCheck,
+    Budget,
+    StepListener,
+    TrialOutcome,
+    reporting_steps,
+    run_trial,
+)
 from autotune._trial.workload import Workload
 
 __all__ = [
@@ -67,6 +74,7 @@ class TrialExecutor(Protocol):
         accuracy: AccuracyCheck | None = None,
         measured: Measurement | None = None,
         time_limit: float | None = None,
+        progress: StepListener | None = None,
     ) -> TrialOutcome: ...
 
     def close(self) -> None: ...
@@ -145,10 +153,11 @@ class InProcessExecutor:
         accuracy: AccuracyCheck | None = None,
         measured: Measurement | None = None,
         time_limit: float | None = None,
+        progress: StepListener | None = None,
     ) -> TrialOutcome:
         start = time.perf_counter()
         try:
-            with _alarm(time_limit):
+            with _alarm(time_limit), reporting_steps(progress):
                 return run_trial(cfg, self.workload, budget, accuracy=accuracy, measured=measured)
         except TrialTimeout:
             pass
@@ -277,6 +286,7 @@ class ProcessExecutor:
         accuracy: AccuracyCheck | None = None,
         measured: Measurement | None = None,
         time_limit: float | None = None,
+        progress: StepListener | None = None,
     ) -> TrialOutcome:
         start = time.perf_counter()
         try:
@@ -291,7 +301,7 @@ class ProcessExecutor:
         assert self._conn is not None and self._process is not None
         conn, process = self._conn, self._process
         try:
-            conn.send((cfg, budget, accuracy, measured))
+            conn.send((cfg, budget, accuracy, measured, progress is not None))
             # The limit is the trial's own: a fresh worker's start-up (importing torch, seconds
             # on a busy machine) is not the config's fault.
             sent = time.perf_counter()
@@ -300,6 +310,9 @@ class ProcessExecutor:
                 left = 1.0 if deadline is None else deadline - time.perf_counter()
                 if conn.poll(min(1.0, max(0.0, left))):
                     kind, outcome = conn.recv()
+                    if kind == "step" and progress is not None:
+                        progress(*outcome)  # the worker's (phase, done, total)
+                        continue
                     if kind != "outcome":
                         raise EOFError
                     return outcome  # type: ignore[no-any-return]

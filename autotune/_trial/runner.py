@@ -19,7 +19,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -39,14 +39,36 @@ __all__ = [
     "AccuracyCheck",
     "AccuracyRun",
     "Budget",
+    "StepListener",
     "Trainer",
     "TrialOutcome",
     "Workload",
     "evaluate",
     "measure_throughput",
+    "reporting_steps",
     "run_trial",
     "train_for_accuracy",
 ]
+
+# Told (phase, steps done, steps in the phase) as a trial advances: a live display's progress.
+StepListener = Callable[[str, int, int], None]
+_listener: StepListener | None = None
+
+
+@contextlib.contextmanager
+def reporting_steps(listener: StepListener | None) -> Iterator[None]:
+    """Tell ``listener`` how the trials run inside this block advance."""
+    global _listener
+    saved, _listener = _listener, listener
+    try:
+        yield
+    finally:
+        _listener = saved
+
+
+def _tell(phase: str, done: int, total: int) -> None:
+    if _listener is not None:
+        _listener(phase, done, total)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -310,12 +332,15 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
     batches = _endless(loader)
     batch = next(batches)
     first_batch_time = time.perf_counter() - start
+    _tell("warm-up", 0, warmup)
     losses = [trainer.step(batch)]
     _synchronize(device)
     first_step_done = time.perf_counter()
     first_graphs = _graphs_compiled()
-    for _ in range(warmup - 1):
+    _tell("warm-up", 1, warmup)
+    for i in range(warmup - 1):
         losses.append(trainer.step(next(batches)))
+        _tell("warm-up", i + 2, warmup)
     _synchronize(device)
     warmup_time = time.perf_counter() - start
     trainer.check(losses)
@@ -324,16 +349,18 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
 
     chunk_times: list[float] = []
     data_wait = 0.0
+    total = chunk_steps * budget.chunks
     with UtilizationSampler(device) as utilization:
-        for _ in range(budget.chunks):
+        for chunk in range(budget.chunks):
             losses = []
             chunk_start = time.perf_counter()
-            for _ in range(chunk_steps):
+            for i in range(chunk_steps):
                 t = time.perf_counter()
                 batch = next(batches)
                 data_wait += time.perf_counter() - t
                 losses.append(trainer.step(batch))
                 memory.sample()
+                _tell("timed", chunk * chunk_steps + i + 1, total)
             _synchronize(device)
             chunk_times.append(time.perf_counter() - chunk_start)
             trainer.check(losses)
@@ -386,7 +413,8 @@ def evaluate(model: nn.Module, cfg: TrainingConfig, workload: Workload) -> float
     total, count = 0.0, 0
     try:
         with torch.no_grad():
-            for batch in loader:
+            for i, batch in enumerate(loader):
+                _tell("validation", i, len(loader))
                 batch = cfg.to_device(batch)
                 with cfg.autocast():
                     outputs, targets = workload.task.forward(eager, batch)
@@ -421,8 +449,10 @@ def train_for_accuracy(
         )
         batches = _endless(loader)
         losses: list[torch.Tensor] = []
-        for _ in range(steps):
+        phase = f"accuracy run, seed {seed}"
+        for i in range(steps):
             losses.append(trainer.step(next(batches)))
+            _tell(phase, i + 1, steps)
             if len(losses) == 32:
                 trainer.check(losses)
                 losses = losses[-1:]

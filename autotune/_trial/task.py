@@ -88,7 +88,8 @@ def logits_of(outputs: Any) -> torch.Tensor:
         f"autotune cannot interpret the model's output, a {describe_output(outputs)}: it needs "
         "a tensor of logits, or an output with `.logits` (and `.loss` when the batch has "
         "labels). Pass forward=(model, batch) -> (outputs, targets), with loss_fn= and "
-        "metric= that understand the outputs."
+        "metric= that understand the outputs (on the command line: --forward, --loss, "
+        "--metric)."
     )
 
 
@@ -138,7 +139,12 @@ def make_task(
     metric: str | MetricFn,
     higher_is_better: bool | None,
     collate_fn: Callable[[list[Any]], Any] | None,
+    metric_name: str | None = None,
 ) -> Task:
+    if metric_name is not None and not isinstance(metric_name, str):
+        raise TypeError(f"`metric_name` must be a str or None, but got {metric_name!r}.")
+    if metric_name is not None and not metric_name.strip():
+        raise ArgumentError("`metric_name` must name the metric, but got an empty string.")
     for name, fn in (("forward", forward), ("loss_fn", loss_fn), ("collate_fn", collate_fn)):
         if fn is not None and not callable(fn):
             raise TypeError(f"`{name}` must be callable or None, but got {fn!r}.")
@@ -158,14 +164,14 @@ def make_task(
     elif callable(metric):
         metric_fn = metric
         higher = True if higher_is_better is None else higher_is_better
-        name = getattr(metric, "__name__", "metric")
+        name = "metric"  # a function's name (`<lambda>`, `loss_metric`) reads badly in a report
     else:
         raise TypeError(f"`metric` must be 'accuracy', 'loss' or a callable, but got {metric!r}.")
     return Task(
         forward=forward if forward is not None else default_forward,
         loss_fn=loss,
         metric_fn=metric_fn,
-        metric_name=name,
+        metric_name=metric_name.strip() if metric_name else name,
         higher_is_better=higher,
         collate_fn=collate_fn,
     )
@@ -241,7 +247,8 @@ def check_model_consumes(model: nn.Module, dataset: Dataset[Any], task: Task) ->
     except Exception as exc:
         raise DataError(
             f"The first {n} items of the dataset cannot be collated into a batch: "
-            f"{type(exc).__name__}: {exc}. Pass collate_fn= to build batches yourself."
+            f"{type(exc).__name__}: {exc}. Pass collate_fn= (--collate on the command line) "
+            "to build batches yourself."
         ) from exc
     probe = copy.deepcopy(model).eval()  # eval: BatchNorm takes a batch of one too
     try:
@@ -334,6 +341,7 @@ class HookRefs:
     loss_fn: str | None = None
     metric: str = "accuracy"
     higher_is_better: bool | None = None
+    metric_name: str | None = None
     collate_fn: str | None = None
     optimizer: str | None = None
     unnamed: tuple[str, ...] = ()
@@ -358,6 +366,7 @@ class Hooks:
     loss_fn: LossFn | None = None
     metric: str | MetricFn = "accuracy"
     higher_is_better: bool | None = None
+    metric_name: str | None = None
     collate_fn: CollateFn | None = None
     optimizer: OptimizerFactory | None = None
 
@@ -368,6 +377,7 @@ class Hooks:
             metric=self.metric,
             higher_is_better=self.higher_is_better,
             collate_fn=self.collate_fn,
+            metric_name=self.metric_name,
         )
 
     def optimizer_factory(self) -> OptimizerFactory:
@@ -387,7 +397,12 @@ class Hooks:
             refs[name] = ref
         if refs["metric"] is None:
             refs["metric"] = "accuracy"  # unnamed: listed, and never loaded
-        return HookRefs(**refs, higher_is_better=self.higher_is_better, unnamed=tuple(unnamed))
+        return HookRefs(
+            **refs,
+            higher_is_better=self.higher_is_better,
+            metric_name=self.metric_name,
+            unnamed=tuple(unnamed),
+        )
 
     @classmethod
     def load(cls, refs: HookRefs) -> Hooks:
@@ -406,7 +421,12 @@ class Hooks:
         metric: str | MetricFn = refs.metric
         if refs.metric not in BUILTIN_METRICS:
             metric = _load_hook(refs.metric, "metric")
-        return cls(**loaded, metric=metric, higher_is_better=refs.higher_is_better)
+        return cls(
+            **loaded,
+            metric=metric,
+            higher_is_better=refs.higher_is_better,
+            metric_name=refs.metric_name,
+        )
 
 
 def _load_hook(ref: str, name: str) -> Any:

@@ -15,7 +15,23 @@ import sys
 import threading
 import time
 
-from autotune._trial.runner import run_trial
+from autotune._trial.runner import reporting_steps, run_trial
+
+STEP_INTERVAL = 0.25  # seconds between step messages: a display refreshes 4 times a second
+
+
+class _StepSender:
+    """Sends the trial's progress to the search process, at most every STEP_INTERVAL."""
+
+    def __init__(self, conn: multiprocessing.connection.Connection) -> None:
+        self.conn = conn
+        self.last = 0.0
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= STEP_INTERVAL or done >= total:
+            self.last = now
+            self.conn.send(("step", (phase, done, total)))
 
 
 def _watch_parent(parent: int) -> None:
@@ -56,8 +72,9 @@ def main(fd: int) -> int:
             return 0
         if message is None:
             return 0
-        cfg, budget, accuracy, measured = message
-        outcome = run_trial(cfg, workload, budget, accuracy=accuracy, measured=measured)
+        cfg, budget, accuracy, measured, steps = message
+        with reporting_steps(_StepSender(conn) if steps else None):
+            outcome = run_trial(cfg, workload, budget, accuracy=accuracy, measured=measured)
         conn.send(("outcome", outcome))
 
 

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, Subset
 
+from autotune._trial.data import DataModuleLike, unpack_data
 from autotune._trial.task import (
     Hooks,
     OptimizerFactory,
@@ -47,15 +48,17 @@ class Workload:
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-    """The workload, and whether the validation split kept the label proportions."""
+    """The workload, whether the validation split kept the label proportions, and what was
+    taken from a data module (None for plain datasets)."""
 
     workload: Workload
     stratified: bool
+    note: str | None = None
 
 
 def prepare_workload(
     model: nn.Module,
-    dataset: Dataset[Any],
+    dataset: Dataset[Any] | DataModuleLike,
     val_dataset: Dataset[Any] | None,
     hooks: Hooks,
     *,
@@ -63,12 +66,17 @@ def prepare_workload(
     seed: int,
 ) -> Prepared:
     """The task from the hooks, the datasets checked (and split, without a validation set),
-    the model checked against a batch and copied once: the caller's is never touched again."""
-    task = checked_task(dataset, val_dataset, hooks)
-    if val_dataset is not None:
-        train, val, stratified = dataset, val_dataset, False
+    the model checked against a batch and copied once: the caller's is never touched again.
+    ``dataset`` may be a LightningDataModule: its datasets and collate function are used."""
+    data = unpack_data(dataset, val_dataset, hooks.collate_fn)
+    given: Dataset[Any] = data.train
+    given_val: Dataset[Any] | None = data.val
+    hooks = dataclasses.replace(hooks, collate_fn=data.collate_fn)
+    task = checked_task(given, given_val, hooks)
+    if given_val is not None:
+        train, val, stratified = given, given_val, False
     else:
-        train, val, stratified = split_dataset(dataset, task, val_fraction=val_fraction, seed=seed)
+        train, val, stratified = split_dataset(given, task, val_fraction=val_fraction, seed=seed)
     check_model_consumes(model, train, task)
     template = copy.deepcopy(model).cpu()
     if len(val) > MAX_VAL_ITEMS:  # type: ignore[arg-type]
@@ -83,7 +91,7 @@ def prepare_workload(
         optimizer=hooks.optimizer_factory(),
         longest=longest_items(train, seed=seed),
     )
-    return Prepared(workload=workload, stratified=stratified)
+    return Prepared(workload=workload, stratified=stratified, note=data.note)
 
 
 def _elements(item: Any) -> int:
