@@ -123,7 +123,7 @@ def probe_memory(
     # fp32 without checkpointing stores the most activations: probe it first.
     order = sorted(
         ((str(p), int(c)) for p in precisions for c in ckpts),
-        key=lambda pc: (pc[0] != "fp32" and pc[0] != "tf32", pc[1]),
+        key=lambda pc: (pc[0] not in ("fp32", "fp32_strict", "tf32"), pc[1]),
     )
     plain = baseline.replace(
         num_workers=0, persistent_workers=False, prefetch_factor=None, compile_mode="none"
