@@ -41,6 +41,7 @@ from autotune._trial.task import (
     MetricFn,
     OptimizerFactory,
     Task,
+    on_accelerator,
 )
 from autotune._trial.workload import Workload, prepare_workload
 
@@ -138,9 +139,7 @@ def find_best(
     refs = hooks.references()
     _check_launcher(launcher, refs, study)
     report = reporter(progress)
-    executor, fallback = make_executor(
-        prepared.workload, isolation, env=worker_env(study.study_name)
-    )
+    executor, fallback = make_executor(prepared.workload, isolation, env=worker_env())
     if fallback:
         report(fallback)
     env = environment(device_str)
@@ -289,6 +288,7 @@ def restrict_space(
         n_blocks=len(apply.find_repeated_blocks(model)),
         n_train=len(workload.train),  # type: ignore[arg-type]
         current_threads=torch.get_num_threads(),
+        data_on_device=on_accelerator(workload.train[0]),
     )
     restricted = _restrict_workers(space.restrict(facts), workload)
     restricted = restricted.including(baseline, baseline)

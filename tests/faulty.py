@@ -23,6 +23,10 @@ OOM_MESSAGES = {
 }
 
 
+ILLEGAL_ADDRESS = "CUDA error: an illegal memory access was encountered"
+POISONED = False  # set in a process once a "poison" fault fired: CUDA errors are sticky
+
+
 class FaultAbove(nn.Module):
     """A tiny classifier that misbehaves in training when the batch is larger than ``limit``."""
 
@@ -33,6 +37,9 @@ class FaultAbove(nn.Module):
         self.limit = limit
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        global POISONED
+        if POISONED:  # like a real CUDA context after an illegal address: every call fails
+            raise torch.AcceleratorError(f"{ILLEGAL_ADDRESS} (an earlier error, reported again)")
         self.calls = getattr(self, "calls", 0) + 1
         # Out of memory only after a few steps, as fragmentation does: the memory probe's short
         # runs pass, and the trial itself must recognise and record the failure.
@@ -48,6 +55,9 @@ class FaultAbove(nn.Module):
                 raise torch.OutOfMemoryError(OOM_MESSAGES["cuda"])
             elif self.fault.startswith("oom-"):
                 raise RuntimeError(OOM_MESSAGES[self.fault.removeprefix("oom-")])
+            elif self.fault == "poison":
+                POISONED = True
+                raise torch.AcceleratorError(ILLEGAL_ADDRESS)
             elif self.fault == "nan":
                 return self.net(x) * float("nan")
         out: torch.Tensor = self.net(x)

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+import time
+import types
 
 import pytest
+import torch
 
 from autotune import Measurement
+from autotune._trial import failures
 from autotune._trial.failures import Diverged, FailureReason, classify, is_oom
+from autotune._trial.measure import UtilizationSampler
 
 
 def make(chunks=(1.0, 1.1, 0.9), *, batch=100, steps=10, warmup=3, warmup_time=0.3, **kw):
@@ -65,10 +71,6 @@ def test_round_trip() -> None:
     [
         __import__("torch").OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
         RuntimeError("CUDA error: out of memory"),
-        RuntimeError(
-            "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you "
-            "passed in a non-contiguous input."
-        ),
         RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
         RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
         RuntimeError(
@@ -95,6 +97,96 @@ def test_other_failures() -> None:
     )
     assert reason is FailureReason.WORKER and "/dev/shm" in message
     assert not is_oom(RuntimeError("shape mismatch"))
+
+
+NOT_SUPPORTED = RuntimeError(
+    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a "
+    "non-contiguous input."
+)
+
+
+def test_cudnn_not_supported_alone_is_not_out_of_memory(monkeypatch) -> None:
+    reason, message = classify(NOT_SUPPORTED)
+    assert reason is FailureReason.ERROR and "not counted as out of memory" in message
+    monkeypatch.setattr(failures, "memory_nearly_full", lambda: True)
+    assert is_oom(NOT_SUPPORTED) and classify(NOT_SUPPORTED)[0] is FailureReason.OOM
+
+
+def test_a_poisoning_cuda_error_keeps_its_own_message() -> None:
+    """The RNG state restored after the real error raises again (the context is gone): the
+    first error's message is the one recorded, with the advice."""
+    try:
+        try:
+            raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+        except torch.AcceleratorError:
+            raise torch.AcceleratorError("CUDA error: unspecified launch failure") from None
+    except torch.AcceleratorError as exc:
+        caught = exc
+    reason, message = classify(caught)
+    assert reason is FailureReason.DEVICE
+    assert message.startswith("AcceleratorError: CUDA error: device-side assert triggered")
+    assert "CUDA_LAUNCH_BLOCKING=1" in message
+    assert classify(RuntimeError("CUDA error: an illegal memory access was encountered"))[0] is (
+        FailureReason.DEVICE
+    )
+    assert classify(torch.OutOfMemoryError("CUDA out of memory"))[0] is FailureReason.OOM
+
+
+class FakeNVML(types.ModuleType):
+    """Two physical GPUs in PCI order; GPU 1 is busy, GPU 0 idle; or one MIG instance."""
+
+    def __init__(self, *, mig: bool = False) -> None:
+        super().__init__("pynvml")
+        self.mig = mig
+        self.busy = {"GPU-aaaa": 3.0, "GPU-bbbb": 77.0}
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return ["GPU-aaaa", "GPU-bbbb"][index]
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        if uuid not in self.busy:
+            raise RuntimeError("NVML_ERROR_NOT_FOUND")
+        return uuid
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: str) -> int:
+        return int(self.mig)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> types.SimpleNamespace:
+        return types.SimpleNamespace(gpu=self.busy[handle])
+
+
+def _sample(monkeypatch, nvml: FakeNVML) -> UtilizationSampler:
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    # CUDA_VISIBLE_DEVICES=1: torch's cuda:0 is physical GPU 1, known by its UUID.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    props = types.SimpleNamespace(uuid="bbbb")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    sampler = UtilizationSampler("cuda:0", interval=0.01)
+    with sampler:
+        time.sleep(0.15)
+    return sampler
+
+
+def test_gpu_utilisation_is_read_from_the_gpu_torch_uses(monkeypatch) -> None:
+    sampler = _sample(monkeypatch, FakeNVML())
+    assert sampler.mean == pytest.approx(77.0)  # GPU 1's, not NVML index 0's
+    assert sampler.note is None
+
+
+def test_gpu_utilisation_on_a_mig_instance_says_not_available(monkeypatch) -> None:
+    sampler = _sample(monkeypatch, FakeNVML(mig=True))
+    assert sampler.mean is None
+    assert sampler.note is not None and sampler.note.startswith("not available")
+    assert "MIG" in sampler.note
+    assert make(gpu_utilization_note=sampler.note).summary()["gpu_utilization_note"] == (
+        sampler.note
+    )
 
 
 def _tiny_workload():

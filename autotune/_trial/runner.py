@@ -42,6 +42,7 @@ __all__ = [
     "Trainer",
     "TrialOutcome",
     "Workload",
+    "cold_compile",
     "evaluate",
     "measure_throughput",
     "run_trial",
@@ -112,6 +113,11 @@ class TrialOutcome:
     @property
     def ok(self) -> bool:
         return self.failure is None
+
+    @property
+    def poisoned(self) -> bool:
+        """The trial left its process's CUDA context unusable: no further trial may run there."""
+        return self.failure is FailureReason.DEVICE
 
     @property
     def metric(self) -> float | None:
@@ -315,6 +321,7 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
         peak_memory_bytes=memory.result(),
         memory_kind=memory.kind,
         gpu_utilization=utilization.mean,
+        gpu_utilization_note=None if utilization.mean is not None else utilization.note,
         # Graphs compiled after the first step: the batches' shapes changed under compile.
         recompiles=_graphs_compiled() - first_graphs if first_graphs > graphs else 0,
     )
@@ -415,12 +422,18 @@ def run_trial(
     runs: list[AccuracyRun] = []
     initial: float | None = None
     failure: tuple[FailureReason, str] | None = None
-    if cfg.compile_mode is not CompileMode.NONE:
+    compiled = cfg.compile_mode is not CompileMode.NONE
+    if compiled:
         # Dynamo's caches are keyed on the model's code, shared by every trial's copy: without a
         # reset, later trials hit the recompile limit and silently fall back to eager.
         torch._dynamo.reset()
     try:
-        with cfg.backends(), seeded(0, cfg.device):
+        with (
+            apply.current_device(cfg.device),
+            cfg.backends(),
+            seeded(0, cfg.device),
+            cold_compile(compiled),
+        ):
             if measurement is None:
                 measurement = measure_throughput(cfg, workload, budget)
             if accuracy is not None and accuracy.initial:
@@ -432,8 +445,13 @@ def run_trial(
         raise
     except Exception as exc:  # any failure inside a trial is recorded, never fatal
         failure = classify(exc)
+    poisoned = failure is not None and failure[0] is FailureReason.DEVICE
     # Outside the except block: its traceback no longer pins the trial's tensors.
-    free_memory(cfg.device)
+    if compiled and not poisoned:
+        # Compiled graphs and CUDA-graph pools of this trial are released now, not held until
+        # the next compiled trial resets them.
+        torch._dynamo.reset()
+    free_memory(cfg.device, poisoned=poisoned)
     return TrialOutcome(
         config=cfg,
         measurement=measurement,
@@ -443,3 +461,24 @@ def run_trial(
         seconds=time.perf_counter() - start,
         initial_metric=initial,
     )
+
+
+@contextlib.contextmanager
+def cold_compile(compiled: bool) -> Iterator[None]:
+    """Compile without the on-disk caches that an earlier trial may have filled: a user's real
+    run compiles cold, so the compile cost a trial records must be the cold one. (Trial
+    workers also get an empty cache directory of their own; see ``isolation``.)"""
+    if not compiled:
+        yield
+        return
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    caches = {
+        "fx_graph_cache": False,
+        "fx_graph_remote_cache": False,
+        "autotune_local_cache": False,
+        "bundled_autotune_remote_cache": False,
+    }
+    with inductor_config.patch(caches), functorch_config.patch(enable_autograd_cache=False):
+        yield
