@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import torch
 
-__all__ = ["Measurement", "MemoryTracker", "UtilizationSampler"]
+__all__ = ["Measurement", "MemoryTracker", "UtilizationSampler", "nvml_handle"]
 
 NOISY_SPREAD = 0.10  # relative spread above which a measurement is flagged as noisy
 
@@ -40,6 +40,7 @@ class Measurement:
     peak_memory_bytes: int | None = None
     memory_kind: str = "process_rss"
     gpu_utilization: float | None = None
+    gpu_utilization_note: str | None = None  # why it is None on a GPU ("not available: MIG")
     recompiles: int = 0  # graphs torch.compile compiled again as batch shapes changed
 
     @property
@@ -117,6 +118,7 @@ class Measurement:
             "peak_memory_bytes": self.peak_memory_bytes,
             "memory_kind": self.memory_kind,
             "gpu_utilization": self.gpu_utilization,
+            "gpu_utilization_note": self.gpu_utilization_note,
             "timed_steps": self.timed_steps,
             "recompiles": self.recompiles,
         }
@@ -160,15 +162,41 @@ class MemoryTracker:
         return self.peak
 
 
-class UtilizationSampler:
-    """Mean GPU utilisation over a timed region, read through NVML in a background thread.
+def nvml_handle(nvml: Any, device: torch.device) -> tuple[Any, str | None]:
+    """(NVML handle, None) for the GPU behind torch's ``device``, or (None, why not).
 
-    Without NVML (a CPU machine, no driver) it reports None: that is normal, not an error.
+    NVML numbers GPUs in PCI order and ignores ``CUDA_VISIBLE_DEVICES``, torch numbers the
+    visible ones (fastest first, by default): the two meet only through the GPU's UUID. NVML
+    has no utilisation counter for a MIG instance."""
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    bare = uuid.removeprefix("GPU-").removeprefix("MIG-")
+    for prefix in ("GPU-", "MIG-"):
+        try:
+            handle = nvml.nvmlDeviceGetHandleByUUID(f"{prefix}{bare}")
+        except Exception:  # not this kind of device
+            continue
+        mig = prefix == "MIG-"
+        with contextlib.suppress(Exception):
+            mig = mig or bool(nvml.nvmlDeviceIsMigDeviceHandle(handle))
+        if mig:
+            return None, "not available: NVML reports no utilisation for a MIG instance"
+        return handle, None
+    return None, f"not available: NVML knows no GPU with this device's UUID ({bare})"
+
+
+class UtilizationSampler:
+    """Mean GPU utilisation over a timed region, read through NVML in a background thread,
+    from the GPU that torch's ``device`` is (mapped through its UUID, so right under
+    ``CUDA_VISIBLE_DEVICES`` too).
+
+    On a CPU it reports None, normal and unremarked; on a GPU where it cannot be read (no
+    NVML, a MIG instance) ``note`` says why.
     """
 
     def __init__(self, device: str, interval: float = 0.1) -> None:
         self.interval = interval
         self.samples: list[float] = []
+        self.note: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._handle: Any = None
@@ -180,11 +208,14 @@ class UtilizationSampler:
             import pynvml
 
             pynvml.nvmlInit()
-            index = dev.index or 0
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            self._nvml = pynvml
-        except Exception:  # NVML missing or unusable: utilisation is simply not reported
-            self._handle = None
+        except Exception as exc:  # NVML missing or unusable: utilisation is not reported
+            self.note = f"not available: NVML cannot be used ({type(exc).__name__})"
+            return
+        self._nvml = pynvml
+        try:
+            self._handle, self.note = nvml_handle(pynvml, dev)
+        except Exception as exc:
+            self.note = f"not available: {type(exc).__name__}: {exc}"
 
     def __enter__(self) -> UtilizationSampler:
         if self._handle is not None:
@@ -205,7 +236,8 @@ class UtilizationSampler:
             try:
                 rates = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
                 self.samples.append(float(rates.gpu))
-            except Exception:
+            except Exception as exc:
+                self.note = f"not available: {type(exc).__name__}"
                 return
 
     @property
