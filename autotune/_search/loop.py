@@ -105,6 +105,9 @@ class Search:
                 # Workers and unguided samplers meet changes of the numerics from the start.
                 self._accuracy_check()
             if self.launcher is not None:
+                # This process's trial worker holds a CUDA context on the first GPU, which
+                # worker 1 uses: close it (a later trial starts a new one).
+                self.bench.executor.close()
                 self.launcher(study)  # workers run the candidates; back when they are done
                 self._reconcile()
             else:
