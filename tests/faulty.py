@@ -105,3 +105,24 @@ def slow_model() -> nn.Module:
 
 def data() -> Dataset[tuple[torch.Tensor, torch.Tensor]]:
     return tiny_data()
+
+
+class DeviceAssert(nn.Module):
+    """tiny_model, but a training batch larger than ``limit`` indexes out of range on the GPU:
+    a real device-side assert, which leaves the process's CUDA context unusable."""
+
+    def __init__(self, limit: int = 32) -> None:
+        super().__init__()
+        self.net = tiny_model()
+        self.limit = limit
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] > self.limit:
+            index = torch.full((1,), 10**9, device=x.device)
+            x = x[index]  # out of bounds: a device-side assert, reported asynchronously
+        out: torch.Tensor = self.net(x)
+        return out
+
+
+def device_assert_model() -> nn.Module:
+    return DeviceAssert()

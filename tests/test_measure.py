@@ -4,6 +4,7 @@ import dataclasses
 import sys
 import time
 import types
+from typing import ClassVar
 
 import pytest
 import torch
@@ -213,3 +214,118 @@ def test_a_short_timed_phase_is_stretched_to_the_minimum_duration() -> None:
     assert measure_throughput(cfg, _tiny_workload(), long_enough).chunk_steps * 3 == 6 * 16
     as_asked = dataclasses.replace(budget, min_timed_seconds=0.0)
     assert measure_throughput(cfg, _tiny_workload(), as_asked).chunk_steps * 3 == 6
+
+
+class _Overflow(torch.autograd.Function):
+    """Identity forward; for the first ``left`` backward passes, gradients that overflow once
+    scaled (as fp16 gradients of a real model do at GradScaler's initial 65536)."""
+
+    left = 0
+
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[no-untyped-def]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
+        if _Overflow.left > 0:
+            _Overflow.left -= 1
+            return grad * 1e36
+        return grad
+
+
+class OverflowsFirst(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        from autotune.examples import tiny_model
+
+        self.net = tiny_model()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(_Overflow.apply(x.float().requires_grad_()))  # type: ignore[no-any-return]
+
+
+class StateWatch(torch.optim.AdamW):
+    """AdamW that records, after each step taken (the GradScaler skips overflowing ones),
+    whether its state exists."""
+
+    seen: ClassVar[list[bool]] = []
+
+    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+        out = super().step(closure)
+        StateWatch.seen.append(bool(self.state))
+        return out
+
+
+def watched_adam(params, lr):  # type: ignore[no-untyped-def]
+    return StateWatch(params, lr=lr)
+
+
+def test_fp16_probe_steps_on_until_the_optimizer_state_exists(monkeypatch) -> None:
+    """The probe's two steps are both skipped by the GradScaler: its peak would leave out Adam's
+    state (twice the model). It steps on, after the timed region, until a step is taken."""
+    from autotune import TrainingConfig
+    from autotune._trial.probe import PROBE_BUDGET
+    from autotune._trial.runner import run_trial
+    from autotune._trial.task import make_task
+    from autotune._trial.workload import Workload
+    from autotune.examples import tiny_data
+
+    task = make_task(
+        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
+    )
+    load = Workload(
+        model=OverflowsFirst(), train=tiny_data(), val=tiny_data(64), task=task,
+        optimizer=watched_adam,
+    )  # fmt: skip
+    monkeypatch.setattr(_Overflow, "left", 4)
+    monkeypatch.setattr(StateWatch, "seen", [])
+    outcome = run_trial(TrainingConfig(precision="fp16"), load, PROBE_BUDGET)
+    assert outcome.ok, outcome.message
+    # Its two steps and two more were skipped (scaled gradients overflowed); the fifth was taken.
+    assert _Overflow.left == 0
+    assert StateWatch.seen == [True]
+
+
+class FakeGPU:
+    """A trial executor for the memory probe on a fake 10 GB GPU: the allocator reserves 1.6x
+    what is allocated (fragmentation), and a run whose reserved peak passes 9 GB is out of
+    memory. Records the batch sizes it ran."""
+
+    isolated = True
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def run(self, cfg, budget, *, accuracy=None, measured=None, time_limit=None):
+        from autotune._trial.runner import TrialOutcome
+
+        self.asked.append(cfg.batch_size)
+        allocated = 10**9 + 2 * 10**7 * cfg.batch_size
+        if 1.6 * allocated > 9e9:
+            return TrialOutcome(config=cfg, failure=FailureReason.OOM, message="out of memory")
+        m = make(peak_memory_bytes=allocated, memory_kind="cuda_allocator")
+        m = dataclasses.replace(
+            m, peak_reserved_bytes=int(1.6 * allocated), device_free_bytes=10 * 10**9
+        )
+        return TrialOutcome(config=cfg, measurement=m)
+
+    def close(self) -> None:
+        pass
+
+
+def test_gpu_memory_probe_reads_capacity_in_the_worker_and_fits_reserved_memory() -> None:
+    from autotune import TrainingConfig, load_space
+    from autotune._trial.probe import SAFETY, probe_memory
+
+    gpu = FakeGPU()
+    space = load_space({"knobs": {"batch_size": [16, 32, 64, 128, 256, 512]}})
+    limits = probe_memory(
+        gpu, TrainingConfig(device="cuda:0"), space, capacity=None, report=lambda line: None
+    )
+    assert limits is not None
+    assert limits.capacity == int(10 * 10**9 * SAFETY)  # as the worker saw it
+    # A capacity reading, three points, then one size above the predicted limit (128 on the
+    # reserved line; 256 on the allocated one), which is out of memory: 128.
+    assert gpu.asked == [16, 16, 32, 64, 256, 128]
+    assert limits.limits == {"fp32/ckpt0": 128}

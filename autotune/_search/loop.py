@@ -314,17 +314,19 @@ class Search:
         self.memory = storage.read_memory(study)
         if self.memory is None:
             s = self.settings
+            cuda = s.baseline.device.startswith("cuda")
             self.memory = probe_memory(
                 self.bench.executor,
                 s.baseline,
                 self.space,
-                capacity=usable_memory(s.baseline.device),
+                # On a GPU the trial worker reads it, its own CUDA context already made.
+                capacity=None if cuda else usable_memory(s.baseline.device),
                 report=self.bench.report,
                 time_limit=s.trial_timeout or PROBE_LIMIT,
                 seconds=None if s.timeout is None else PROBE_SHARE * s.timeout,
                 # On a GPU a step is fast and an out-of-memory error is clean: check the
                 # prediction. On a CPU the process's memory already shows what fits.
-                verify=s.baseline.device.startswith("cuda"),
+                verify=cuda,
             )
             if self.memory is not None:
                 storage.write_memory(study, self.memory)

@@ -35,6 +35,7 @@ __all__ = [
     "prepare_model",
     "to_device",
     "unwrap_compiled",
+    "uses_cuda_graphs",
 ]
 
 _CKPT_ATTR = "_autotune_checkpointed"
@@ -188,6 +189,12 @@ def prepare_model(cfg: TrainingConfig, model: nn.Module, *, inplace: bool = Fals
         dynamic = True if cfg.compile_dynamic else None
         model = torch.compile(model, mode=mode, dynamic=dynamic)  # type: ignore[assignment]
     return model
+
+
+def uses_cuda_graphs(cfg: TrainingConfig) -> bool:
+    """Whether the config's compile mode records CUDA graphs (on a CUDA device)."""
+    graphs = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
+    return cfg.compile_mode in graphs and device_type(cfg.device) == "cuda"
 
 
 # -- Precision ----------------------------------------------------------------------------------

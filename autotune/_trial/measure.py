@@ -27,6 +27,8 @@ class Measurement:
 
     ``chunk_times`` are wall-clock seconds of consecutive chunks of ``chunk_steps`` training
     steps each, synchronised with the device at each chunk boundary, data loading included.
+    ``data_wait`` is the time the loop waited for the next batch, measured on the CPU side: on
+    a GPU, work already queued on the device may run during that wait.
     """
 
     batch_size: int
@@ -39,9 +41,16 @@ class Measurement:
     epoch_restart: bool = False  # workers are started again each epoch (not persistent)
     peak_memory_bytes: int | None = None
     memory_kind: str = "process_rss"
+    # On a GPU: the allocator's reserved peak (fragmentation and CUDA-graph pools included), and
+    # the memory this process could use when the trial started, read in the process that ran it
+    # (its own CUDA context already subtracted).
+    peak_reserved_bytes: int | None = None
+    device_free_bytes: int | None = None
     gpu_utilization: float | None = None
     gpu_utilization_note: str | None = None  # why it is None on a GPU ("not available: MIG")
     recompiles: int = 0  # graphs torch.compile compiled again as batch shapes changed
+    # A compiled config's first step beyond a steady one: its cold compile, paid once per run.
+    compile_seconds: float | None = None
 
     @property
     def timed_steps(self) -> int:
@@ -93,7 +102,10 @@ class Measurement:
                 f"{len(self.chunk_times)} chunks"
             )
         if self.data_wait_fraction > 0.3:
-            out.append(f"data-bound: {self.data_wait_fraction:.0%} of the time waits for data")
+            out.append(
+                f"data-bound: {self.data_wait_fraction:.0%} of the time waits for data "
+                "(CPU side: queued GPU work may overlap it)"
+            )
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,11 +128,13 @@ class Measurement:
             "data_wait_fraction": self.data_wait_fraction,
             "one_time_cost": self.one_time_cost,
             "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
             "memory_kind": self.memory_kind,
             "gpu_utilization": self.gpu_utilization,
             "gpu_utilization_note": self.gpu_utilization_note,
             "timed_steps": self.timed_steps,
             "recompiles": self.recompiles,
+            "compile_seconds": self.compile_seconds,
         }
 
     def __repr__(self) -> str:
@@ -140,6 +154,7 @@ class MemoryTracker:
         self.device = device
         self._process = psutil.Process()
         self.peak = 0
+        self.free_at_start: int | None = None
 
     @property
     def kind(self) -> str:
@@ -148,6 +163,8 @@ class MemoryTracker:
     def start(self) -> None:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
+            free, _ = torch.cuda.mem_get_info(self.device)
+            self.free_at_start = int(free + torch.cuda.memory_reserved(self.device))
         self.peak = 0
         self.sample()
 
@@ -160,6 +177,10 @@ class MemoryTracker:
             return int(torch.cuda.max_memory_allocated(self.device))
         self.sample()
         return self.peak
+
+    def reserved(self) -> int | None:
+        """The caching allocator's reserved peak on a GPU (what the process held from it)."""
+        return int(torch.cuda.max_memory_reserved(self.device)) if self.cuda else None
 
 
 def nvml_handle(nvml: Any, device: torch.device) -> tuple[Any, str | None]:

@@ -179,9 +179,15 @@ class Trainer:
         self.optimizer = workload.optimizer(self.model.parameters(), cfg.lr_schedule.peak_lr)
         self.scheduler = cfg.lr_scheduler(self.optimizer, total_steps)
         self.scaler = cfg.grad_scaler()
+        self.initial_scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         self.step_count = 0
+        # CUDA graphs (reduce-overhead, max-autotune) replay into the same output memory: each
+        # step is marked as a new iteration, and the loss kept past it is a copy.
+        self.graphs = apply.uses_cuda_graphs(cfg)
 
     def step(self, batch: Any) -> torch.Tensor:
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         batch = self.cfg.to_device(batch)
         with self.cfg.autocast():
             outputs, targets = self.task.forward(self.model, batch)
@@ -193,7 +199,7 @@ class Trainer:
         if self.step_count < self.scheduler_total():
             self.scheduler.step()
         self.step_count += 1
-        return loss.detach()
+        return loss.detach().clone() if self.graphs else loss.detach()
 
     def scheduler_total(self) -> int:
         total = getattr(self.scheduler, "total_steps", None)
@@ -281,6 +287,7 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
     losses = [trainer.step(batch)]
     _synchronize(device)
     first_step_done = time.perf_counter()
+    first_step = first_step_done - start - first_batch_time
     first_graphs = _graphs_compiled()
     for _ in range(budget.warmup_steps - 1):
         losses.append(trainer.step(next(batches)))
@@ -305,6 +312,7 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
             _synchronize(device)
             chunk_times.append(time.perf_counter() - chunk_start)
             trainer.check(losses)
+    _until_optimizer_state(trainer, batches, memory)
     if budget.eval_peak:
         # A validation batch of the same size: its peak counts too (after the timed region).
         _eval_batch(trainer, cfg, workload)
@@ -320,11 +328,36 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
         epoch_restart=cfg.num_workers > 0 and not cfg.persistent_workers,
         peak_memory_bytes=memory.result(),
         memory_kind=memory.kind,
+        peak_reserved_bytes=memory.reserved(),
+        device_free_bytes=memory.free_at_start,
         gpu_utilization=utilization.mean,
         gpu_utilization_note=None if utilization.mean is not None else utilization.note,
         # Graphs compiled after the first step: the batches' shapes changed under compile.
         recompiles=_graphs_compiled() - first_graphs if first_graphs > graphs else 0,
+        compile_seconds=(
+            max(0.0, first_step - statistics.median(chunk_times) / chunk_steps)
+            if cfg.compile_mode is not CompileMode.NONE
+            else None
+        ),
     )
+
+
+MAX_SKIPPED_STEPS = 16  # steps the GradScaler may skip in a row before the peak is read
+
+
+def _until_optimizer_state(trainer: Trainer, batches: Iterator[Any], memory: MemoryTracker) -> None:
+    """With fp16 the GradScaler skips every step whose gradients overflow, and the optimizer's
+    state (twice the model's size for Adam) exists only after a step that was taken: a short
+    run (the memory probe's) can end before it, and its peak would be too low. Step on (after
+    the timed region) until the state exists, where the scaler has been skipping."""
+    scaler = trainer.scaler
+    if not scaler.is_enabled() or trainer.optimizer.state:
+        return
+    for _ in range(MAX_SKIPPED_STEPS):
+        if trainer.optimizer.state or scaler.get_scale() >= trainer.initial_scale:
+            return  # a step was taken, or none skipped: this optimizer keeps no state
+        trainer.check([trainer.step(next(batches))])
+        memory.sample()
 
 
 def _eval_batch(trainer: Trainer, cfg: TrainingConfig, workload: Workload) -> None:
