@@ -324,3 +324,22 @@ def test_ctrl_c_writes_the_best_so_far_and_says_how_to_resume(tmp_path: Path) ->
     assert len(failed) <= 1, (err, [(t.number, t.state) for t in trials])
     for trial in failed:
         assert any(t.user_attrs.get("autotune_retry_of") == trial.number for t in trials)
+
+
+def test_the_first_cuda_error_is_not_hidden_by_restoring_the_rng(monkeypatch) -> None:
+    """After an illegal address every CUDA call raises, restoring the RNG state too: the error
+    that ends the trial must be the first one, not the restore's."""
+    from autotune._trial.runner import preserved_rng
+
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda index=0: torch.zeros(8))
+
+    def broken(state, index=0):
+        raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch.cuda, "set_rng_state", broken)
+    first = pytest.raises(torch.AcceleratorError, match=r"device-side assert triggered$")
+    with first, preserved_rng("cuda:0"):
+        raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+    # Nothing in flight: the restore's own error is not swallowed.
+    with pytest.raises(torch.AcceleratorError, match="illegal memory"), preserved_rng("cuda:0"):
+        pass

@@ -77,8 +77,8 @@ _SHM_MESSAGES = ("/dev/shm", "shared memory", "bus error")
 def poisons_process(exc: BaseException) -> bool:
     """Whether ``exc`` leaves this process's CUDA context unusable: ``torch.AcceleratorError``
     (an error the CUDA runtime reported), or the messages of CUDA's sticky errors."""
-    if is_oom(exc):
-        return False
+    if is_oom(exc) or any(m in str(exc) for m in _WORKER_MESSAGES):
+        return False  # a DataLoader worker's error, re-raised here: this process is fine
     if isinstance(exc, torch.AcceleratorError):
         return True
     return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _POISON_MESSAGES)

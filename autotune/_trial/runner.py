@@ -31,7 +31,13 @@ from torch.utils.data import DataLoader, Dataset
 from autotune._choices import CompileMode
 from autotune._config import TrainingConfig
 from autotune._trial import apply
-from autotune._trial.failures import Diverged, FailureReason, classify, free_memory
+from autotune._trial.failures import (
+    Diverged,
+    FailureReason,
+    classify,
+    free_memory,
+    poisons_process,
+)
 from autotune._trial.measure import Measurement, MemoryTracker, UtilizationSampler
 from autotune._trial.workload import Workload
 
@@ -128,16 +134,30 @@ class TrialOutcome:
 
 @contextlib.contextmanager
 def preserved_rng(device: str) -> Iterator[None]:
-    """Restore the torch, numpy and random RNG states on exit: the caller's stay untouched."""
-    cuda = torch.device(device).type == "cuda"
-    devices = [torch.device(device).index or 0] if cuda else []
+    """Restore the torch (CPU and the device's CUDA), numpy and random RNG states on exit: the
+    caller's stay untouched. After a CUDA error that poisoned the process the CUDA state cannot
+    be restored: the error already on its way out says why, so restoring it is skipped."""
+    dev = torch.device(device)
+    index = dev.index or 0
     py_state, np_state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=devices):
-        try:
-            yield
-        finally:
-            random.setstate(py_state)
-            np.random.set_state(np_state)
+    cpu_state = torch.get_rng_state()
+    cuda_state = torch.cuda.get_rng_state(index) if dev.type == "cuda" else None
+    failed = False
+    try:
+        yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+        torch.set_rng_state(cpu_state)
+        if cuda_state is not None:
+            try:
+                torch.cuda.set_rng_state(cuda_state, index)
+            except RuntimeError as exc:
+                if not (failed and poisons_process(exc)):
+                    raise
 
 
 @contextlib.contextmanager

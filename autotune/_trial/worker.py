@@ -50,9 +50,16 @@ def warm_up(device: str) -> None:
         return
     torch.cuda.set_device(dev)  # pinning and the bf16 check use the current device
     x = torch.ones(1, 1, 8, 8, device=dev)
-    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, benchmark=False):
-        torch.nn.functional.conv2d(x, torch.ones(1, 1, 3, 3, device=dev))
-        (x[0, 0] @ x[0, 0]).sum().item()
+    # Not cudnn.flags(): it also sets the legacy TF32 flag, which torch 2.13 refuses to mix
+    # with the fp32_precision settings the trials use.
+    benchmark = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        with torch.no_grad():
+            torch.nn.functional.conv2d(x, torch.ones(1, 1, 3, 3, device=dev))
+            (x[0, 0] @ x[0, 0]).sum().item()
+    finally:
+        torch.backends.cudnn.benchmark = benchmark
 
 
 def main(fd: int) -> int:
