@@ -21,6 +21,7 @@ from torch.utils.data import TensorDataset
 import autotune
 from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import ProcessExecutor, worker_env
+from autotune._trial.probe import PROBE_BUDGET, probe_memory
 from autotune._trial.runner import AccuracyCheck, Budget, run_trial
 from autotune._trial.task import Hooks, make_task
 from autotune._trial.workload import Workload, prepare_workload
@@ -202,9 +203,17 @@ def test_cudnn_benchmark_is_applied_and_its_trials_get_fresh_workers() -> None:
 
 
 @pytest.mark.parametrize(
-    "mode", ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+    ("mode", "precision"),
+    [
+        ("default", "bf16"),
+        ("default", "fp16"),
+        ("reduce-overhead", "bf16"),
+        ("reduce-overhead", "fp16"),
+        # max-autotune compiles for minutes: one autocast dtype each.
+        ("max-autotune", "bf16"),
+        ("max-autotune-no-cudagraphs", "fp16"),
+    ],
 )
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_each_compile_mode_trains_under_autocast(mode: str, precision: str) -> None:
     if precision == "bf16" and not torch.cuda.is_bf16_supported(including_emulation=False):
         pytest.skip("no native bf16 on this GPU")
@@ -311,12 +320,47 @@ def test_nvml_reads_the_gpu_torch_uses_under_cuda_visible_devices() -> None:
     line = next(x for x in done.stdout.splitlines() if x.startswith("UUID "))
     mig = "not available" in line
     assert mig or line == f"UUID {expected}"
-    outcome = run_trial(autotune.TrainingConfig(device=CUDA), workload(tiny_model()), Budget())
+    # Long enough for the sampler's 0.1 s readings.
+    budget = Budget(min_timed_seconds=1.0, max_timed_seconds=5.0)
+    cnn = workload(SmallCNN(), images())
+    outcome = run_trial(autotune.TrainingConfig(device=CUDA), cnn, budget)
     m = outcome.measurement
     assert m is not None
     assert m.gpu_utilization is not None or (m.gpu_utilization_note or "").startswith(
         "not available"
     )
+
+
+# -- Items 7 and 8: memory -----------------------------------------------------------------
+
+
+def test_the_memory_probe_reads_free_memory_in_the_worker_and_fits_reserved_peaks() -> None:
+    executor = ProcessExecutor(workload(SmallCNN(width=8), images()), env=worker_env())
+    try:
+        space = autotune.load_space({"knobs": {"batch_size": [16, 32, 64, 128]}})
+        limits = probe_memory(
+            executor, autotune.TrainingConfig(device=CUDA), space, capacity=None,
+            report=print,
+        )  # fmt: skip
+    finally:
+        executor.close()
+    assert limits is not None
+    assert 0 < limits.capacity < torch.cuda.get_device_properties(0).total_memory
+    points = limits.points["fp32/ckpt0"]
+    assert len(points) >= 2 and all(peak > 0 for _, peak in points)
+    outcome = run_trial(autotune.TrainingConfig(device=CUDA), workload(tiny_model()), FAST_BUDGET)
+    m = outcome.measurement
+    assert m is not None and m.peak_reserved_bytes is not None and m.peak_memory_bytes
+    assert m.peak_reserved_bytes >= m.peak_memory_bytes and m.device_free_bytes
+
+
+def test_an_fp16_probe_run_ends_with_the_optimizer_state_allocated() -> None:
+    outcome = run_trial(
+        autotune.TrainingConfig(device=CUDA, precision="fp16"),
+        workload(SmallCNN(width=8), images()),
+        PROBE_BUDGET,
+    )
+    assert outcome.ok, outcome.message
 
 
 # -- Item 5: the fp32 baseline is what a plain script runs -------------------------------------
