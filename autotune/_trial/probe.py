@@ -194,9 +194,10 @@ def _probe_setting(
     time_limit: float | None,
     verify: bool,
 ) -> bool:
-    """Probe one setting: peaks at the two smallest sizes, a line through them, the largest
-    listed size predicted to fit (verified by training at it where ``verify``). Returns True
-    when even the largest size fits with 2x headroom."""
+    """Probe one setting: peaks at the smallest sizes (a third where the line through the first
+    two says it fits), a line through them, the largest listed size predicted to fit (where
+    ``verify``: trained from one size above it, stepping down). Returns True when even the
+    largest size fits with 2x headroom."""
     capacity = found.capacity
     measured: list[tuple[int, int]] = []
     for i, size in enumerate(sizes[:3]):
