@@ -159,6 +159,7 @@ class InProcessExecutor:
         time_limit: float | None = None,
     ) -> TrialOutcome:
         start = time.perf_counter()
+        outcome: TrialOutcome | None
         try:
             with _alarm(time_limit):
                 outcome = run_trial(
