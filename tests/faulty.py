@@ -43,7 +43,7 @@ class FaultAbove(nn.Module):
         self.calls = getattr(self, "calls", 0) + 1
         # Out of memory only after a few steps, as fragmentation does: the memory probe's short
         # runs pass, and the trial itself must recognise and record the failure.
-        late = not self.fault.startswith("oom") or self.calls > 3
+        late = not self.fault.startswith(("oom", "poison")) or self.calls > 3
         if self.training and x.shape[0] > self.limit and late:
             if self.fault == "hang":
                 time.sleep(3600)
