@@ -480,9 +480,9 @@ def test_failed_write_keeps_the_previous_file(tmp_path, fast_kwargs, monkeypatch
 @pytest.mark.parametrize(
     ("room", "asked", "limit"),
     [
-        (10**6, [16, 32, 64], 128),  # 2x headroom even at the largest batch: nothing more
-        (100, [16, 32, 64], 64),  # three points; the fitted line predicts 64
-        (60, [16, 32], 32),  # 1 GB + 60 MB: batch 64 would not fit (not even probed)
+        (10**6, [16, 32], 128),  # 2x headroom even at the largest batch: nothing more tried
+        (100, [16, 32], 64),  # the fitted line predicts 64
+        (60, [16, 32], 32),  # 1 GB + 60 MB: batch 64 would not fit
     ],
 )
 def test_memory_probe_limits_the_batch_sizes_trials_try(
