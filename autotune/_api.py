@@ -43,6 +43,7 @@ from autotune._trial.task import (
     MetricFn,
     OptimizerFactory,
     Task,
+    on_accelerator,
 )
 from autotune._trial.workload import Workload, prepare_workload
 
@@ -172,9 +173,7 @@ def _search(
     refs = hooks.references()
     launcher = args["launcher"]
     _check_launcher(launcher, refs, study)
-    executor, fallback = make_executor(
-        prepared.workload, args["isolation"], env=worker_env(study.study_name)
-    )
+    executor, fallback = make_executor(prepared.workload, args["isolation"], env=worker_env())
     if fallback:
         report(fallback)
     env = environment(device)
@@ -350,6 +349,7 @@ def restrict_space(
             if isinstance(impls, Choice)
             else ("default",)
         ),
+        data_on_device=on_accelerator(workload.train[0]),
     )
     restricted = _restrict_workers(space.restrict(facts), workload)
     if keep_global_batch:

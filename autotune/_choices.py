@@ -30,7 +30,8 @@ __all__ = [
 class Precision(str, enum.Enum):
     """Numeric precision of the forward/backward pass."""
 
-    FP32 = "fp32"
+    FP32 = "fp32"  # what a plain script does: PyTorch's defaults (cuDNN convolutions may use TF32)
+    FP32_STRICT = "fp32_strict"  # TF32 off everywhere, cuDNN convolutions included
     TF32 = "tf32"  # fp32 storage, TensorFloat-32 matmuls/convolutions (Ampere+ GPUs)
     BF16 = "bf16"  # autocast to bfloat16
     FP16 = "fp16"  # autocast to float16, with a GradScaler

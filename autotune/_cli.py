@@ -27,10 +27,12 @@ from autotune._errors import AutotuneError
 from autotune._progress import Lines, Progress
 from autotune._search.distributed import (
     cpu_shares,
+    gpu_shares,
     join_search,
     launch_local_workers,
     pin_from_env,
     restricted_to,
+    visible_devices,
 )
 from autotune._space import builtin_spaces, load_space
 from autotune._trial.data import is_datamodule
@@ -138,6 +140,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise CLIError(f"--workers must be >= 1, but got {args.workers}.")
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     if devices:
+        # Through what a scheduler made visible, not over it.
+        devices = visible_devices(devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
         # Before anything touches CUDA: the coordinator measures the baseline on the first
         # device, as worker 1 will.
         os.environ["CUDA_VISIBLE_DEVICES"] = devices[0]
@@ -173,9 +177,9 @@ def _search(
     pinned: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if args.workers > 1 or devices:
         n = len(devices) if devices else args.workers
-        shares = None
-        if not devices:
-            shares = cpu_shares(n)
+        # Each worker loads its batches on its own share of the cores (GPU workers too).
+        shares = gpu_shares(n) if devices else cpu_shares(n)
+        if shares:
             pinned = restricted_to(shares[0])  # baseline timed on one share, like the workers
             progress(
                 f"{n} workers split this machine's CPU cores ({len(shares[0])} each): every "

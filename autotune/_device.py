@@ -97,15 +97,20 @@ def describe_device(device: str) -> DeviceInfo:
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         major = props.major
+        # Inductor's Triton kernels need compute capability 7.0 (Volta) or newer.
+        triton_ok = major >= 7
+        with torch.cuda.device(dev):  # the bf16 check reads the current device
+            # Emulated bf16 (pre-Ampere) is slower than fp32: only native support counts.
+            bf16 = bool(torch.cuda.is_bf16_supported(including_emulation=False))
         return DeviceInfo(
             device=device,
             type="cuda",
             name=props.name,
-            supports_bf16=bool(torch.cuda.is_bf16_supported()),
+            supports_bf16=bf16,
             supports_fp16=True,
             supports_tf32=major >= 8,
             has_cudnn=bool(torch.backends.cudnn.is_available()),
-            supports_compile=compile_ok,
+            supports_compile=compile_ok and triton_ok,
             supports_cuda_graphs=True,
             cpu_count=cpu_count,
             memory_bytes=int(props.total_memory),

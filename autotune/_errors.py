@@ -14,6 +14,7 @@ __all__ = [
     "AutotuneError",
     "ConfigError",
     "DataError",
+    "DeviceError",
     "ModelError",
     "SearchSpaceError",
     "StorageError",
@@ -46,3 +47,8 @@ class ModelError(AutotuneError, ValueError):
 
 class StorageError(AutotuneError, ValueError):
     """The Optuna storage URL or the study in it cannot be used."""
+
+
+class DeviceError(AutotuneError):
+    """A trial left this process's CUDA context unusable (an illegal memory access, a
+    device-side assert): nothing more can run on the device in this process."""

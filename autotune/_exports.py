@@ -95,12 +95,16 @@ def hf_pin(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]
     return {"dataloader_pin_memory": cfg.pin_memory and on_accelerator(cfg)}
 
 
+_HF_TF32 = {Precision.TF32: True, Precision.FP32_STRICT: False}
+
+
 def hf_precision(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
     return {
         "bf16": cfg.precision is Precision.BF16,
         "fp16": cfg.precision is Precision.FP16,
-        # autotune's fp32 is strict fp32 (TF32 off), as are bf16/fp16 outside autocast.
-        "tf32": cfg.precision is Precision.TF32,
+        # fp32 is PyTorch's default (None: Trainer leaves the flags alone); strict fp32 is
+        # TF32 off, which `tf32=False` sets for matmuls and cuDNN alike.
+        "tf32": _HF_TF32.get(cfg.precision),
     }
 
 
@@ -153,6 +157,7 @@ def hf_none(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any
 
 _LIGHTNING_PRECISION = {
     Precision.FP32: "32-true",
+    Precision.FP32_STRICT: "32-true",  # TF32 off is a backend flag (cfg.backends())
     Precision.TF32: "32-true",  # TF32 is a matmul setting, not a Lightning precision
     Precision.BF16: "bf16-mixed",
     Precision.FP16: "16-mixed",  # Lightning adds the GradScaler itself
@@ -199,6 +204,12 @@ def pl_pin(cfg: TrainingConfig) -> LightningPart:
     return LightningPart(dataloader={"pin_memory": cfg.pin_memory and on_accelerator(cfg)})
 
 
+_PL_BACKENDS = {
+    Precision.TF32: "TF32 matmuls/convolutions",
+    Precision.FP32_STRICT: "strict fp32 (TF32 off in cuDNN convolutions too)",
+}
+
+
 def pl_precision(cfg: TrainingConfig) -> LightningPart:
     notes: tuple[str, ...] = ()
     if cfg.precision is Precision.FP16 and not on_accelerator(cfg):
@@ -208,7 +219,7 @@ def pl_precision(cfg: TrainingConfig) -> LightningPart:
         )
     return LightningPart(
         trainer={"precision": _LIGHTNING_PRECISION[cfg.precision]},
-        backends="TF32 matmuls/convolutions" if cfg.precision is Precision.TF32 else None,
+        backends=_PL_BACKENDS.get(cfg.precision),
         notes=notes,
     )
 

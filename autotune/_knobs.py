@@ -69,6 +69,7 @@ class Facts:
     current_threads: int  # torch's intra-op threads in this process
     # Optimizer implementations the user's optimizer factory takes and torch runs on the device.
     optimizer_impls: tuple[str, ...] = (OptimizerImpl.DEFAULT.value,)
+    data_on_device: bool = False  # the dataset's items are already on the GPU
 
 
 # (values kept, or None when the knob cannot matter at all; why, for the space's notes)
@@ -144,6 +145,8 @@ def _precision_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
     d = facts.device
     supported = {
         Precision.FP32.value: True,
+        # Without TF32 hardware strict fp32 is plain fp32: not a choice of its own there.
+        Precision.FP32_STRICT.value: d.supports_tf32,
         Precision.TF32.value: d.supports_tf32,
         Precision.BF16.value: d.supports_bf16,
         Precision.FP16.value: d.supports_fp16,
@@ -155,6 +158,8 @@ def _compile_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
     none = CompileMode.NONE.value
     if not facts.device.supports_compile:
         why = "torch.compile needs a C/C++ compiler and the Python headers"
+        if facts.device.type == "cuda":
+            why += ", and on a GPU compute capability 7.0 or newer"
         return tuple(v for v in values if v == none), why
     if facts.device.supports_cuda_graphs:
         return values, ""
@@ -171,6 +176,22 @@ def _threads_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
     cores, now = facts.device.cpu_count, facts.current_threads
     kept = tuple(v for v in values if v is None or (v <= cores and v != now))
     return kept, f"{cores} CPU cores; torch already uses {now} threads"
+
+
+def _workers_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
+    if facts.data_on_device:
+        # CUDA tensors cannot be made in (or sent from) forked DataLoader workers.
+        return tuple(v for v in values if v == 0), "the dataset's items are already on the GPU"
+    cores = facts.device.cpu_count
+    return tuple(v for v in values if v <= cores), f"{cores} CPU cores"
+
+
+def _pin_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
+    if facts.device.type == "cpu":
+        return None, "pinned memory only speeds up copies to an accelerator"
+    if facts.data_on_device:
+        return None, "the dataset's items are already on the GPU: there is nothing to pin"
+    return values, ""
 
 
 def _checkpointing_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
@@ -230,9 +251,7 @@ KNOBS: tuple[Knob, ...] = (
         check=lambda v: v >= 0,
         simplicity=4,
         cost=lambda v, base: float(v),
-        restrict=_keep(
-            lambda v, f: v <= f.device.cpu_count, lambda f: f"{f.device.cpu_count} CPU cores"
-        ),
+        restrict=_workers_rule,
         transformers=ex.hf_workers,
         lightning=ex.pl_workers,
     ),
@@ -265,10 +284,7 @@ KNOBS: tuple[Knob, ...] = (
         field="pin_memory",
         rule="true or false",
         simplicity=7,
-        restrict=_only_if(
-            lambda f: f.device.type != "cpu",
-            "pinned memory only speeds up copies to an accelerator",
-        ),
+        restrict=_pin_rule,
         transformers=ex.hf_pin,
         lightning=ex.pl_pin,
     ),

@@ -20,6 +20,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune._checks import check_int
+from autotune._choices import CompileMode
 from autotune._config import TrainingConfig
 from autotune._device import resolve_device
 from autotune._display import reporter
@@ -156,7 +157,7 @@ def train(
     metric_name: str | None = None,
     collate_fn: CollateFn | None = None,
     optimizer: OptimizerFactory | None = None,
-    drop_last: bool = False,
+    drop_last: bool | None = None,
     seed: int | None = 0,
     progress: bool | Callable[[str], None] = False,
 ) -> TrainReport:
@@ -175,7 +176,10 @@ def train(
     ``optimizer(params, lr)`` mean what they mean for :func:`autotune.find_best`, and
     ``dataset`` may be a ``LightningDataModule`` there too. With ``val_dataset`` the final
     model's metric is reported. ``seed`` fixes the data order (and dropout); the caller's RNG
-    states are restored afterwards. ``None`` leaves the global RNGs as they are.
+    states are restored afterwards. ``None`` leaves the global RNGs as they are. ``drop_last``
+    (default: as the search measured, True for a compiled config with static shapes, whose last
+    partial batch would otherwise be compiled again, False otherwise) drops each epoch's last
+    partial batch.
 
     Raises ``RuntimeError`` ("diverged: ...") when the loss becomes NaN/inf.
     """
@@ -210,9 +214,11 @@ def train(
         optimizer=hooks.optimizer_factory(),
     )
     report = reporter(progress)
+    if drop_last is None:
+        drop_last = cfg.compile_mode is not CompileMode.NONE and not cfg.compile_dynamic
     rng = seeded(seed, cfg.device) if seed is not None else contextlib.nullcontext()
     start = time.perf_counter()
-    with cfg.backends(), rng:
+    with apply.current_device(cfg.device), cfg.backends(), rng:
         loader = cfg.dataloader(
             train_set,
             shuffle=True,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -28,8 +29,9 @@ from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
 from autotune._result.result import SearchResult
 from autotune._trial.data import DataModuleLike
+from autotune._trial.isolation import InProcessExecutor, TrialExecutor, make_executor, worker_env
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyCheck, Budget, run_trial
+from autotune._trial.runner import AccuracyCheck, Budget
 from autotune._trial.task import (
     CollateFn,
     ForwardFn,
@@ -344,27 +346,13 @@ def verify(
     workload = prepared.workload
     pair = {"baseline": baseline, "winner": winner}
     measure_budget = budget or DEFAULT_BUDGET
-    measured, failures = _measure_rounds(pair, workload, measure_budget, rounds, report)
-    accuracy: dict[str, Any] | None = None
-    if accuracy_seeds and winner != baseline and not failures:
-        samples = int(
-            search.get("accuracy_samples")
-            or (data.get("accuracy_guard") or {}).get("accuracy_samples")
-            or 3 * len(workload.train)  # type: ignore[arg-type]
-        )
-        check = AccuracyCheck(samples=samples, seeds=tuple(range(accuracy_seeds)))
-        runs: dict[str, list[float]] = {}
-        for name, cfg in pair.items():
-            outcome = run_trial(
-                cfg, workload, measure_budget, accuracy=check, measured=measured[name][0]
-            )
-            if not outcome.ok:
-                failures[name] = f"{outcome.failure}: {outcome.message}"
-                break
-            runs[name] = [run.metric for run in outcome.accuracy]
-            report(f"accuracy: {name:8} {', '.join(f'{v:.4f}' for v in runs[name])}")
-        if len(runs) == len(pair):
-            accuracy = {"samples": samples, **runs}
+    executor = _executor(workload, here, report)
+    try:
+        measured, failures = _measure_rounds(pair, executor, measure_budget, rounds, report)
+        accuracy = _accuracy(data, pair, workload, executor, measure_budget, measured, failures,
+                             accuracy_seeds, report)  # fmt: skip
+    finally:
+        executor.close()
     metrics = data.get("metrics") or {}
     return VerifyReport(
         winner=winner,
@@ -383,6 +371,50 @@ def verify(
         accuracy=accuracy,
         seconds=time.monotonic() - started,
     )
+
+
+def _executor(workload: Workload, device: str, report: Callable[[str], None]) -> TrialExecutor:
+    """On CUDA, every run in a fresh worker process: cuDNN's plans, compiled kernels and
+    CUDA-graph pools from one round would otherwise carry into the next (and a CUDA error
+    would end the verification). On a CPU, in this process, as before."""
+    if torch.device(device).type != "cuda":
+        return InProcessExecutor(workload)
+    executor, note = make_executor(workload, "auto", env=worker_env(), fresh_each=True)
+    if note:
+        report(note)
+    return executor
+
+
+def _accuracy(
+    data: Mapping[str, Any],
+    pair: dict[str, TrainingConfig],
+    workload: Workload,
+    executor: TrialExecutor,
+    budget: Budget,
+    measured: dict[str, list[Measurement]],
+    failures: dict[str, str],
+    seeds: int,
+    report: Callable[[str], None],
+) -> dict[str, Any] | None:
+    """Both configs trained on the search's accuracy budget over ``seeds`` data-order seeds."""
+    if not seeds or pair["winner"] == pair["baseline"] or failures:
+        return None
+    search = data.get("search") or {}
+    samples = int(
+        search.get("accuracy_samples")
+        or (data.get("accuracy_guard") or {}).get("accuracy_samples")
+        or 3 * len(workload.train)  # type: ignore[arg-type]
+    )
+    check = AccuracyCheck(samples=samples, seeds=tuple(range(seeds)))
+    runs: dict[str, list[float]] = {}
+    for name, cfg in pair.items():
+        outcome = executor.run(cfg, budget, accuracy=check, measured=measured[name][0])
+        if not outcome.ok:
+            failures[name] = f"{outcome.failure}: {outcome.message}"
+            return None
+        runs[name] = [run.metric for run in outcome.accuracy]
+        report(f"accuracy: {name:8} {', '.join(f'{v:.4f}' for v in runs[name])}")
+    return {"samples": samples, **runs}
 
 
 def _configs_here(
@@ -406,7 +438,7 @@ def _configs_here(
 
 def _measure_rounds(
     pair: dict[str, TrainingConfig],
-    workload: Workload,
+    executor: TrialExecutor,
     budget: Budget,
     rounds: int,
     report: Callable[[str], None],
@@ -419,13 +451,13 @@ def _measure_rounds(
     # A first, discarded pass of each: thread pools, allocator caches and lazy imports warm
     # up in whichever config runs first, and would otherwise flatter the other one.
     for name in ("baseline", "winner"):
-        run_trial(pair[name], workload, budget)
+        executor.run(pair[name], budget)
     for r in range(rounds):
         order = ["baseline", "winner"] if r % 2 == 0 else ["winner", "baseline"]
         for name in order:
             if name in failures:
                 continue
-            outcome = run_trial(pair[name], workload, budget)
+            outcome = executor.run(pair[name], budget)
             if not outcome.ok or outcome.measurement is None:
                 failures[name] = f"{outcome.failure}: {outcome.message}"
                 report(f"round {r + 1}: {name} failed ({failures[name]})")

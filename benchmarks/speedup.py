@@ -10,7 +10,8 @@
 3. Both configs trained for the same number of samples from the same initial weights, over
    ``--seeds`` data-order seeds; the validation metric's difference is reported.
 
-The table goes to benchmarks/RESULTS.md (between this workload's markers), with the machine.
+The table goes to benchmarks/RESULTS.md (between this workload's markers; a GPU run has its own,
+``cnn-cuda``), with the machine. ``--device`` (default: CUDA where present) picks the device.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Any
 import torch
 
 import autotune
-from autotune._device import environment
+from autotune._device import environment, resolve_device
+from autotune._trial.apply import current_device
 from autotune._trial.runner import Budget, measure_throughput, train_for_accuracy
 from autotune._trial.task import make_task
 from autotune._trial.workload import Workload
@@ -90,7 +92,7 @@ def remeasure(
     for r in range(args.rounds):
         order = [("baseline", base), ("winner", best)]
         for name, cfg in order if r % 2 == 0 else order[::-1]:
-            with cfg.backends():
+            with current_device(cfg.device), cfg.backends():
                 m = measure_throughput(cfg, work, budget)
             throughput[name].append(m.throughput)
             print(f"round {r + 1}: {name:8} {m!r}", flush=True)
@@ -99,7 +101,7 @@ def remeasure(
     metrics: dict[str, list[float]] = {"baseline": [], "winner": []}
     for seed in range(args.seeds):
         for name, cfg in (("baseline", base), ("winner", best)):
-            with cfg.backends():
+            with current_device(cfg.device), cfg.backends():
                 run = train_for_accuracy(cfg, work, samples, seed)
             metrics[name].append(run.metric)
             print(f"seed {seed}: {name:8} accuracy {run.metric:.4f}", flush=True)
@@ -192,7 +194,9 @@ def main() -> int:
     parser.add_argument("--timed-samples", type=int, default=6144)
     parser.add_argument("--accuracy-samples", type=int, default=None)
     parser.add_argument("--no-write", action="store_true", help="print, do not edit RESULTS.md")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
     args = parser.parse_args()
+    device = resolve_device(args.device)
     command = "python " + " ".join(["benchmarks/speedup.py", *sys.argv[1:]])
     model, train, val = workload(args.workload)
     if args.result:
@@ -200,17 +204,25 @@ def main() -> int:
     else:
         start = time.monotonic()
         found = autotune.find_best(
-            model, train, val_dataset=val, timeout=args.timeout, space=args.space, progress=True
+            model,
+            train,
+            val_dataset=val,
+            timeout=args.timeout,
+            space=args.space,
+            device=device,
+            progress=True,
         )
         print(found)
         print(f"search wall time: {time.monotonic() - start:.0f} s")
         result = found.to_dict()
-    result.setdefault("environment", environment("cpu"))
+    result.setdefault("environment", environment(device))
     check = remeasure(result, model, train, val, args)
-    text = render(args.workload, result, check, command)
+    # A GPU run is recorded beside the CPU one, not over it.
+    section = args.workload if device == "cpu" else f"{args.workload}-cuda"
+    text = render(section, result, check, command)
     print(text)
     if not args.no_write:
-        write_section(args.workload, text)
+        write_section(section, text)
         print(f"wrote {RESULTS}")
     return 0
 

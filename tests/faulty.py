@@ -23,6 +23,10 @@ OOM_MESSAGES = {
 }
 
 
+ILLEGAL_ADDRESS = "CUDA error: an illegal memory access was encountered"
+POISONED = False  # set in a process once a "poison" fault fired: CUDA errors are sticky
+
+
 class FaultAbove(nn.Module):
     """A tiny classifier that misbehaves in training when the batch is larger than ``limit``."""
 
@@ -33,10 +37,13 @@ class FaultAbove(nn.Module):
         self.limit = limit
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        global POISONED
+        if POISONED:  # like a real CUDA context after an illegal address: every call fails
+            raise torch.AcceleratorError(f"{ILLEGAL_ADDRESS} (an earlier error, reported again)")
         self.calls = getattr(self, "calls", 0) + 1
         # Out of memory only after a few steps, as fragmentation does: the memory probe's short
         # runs pass, and the trial itself must recognise and record the failure.
-        late = not self.fault.startswith("oom") or self.calls > 3
+        late = not self.fault.startswith(("oom", "poison")) or self.calls > 3
         if self.training and x.shape[0] > self.limit and late:
             if self.fault == "hang":
                 time.sleep(3600)
@@ -48,6 +55,9 @@ class FaultAbove(nn.Module):
                 raise torch.OutOfMemoryError(OOM_MESSAGES["cuda"])
             elif self.fault.startswith("oom-"):
                 raise RuntimeError(OOM_MESSAGES[self.fault.removeprefix("oom-")])
+            elif self.fault == "poison":
+                POISONED = True
+                raise torch.AcceleratorError(ILLEGAL_ADDRESS)
             elif self.fault == "nan":
                 return self.net(x) * float("nan")
         out: torch.Tensor = self.net(x)
@@ -95,3 +105,24 @@ def slow_model() -> nn.Module:
 
 def data() -> Dataset[tuple[torch.Tensor, torch.Tensor]]:
     return tiny_data()
+
+
+class DeviceAssert(nn.Module):
+    """tiny_model, but a training batch larger than ``limit`` indexes out of range on the GPU:
+    a real device-side assert, which leaves the process's CUDA context unusable."""
+
+    def __init__(self, limit: int = 32) -> None:
+        super().__init__()
+        self.net = tiny_model()
+        self.limit = limit
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] > self.limit:
+            index = torch.full((1,), 10**9, device=x.device)
+            x = x[index]  # out of bounds: a device-side assert, reported asynchronously
+        out: torch.Tensor = self.net(x)
+        return out
+
+
+def device_assert_model() -> nn.Module:
+    return DeviceAssert()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -111,22 +112,34 @@ def test_compile_mode_is_passed_to_torch_compile(monkeypatch: pytest.MonkeyPatch
 
 
 def test_backend_flags_are_set_and_restored() -> None:
-    before = (
-        torch.backends.cudnn.benchmark,
-        torch.get_float32_matmul_precision(),
-        torch.get_num_threads(),
-    )
+    before = (torch.backends.cudnn.benchmark, knobs.fp32_precisions(), torch.get_num_threads())
     cfg = TrainingConfig(cudnn_benchmark=True, precision="tf32", intra_op_threads=1)
     with cfg.backends():
         assert torch.backends.cudnn.benchmark is True
-        assert torch.get_float32_matmul_precision() == "high"
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
         assert torch.get_num_threads() == 1
-    after = (
-        torch.backends.cudnn.benchmark,
-        torch.get_float32_matmul_precision(),
-        torch.get_num_threads(),
-    )
+    after = (torch.backends.cudnn.benchmark, knobs.fp32_precisions(), torch.get_num_threads())
     assert after == before
+
+
+@pytest.mark.parametrize(
+    ("precision", "matmul", "conv"),
+    [("fp32", "ieee", "tf32"), ("fp32_strict", "ieee", "ieee"), ("tf32", "tf32", "tf32")],
+)
+def test_fp32_is_what_a_plain_script_runs_and_strict_fp32_is_its_own_choice(
+    precision: str, matmul: str, conv: str
+) -> None:
+    """The fp32 baseline keeps PyTorch's default, TF32 in cuDNN convolutions (turning it off
+    made a conv net's baseline slower than the user's own script, inflating every speedup);
+    fp32_strict turns it off. Only the new fp32_precision API is used: after the flags are
+    restored, the legacy readers still work (mixing the two APIs raises on torch 2.13)."""
+    assert torch.backends.cudnn.conv.fp32_precision == "tf32"  # PyTorch's default
+    with TrainingConfig(precision=precision).backends():
+        assert torch.backends.cuda.matmul.fp32_precision == matmul
+        assert torch.backends.cudnn.conv.fp32_precision == conv
+        assert torch.backends.cudnn.rnn.fp32_precision == conv
+    assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+    assert torch.get_float32_matmul_precision() == "highest"  # no mixed-API error
 
 
 def test_backend_flags_restored_after_an_exception() -> None:
@@ -315,3 +328,33 @@ def test_only_the_implementations_a_factory_takes_are_searched() -> None:
     assert knobs.supported_optimizer_impls(sgd, "cpu") == ("default",)
 
     assert knobs.supported_optimizer_impls(_sgd, "cpu") == ("default", "foreach", "fused")
+
+
+def test_each_trial_runs_with_its_device_as_the_current_cuda_device(monkeypatch) -> None:
+    """Pinned memory and the bf16 check use CUDA's current device: a cuda:1 trial makes
+    cuda:1 current (torch.cuda.device), and a CPU trial leaves CUDA alone."""
+    seen: list[torch.device] = []
+
+    def device(dev: torch.device):
+        seen.append(dev)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    with knobs.current_device("cuda:1"), knobs.current_device("cpu"):
+        pass
+    assert seen == [torch.device("cuda:1")]
+
+
+def test_a_cpu_copy_of_a_model_is_independent_and_keeps_its_structure() -> None:
+    from autotune._trial.task import cpu_copy
+
+    model = SmallCNN(width=4)
+    model.head.weight.requires_grad_(False)
+    copied = cpu_copy(model)
+    for (name, p), q in zip(model.named_parameters(), copied.parameters(), strict=True):
+        assert torch.equal(p, q) and p is not q and q.device.type == "cpu", name
+        assert q.requires_grad == p.requires_grad
+    tied = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    tied[1].weight = tied[0].weight
+    twin = cpu_copy(tied)
+    assert twin[1].weight is twin[0].weight  # shared parameters stay shared

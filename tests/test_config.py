@@ -71,7 +71,10 @@ def test_unknown_keys_are_rejected_with_the_known_ones() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"precision": "fp8"}, r"`precision` must be one of fp32, tf32, bf16, fp16, but got 'fp8'"),
+        (
+            {"precision": "fp8"},
+            r"`precision` must be one of fp32, fp32_strict, tf32, bf16, fp16, but got 'fp8'",
+        ),
         ({"batch_size": 0}, r"`batch_size` must be >= 1, but got 0"),
         ({"batch_size": "32"}, r"`batch_size` must be an int, but got '32'"),
         ({"pin_memory": 1}, r"`pin_memory` must be true or false"),

@@ -18,12 +18,15 @@ import torch
 from optuna.trial import TrialState
 
 import autotune
+from autotune._trial import failures
 from autotune._trial.failures import FailureReason
+from autotune._trial.isolation import ProcessExecutor, worker_env
 from autotune._trial.runner import run_trial
 from autotune._trial.task import make_task
 from autotune._trial.workload import Workload
 from autotune.examples import tiny_data, tiny_model
 
+import faulty
 from conftest import FAST_BUDGET
 from faulty import FaultAbove, FaultyInWorkers
 
@@ -93,7 +96,6 @@ def test_the_search_goes_on_after_a_crash_in_a_fresh_worker() -> None:
     [
         ("oom-type", "process"),
         ("oom-cuda", "none"),
-        ("oom-cudnn", "none"),
         ("oom-cublas", "none"),
         ("oom-cpu", "none"),
     ],
@@ -101,6 +103,56 @@ def test_the_search_goes_on_after_a_crash_in_a_fresh_worker() -> None:
 def test_every_out_of_memory_form_is_an_oom_failure(fault: str, isolation: str) -> None:
     failed = only_failure(search(FaultAbove(fault), isolation=isolation))
     assert failed.failure == "oom" and "out of memory" in failed.message
+
+
+def test_cudnn_not_supported_is_memory_only_when_memory_was_nearly_full(monkeypatch) -> None:
+    """CUDNN_STATUS_NOT_SUPPORTED also means "no kernel for this layout": counted as out of
+    memory (which cuts batch sizes) only where the GPU's memory was nearly full."""
+    failed = only_failure(search(FaultAbove("oom-cudnn"), isolation="none"))
+    assert failed.failure == "error"
+    assert "CUDNN_STATUS_NOT_SUPPORTED" in failed.message
+    assert "not counted as out of memory" in failed.message
+    monkeypatch.setattr(failures, "memory_nearly_full", lambda: True)
+    failed = only_failure(search(FaultAbove("oom-cudnn"), isolation="none"))
+    assert failed.failure == "oom" and "out of memory" in failed.message
+
+
+def _poison_workload() -> Workload:
+    task = make_task(
+        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
+    )
+    return Workload(model=FaultAbove("poison"), train=tiny_data(), val=tiny_data(), task=task)
+
+
+def test_a_cuda_error_that_poisons_the_worker_is_recorded_and_the_worker_replaced() -> None:
+    """An illegal address (torch.AcceleratorError) breaks every later CUDA call in that
+    process: the trial is recorded with the real message, and the next trial runs in a new
+    worker (in the old one it would fail again: the fake error is sticky, as CUDA's is)."""
+    executor = ProcessExecutor(_poison_workload(), env=worker_env())
+    try:
+        poisoned = executor.run(autotune.TrainingConfig(batch_size=64), FAST_BUDGET)
+        assert poisoned.failure is FailureReason.DEVICE
+        assert "AcceleratorError: CUDA error: an illegal memory access" in poisoned.message
+        assert "CUDA_LAUNCH_BLOCKING=1" in poisoned.message
+        after = executor.run(autotune.TrainingConfig(batch_size=16), FAST_BUDGET)
+        assert after.ok, after.message
+        assert executor.started == 2
+    finally:
+        executor.close()
+
+
+def test_a_poisoning_cuda_error_in_process_stops_the_search_clearly(tmp_path, monkeypatch):
+    monkeypatch.setattr(faulty, "POISONED", False)  # restored after the test
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    with pytest.raises(autotune.DeviceError) as raised:
+        search(FaultAbove("poison"), isolation="none", storage=url, study_name="poisoned")
+    message = str(raised.value)
+    assert "an illegal memory access was encountered" in message
+    assert "CUDA_LAUNCH_BLOCKING=1" in message and "isolation='process'" in message
+    trials = optuna.load_study(study_name="poisoned", storage=url).trials
+    assert not [t for t in trials if t.state is TrialState.RUNNING]  # not left to be retried
+    failed = [t for t in trials if t.state is TrialState.FAIL]
+    assert len(failed) == 1 and "illegal memory access" in failed[0].user_attrs["message"]
 
 
 def test_nan_loss_is_divergence() -> None:
@@ -272,3 +324,22 @@ def test_ctrl_c_writes_the_best_so_far_and_says_how_to_resume(tmp_path: Path) ->
     assert len(failed) <= 1, (err, [(t.number, t.state) for t in trials])
     for trial in failed:
         assert any(t.user_attrs.get("autotune_retry_of") == trial.number for t in trials)
+
+
+def test_the_first_cuda_error_is_not_hidden_by_restoring_the_rng(monkeypatch) -> None:
+    """After an illegal address every CUDA call raises, restoring the RNG state too: the error
+    that ends the trial must be the first one, not the restore's."""
+    from autotune._trial.runner import preserved_rng
+
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda index=0: torch.zeros(8))
+
+    def broken(state, index=0):
+        raise torch.AcceleratorError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch.cuda, "set_rng_state", broken)
+    first = pytest.raises(torch.AcceleratorError, match=r"device-side assert triggered$")
+    with first, preserved_rng("cuda:0"):
+        raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+    # Nothing in flight: the restore's own error is not swallowed.
+    with pytest.raises(torch.AcceleratorError, match="illegal memory"), preserved_rng("cuda:0"):
+        pass

@@ -134,7 +134,11 @@ def test_tf32_gpu_config_is_accepted_up_to_the_hardware_check(tmp_path) -> None:
     # On a CPU machine every argument is accepted; only the TF32 hardware check refuses.
     with pytest.raises(ValueError, match="tf32"):
         _training_arguments(tmp_path, GPU_CONFIG)
-    assert _training_arguments(tmp_path, GPU_CONFIG.replace(precision="fp32")).tf32 is False
+    # fp32 is PyTorch's default (the Trainer leaves the TF32 flags alone); strict fp32 is off.
+    assert _training_arguments(tmp_path, GPU_CONFIG.replace(precision="fp32")).tf32 is None
+    strict = GPU_CONFIG.replace(precision="fp32_strict")
+    assert _training_arguments(tmp_path, strict).tf32 is False
+    assert any("TF32 off" in note for note in strict.to_lightning().notes)
 
 
 def _lr_curve(scheduler, optimizer, steps: int) -> list[float]:

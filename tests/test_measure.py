@@ -1,11 +1,18 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+import time
+import types
+from typing import ClassVar
 
 import pytest
+import torch
 
 from autotune import Measurement
+from autotune._trial import failures
 from autotune._trial.failures import Diverged, FailureReason, classify, is_oom
+from autotune._trial.measure import UtilizationSampler
 
 
 def make(chunks=(1.0, 1.1, 0.9), *, batch=100, steps=10, warmup=3, warmup_time=0.3, **kw):
@@ -65,10 +72,6 @@ def test_round_trip() -> None:
     [
         __import__("torch").OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
         RuntimeError("CUDA error: out of memory"),
-        RuntimeError(
-            "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you "
-            "passed in a non-contiguous input."
-        ),
         RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
         RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
         RuntimeError(
@@ -97,6 +100,96 @@ def test_other_failures() -> None:
     assert not is_oom(RuntimeError("shape mismatch"))
 
 
+NOT_SUPPORTED = RuntimeError(
+    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a "
+    "non-contiguous input."
+)
+
+
+def test_cudnn_not_supported_alone_is_not_out_of_memory(monkeypatch) -> None:
+    reason, message = classify(NOT_SUPPORTED)
+    assert reason is FailureReason.ERROR and "not counted as out of memory" in message
+    monkeypatch.setattr(failures, "memory_nearly_full", lambda: True)
+    assert is_oom(NOT_SUPPORTED) and classify(NOT_SUPPORTED)[0] is FailureReason.OOM
+
+
+def test_a_poisoning_cuda_error_keeps_its_own_message() -> None:
+    """The RNG state restored after the real error raises again (the context is gone): the
+    first error's message is the one recorded, with the advice."""
+    try:
+        try:
+            raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+        except torch.AcceleratorError:
+            raise torch.AcceleratorError("CUDA error: unspecified launch failure") from None
+    except torch.AcceleratorError as exc:
+        caught = exc
+    reason, message = classify(caught)
+    assert reason is FailureReason.DEVICE
+    assert message.startswith("AcceleratorError: CUDA error: device-side assert triggered")
+    assert "CUDA_LAUNCH_BLOCKING=1" in message
+    assert classify(RuntimeError("CUDA error: an illegal memory access was encountered"))[0] is (
+        FailureReason.DEVICE
+    )
+    assert classify(torch.OutOfMemoryError("CUDA out of memory"))[0] is FailureReason.OOM
+
+
+class FakeNVML(types.ModuleType):
+    """Two physical GPUs in PCI order; GPU 1 is busy, GPU 0 idle; or one MIG instance."""
+
+    def __init__(self, *, mig: bool = False) -> None:
+        super().__init__("pynvml")
+        self.mig = mig
+        self.busy = {"GPU-aaaa": 3.0, "GPU-bbbb": 77.0}
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return ["GPU-aaaa", "GPU-bbbb"][index]
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        if uuid not in self.busy:
+            raise RuntimeError("NVML_ERROR_NOT_FOUND")
+        return uuid
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: str) -> int:
+        return int(self.mig)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> types.SimpleNamespace:
+        return types.SimpleNamespace(gpu=self.busy[handle])
+
+
+def _sample(monkeypatch, nvml: FakeNVML) -> UtilizationSampler:
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    # CUDA_VISIBLE_DEVICES=1: torch's cuda:0 is physical GPU 1, known by its UUID.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    props = types.SimpleNamespace(uuid="bbbb")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    sampler = UtilizationSampler("cuda:0", interval=0.01)
+    with sampler:
+        time.sleep(0.15)
+    return sampler
+
+
+def test_gpu_utilisation_is_read_from_the_gpu_torch_uses(monkeypatch) -> None:
+    sampler = _sample(monkeypatch, FakeNVML())
+    assert sampler.mean == pytest.approx(77.0)  # GPU 1's, not NVML index 0's
+    assert sampler.note is None
+
+
+def test_gpu_utilisation_on_a_mig_instance_says_not_available(monkeypatch) -> None:
+    sampler = _sample(monkeypatch, FakeNVML(mig=True))
+    assert sampler.mean is None
+    assert sampler.note is not None and sampler.note.startswith("not available")
+    assert "MIG" in sampler.note
+    assert make(gpu_utilization_note=sampler.note).summary()["gpu_utilization_note"] == (
+        sampler.note
+    )
+
+
 def _tiny_workload():
     from autotune._trial.task import make_task
     from autotune._trial.workload import Workload
@@ -121,3 +214,118 @@ def test_a_short_timed_phase_is_stretched_to_the_minimum_duration() -> None:
     assert measure_throughput(cfg, _tiny_workload(), long_enough).chunk_steps * 3 == 6 * 16
     as_asked = dataclasses.replace(budget, min_timed_seconds=0.0)
     assert measure_throughput(cfg, _tiny_workload(), as_asked).chunk_steps * 3 == 6
+
+
+class _Overflow(torch.autograd.Function):
+    """Identity forward; for the first ``left`` backward passes, gradients that overflow once
+    scaled (as fp16 gradients of a real model do at GradScaler's initial 65536)."""
+
+    left = 0
+
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[no-untyped-def]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
+        if _Overflow.left > 0:
+            _Overflow.left -= 1
+            return grad * 1e36
+        return grad
+
+
+class OverflowsFirst(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        from autotune.examples import tiny_model
+
+        self.net = tiny_model()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _Overflow.apply(self.net(x))  # type: ignore[no-any-return]
+
+
+class StateWatch(torch.optim.AdamW):
+    """AdamW that records, after each step taken (the GradScaler skips overflowing ones),
+    whether its state exists."""
+
+    seen: ClassVar[list[bool]] = []
+
+    def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+        out = super().step(closure)
+        StateWatch.seen.append(bool(self.state))
+        return out
+
+
+def watched_adam(params, lr):  # type: ignore[no-untyped-def]
+    return StateWatch(params, lr=lr)
+
+
+def test_fp16_probe_steps_on_until_the_optimizer_state_exists(monkeypatch) -> None:
+    """The probe's two steps are both skipped by the GradScaler: its peak would leave out Adam's
+    state (twice the model). It steps on, after the timed region, until a step is taken."""
+    from autotune import TrainingConfig
+    from autotune._trial.probe import PROBE_BUDGET
+    from autotune._trial.runner import run_trial
+    from autotune._trial.task import make_task
+    from autotune._trial.workload import Workload
+    from autotune.examples import tiny_data
+
+    task = make_task(
+        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
+    )
+    load = Workload(
+        model=OverflowsFirst(), train=tiny_data(), val=tiny_data(64), task=task,
+        optimizer=watched_adam,
+    )  # fmt: skip
+    monkeypatch.setattr(_Overflow, "left", 4)
+    monkeypatch.setattr(StateWatch, "seen", [])
+    outcome = run_trial(TrainingConfig(precision="fp16"), load, PROBE_BUDGET)
+    assert outcome.ok, outcome.message
+    # Its two steps and two more were skipped (scaled gradients overflowed); the fifth was taken.
+    assert _Overflow.left == 0
+    assert StateWatch.seen == [True]
+
+
+class FakeGPU:
+    """A trial executor for the memory probe on a fake 10 GB GPU: the allocator reserves 1.6x
+    what is allocated (fragmentation), and a run whose reserved peak passes 9 GB is out of
+    memory. Records the batch sizes it ran."""
+
+    isolated = True
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def run(self, cfg, budget, *, accuracy=None, measured=None, time_limit=None):
+        from autotune._trial.runner import TrialOutcome
+
+        self.asked.append(cfg.batch_size)
+        allocated = 10**9 + 2 * 10**7 * cfg.batch_size
+        if 1.6 * allocated > 9e9:
+            return TrialOutcome(config=cfg, failure=FailureReason.OOM, message="out of memory")
+        m = make(peak_memory_bytes=allocated, memory_kind="cuda_allocator")
+        m = dataclasses.replace(
+            m, peak_reserved_bytes=int(1.6 * allocated), device_free_bytes=10 * 10**9
+        )
+        return TrialOutcome(config=cfg, measurement=m)
+
+    def close(self) -> None:
+        pass
+
+
+def test_gpu_memory_probe_reads_capacity_in_the_worker_and_fits_reserved_memory() -> None:
+    from autotune import TrainingConfig, load_space
+    from autotune._trial.probe import SAFETY, probe_memory
+
+    gpu = FakeGPU()
+    space = load_space({"knobs": {"batch_size": [16, 32, 64, 128, 256, 512]}})
+    limits = probe_memory(
+        gpu, TrainingConfig(device="cuda:0"), space, capacity=None, report=lambda line: None
+    )
+    assert limits is not None
+    assert limits.capacity == int(10 * 10**9 * SAFETY)  # as the worker saw it
+    # A capacity reading, three points, then one size above the predicted limit (128 on the
+    # reserved line; 256 on the allocated one), which is out of memory: 128.
+    assert gpu.asked == [16, 16, 32, 64, 256, 128]
+    assert limits.limits == {"fp32/ckpt0": 128}

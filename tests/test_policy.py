@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import types
+
 from test_ledger import _base, _candidate, _study_with, measurement, settings
 
-from autotune import TrainingConfig, load_space
+from autotune import Budget, TrainingConfig, load_space
+from autotune._search.bench import Bench
 from autotune._search.deadline import Deadline
 from autotune._search.ledger import Ledger
 from autotune._search.policy import Stage, StagePolicy, fast_guesses, late_variants
 from autotune._search.record import Record
+from autotune._trial.runner import TrialOutcome
 
 BASE = TrainingConfig()
 SPACE = load_space(
@@ -212,3 +216,37 @@ def test_a_stage_with_every_config_measured_hands_over_and_the_last_one_ends() -
     fresh.exhausted.add(Stage.FAST)
     step = fresh.next(_ledger(_base(), accuracy=True), used=0.1, checks=True)
     assert step is not None and step.stage is Stage.LATE
+
+
+class _Limits:
+    """An executor that records each run's wall-clock limit."""
+
+    isolated = True
+
+    def __init__(self) -> None:
+        self.limits: list[float | None] = []
+
+    def run(self, cfg, budget, *, accuracy=None, measured=None, time_limit=None, progress=None):
+        self.limits.append(time_limit)
+        return TrialOutcome(config=cfg)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_compiled_run_gets_a_compile_allowance_beyond_its_steady_state_limit() -> None:
+    """5x a 20 s trial would stop a max-autotune compile half-way (nothing cached, compile
+    'never helps'): the steady-state part is limited, the compile gets its own allowance."""
+    executor = _Limits()
+    bench = Bench(
+        study=None,
+        settings=types.SimpleNamespace(trial_timeout=None, budget=Budget()),
+        executor=executor,
+        deadline=Deadline(start=0.0, end=None),
+        report=lambda line: None,
+        fingerprint="",
+    )
+    bench.execute(BASE, expected=20.0)
+    bench.execute(BASE.replace(compile_mode="default"), expected=20.0)
+    bench.execute(BASE.replace(compile_mode="max-autotune"), expected=20.0)
+    assert executor.limits == [100.0, 100.0 + 300.0, 100.0 + 1200.0]

@@ -75,7 +75,7 @@ def test_missing_space_file() -> None:
         ("knobs:\n  batch_size: [32, 'big']\n", r"'batch_size'.*must hold integers, but got 'big'"),
         ("knobs:\n  batch_size: []\n", r"'batch_size'.*has no values"),
         ("knobs:\n  pin_memory: [yes, 2]\n", r"'pin_memory'.*true/false values, but got 2"),
-        ("knobs:\n  precision: [fp32, fp8]\n", r"value 'fp8'; allowed values are: fp32, tf32"),
+        ("knobs:\n  precision: [fp32, fp8]\n", r"'fp8'; allowed values are: fp32, fp32_strict"),
         ("knobs:\n  lr_multiplier: {low: 2.0, high: 1.0}\n", r"empty range: low=2.0 must be <= "),
         (
             "knobs:\n  warmup_fraction: {low: 0, high: 0.1, log: true}\n",
@@ -192,3 +192,57 @@ def test_keeping_the_global_batch_derives_the_accumulation_steps() -> None:
     # The study's settings keep it: the space read back still keeps the global batch.
     back = parse_space(space.to_dict(), name="back")
     assert back.global_batch_size == 64 and back.searched() == ["batch_size"]
+
+
+def test_a_dataset_already_on_the_gpu_is_neither_pinned_nor_loaded_in_workers() -> None:
+    space = restrict(load_space("default"), GPU, data_on_device=True)
+    assert "pin_memory" not in space.knobs  # only CPU tensors can be pinned
+    assert space.knobs["num_workers"] == Choice((0,))  # no CUDA in forked loader workers
+    notes = "\n".join(space.notes)
+    assert "pin_memory: not searched (the dataset's items are already on the GPU" in notes
+
+
+def test_strict_fp32_is_a_choice_only_where_tf32_exists() -> None:
+    space = load_space({"knobs": {"precision": ["fp32", "fp32_strict", "tf32"]}})
+    assert restrict(space, GPU).knobs["precision"] == Choice(("fp32", "fp32_strict", "tf32"))
+    assert restrict(space, CPU).knobs["precision"] == Choice(("fp32",))
+
+
+@pytest.mark.parametrize(
+    ("major", "bf16", "compiles"), [(6, False, False), (7, False, True), (8, True, True)]
+)
+def test_a_gpu_gets_bf16_only_natively_and_compile_from_volta_on(
+    monkeypatch, major: int, bf16: bool, compiles: bool
+) -> None:
+    """bf16 emulated on a pre-Ampere GPU is slower than fp32, and Inductor's Triton kernels
+    need compute capability 7.0: a P100 searches neither."""
+    import contextlib
+    import types
+
+    import torch
+
+    from autotune import _device
+
+    props = types.SimpleNamespace(major=major, minor=0, name=f"sm{major}0", total_memory=2**34)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev=None: props)
+    monkeypatch.setattr(torch.cuda, "device", lambda dev: contextlib.nullcontext())
+    # Emulated bf16 exists everywhere; native bf16 from compute capability 8.0.
+    monkeypatch.setattr(
+        torch.cuda,
+        "is_bf16_supported",
+        lambda including_emulation=True: including_emulation or major >= 8,
+    )
+    monkeypatch.setattr(_device, "_compiler_available", lambda: True)
+    _device.describe_device.cache_clear()
+    try:
+        info = _device.describe_device("cuda:0")
+    finally:
+        _device.describe_device.cache_clear()
+    assert (info.supports_bf16, info.supports_compile) == (bf16, compiles)
+    space = restrict(load_space("default"), info)
+    assert ("bf16" in space.knobs["precision"].values) == bf16
+    assert ("compile_mode" in space.knobs and len(space.knobs["compile_mode"].values) > 1) == (
+        compiles
+    )
+    if not compiles:
+        assert "compute capability 7.0" in "\n".join(space.notes)

@@ -174,3 +174,21 @@ def test_train_accumulates_and_the_schedule_counts_optimizer_steps() -> None:
         autotune.train(
             tiny_model(), tiny_data(), cfg.replace(optimizer_impl="fused"), optimizer=_plain_sgd
         )
+
+
+@pytest.mark.parametrize(
+    ("compile_mode", "dynamic", "samples"),
+    [("none", False, 100), ("default", False, 96), ("default", True, 100)],
+)
+def test_a_compiled_config_drops_the_last_partial_batch_as_measured(
+    monkeypatch, compile_mode: str, dynamic: bool, samples: int
+) -> None:
+    """The search measured compiled configs with drop_last (a last, smaller batch compiles
+    again, and with CUDA graphs records a new graph): train() does the same by default.
+    (torch.compile is replaced by the identity here: what is tested is the loop.)"""
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: model)
+    cfg = TrainingConfig(compile_mode=compile_mode, compile_dynamic=dynamic)
+    report = autotune.train(tiny_model(), tiny_data(100), cfg, epochs=1)
+    assert report.epochs[0].samples == samples
+    kept = autotune.train(tiny_model(), tiny_data(100), cfg, epochs=1, drop_last=False)
+    assert kept.epochs[0].samples == 100

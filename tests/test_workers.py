@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 
 import autotune
 from autotune._search import storage
+from autotune._search.distributed import gpu_shares, visible_devices
 from autotune.examples import tiny_data, tiny_model
 
 from conftest import FAST_BUDGET
@@ -120,3 +122,53 @@ def test_a_worker_refuses_hooks_it_cannot_load(tmp_path) -> None:
             device="cpu",
             isolation="none",
         )
+
+
+@pytest.mark.parametrize(
+    ("requested", "inherited", "visible"),
+    [
+        (["0", "1"], None, ["0", "1"]),
+        (["0", "1"], "4,5,6", ["4", "5"]),  # a scheduler gave this job GPUs 4-6
+        (["1"], "GPU-aaaa,GPU-bbbb", ["GPU-bbbb"]),
+    ],
+)
+def test_devices_count_within_what_a_scheduler_made_visible(requested, inherited, visible):
+    assert visible_devices(requested, inherited) == visible
+
+
+def test_devices_beyond_the_visible_ones_are_refused() -> None:
+    with pytest.raises(autotune.ArgumentError, match=r"CUDA_VISIBLE_DEVICES='4,5' makes 2 GPU"):
+        visible_devices(["2"], "4,5")
+
+
+def test_gpu_workers_split_the_cpu_cores_when_there_are_enough() -> None:
+    cores = len(os.sched_getaffinity(0))
+    shares = gpu_shares(cores)
+    assert shares is not None and all(len(s) == 1 for s in shares)
+    assert gpu_shares(cores + 1) is None  # too few cores: GPU workers share them all
+
+
+def test_the_coordinator_closes_its_trial_worker_before_launching_workers(tmp_path) -> None:
+    """Its idle trial worker would hold a CUDA context on the first GPU, worker 1's."""
+    alive: list[int] = []
+
+    def launcher(study) -> None:
+        alive.extend(
+            child.pid
+            for child in psutil.Process().children(recursive=True)
+            if "autotune._trial.worker" in " ".join(child.cmdline())
+        )
+
+    autotune.find_best(
+        tiny_model(),
+        tiny_data(),
+        space={"knobs": {"batch_size": [16, 32]}},
+        n_trials=1,
+        storage=f"sqlite:///{tmp_path / 'study.db'}",
+        launcher=launcher,
+        budget=FAST_BUDGET,
+        accuracy_samples=2048,
+        device="cpu",
+        isolation="process",
+    )
+    assert alive == []

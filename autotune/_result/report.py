@@ -585,7 +585,7 @@ def _time_split_figure(result: SearchResult) -> go.Figure | None:
     for name, values, color in (
         ("one-time (warm-up, compile)", one_time, "#f58518"),
         ("steady state: compute", compute, "#4c78a8"),
-        ("steady state: waiting for data", waiting, "#b279a2"),
+        ("steady state: waiting for data (CPU side)", waiting, "#b279a2"),
     ):
         fig.add_trace(
             go.Bar(

@@ -45,7 +45,13 @@ def summary_parts(
         ("throughput (samples/s)", m.get("throughput"), b.get("throughput"), "{:,.0f}"),
         ("spread", m.get("throughput_spread"), b.get("throughput_spread"), "{:.1%}"),
         ("step time (ms)", _ms(m.get("step_time")), _ms(b.get("step_time")), "{:.2f}"),
-        ("data wait", m.get("data_wait_fraction"), b.get("data_wait_fraction"), "{:.0%}"),
+        # Time the loop waited for the next batch: on a GPU, queued GPU work may overlap it.
+        (
+            "data wait (CPU side)",
+            m.get("data_wait_fraction"),
+            b.get("data_wait_fraction"),
+            "{:.0%}",
+        ),
         ("one-time cost (s)", m.get("one_time_cost"), b.get("one_time_cost"), "{:.2f}"),
         (
             "projected time (s)",
@@ -54,6 +60,10 @@ def summary_parts(
             "{:.1f}",
         ),
     ]
+    if m.get("compile_seconds") is not None or b.get("compile_seconds") is not None:
+        rows.insert(
+            5, ("compile (s)", m.get("compile_seconds"), b.get("compile_seconds"), "{:.2f}")
+        )
     table = [(label, _cell(w, fmt), _cell(base, fmt)) for label, w, base, fmt in rows]
     table.append(
         (

@@ -9,6 +9,7 @@ import warnings
 import optuna
 from optuna.trial import TrialState
 
+from autotune._choices import CompileMode
 from autotune._config import TrainingConfig
 from autotune._progress import Progress, Report, as_progress
 from autotune._search import storage
@@ -26,6 +27,15 @@ __all__ = ["Bench"]
 PENALTY = 10.0  # objective of a failed trial, as a multiple of the baseline's projected time
 MIN_TRIAL_LIMIT = 60.0  # seconds: no run is stopped sooner, unless the user says so
 TRIAL_LIMIT_FACTOR = 5.0  # a run's limit, as a multiple of what it is expected to take
+# Seconds a compiled run may spend compiling on top of its limit: a first compile of a real
+# model takes minutes (max-autotune much longer), on a fast GPU far more than 5x a trial, and a
+# compile stopped half-way leaves nothing cached, so compile would never seem to help.
+COMPILE_ALLOWANCE = {
+    CompileMode.DEFAULT: 300.0,
+    CompileMode.REDUCE_OVERHEAD: 300.0,
+    CompileMode.MAX_AUTOTUNE: 1200.0,
+    CompileMode.MAX_AUTOTUNE_NO_CUDAGRAPHS: 1200.0,
+}
 FAILED_CONSTRAINT = "failed"
 ACCURACY_CONSTRAINT = "accuracy"
 
@@ -64,11 +74,12 @@ class Bench:
         budget: Budget | None = None,
     ) -> TrialOutcome:
         """Run ``cfg`` within its wall-clock limit: the user's ``trial_timeout``, or 5x what
-        the run is ``expected`` to take (at least a minute), and never far past the search's
-        deadline."""
+        the run is ``expected`` to take in steady state (at least a minute) plus, for a
+        compiled config, its mode's compile allowance; never far past the search's deadline."""
         limit = self.settings.trial_timeout
         if limit is None and expected is not None:
             limit = max(MIN_TRIAL_LIMIT, TRIAL_LIMIT_FACTOR * expected)
+            limit += COMPILE_ALLOWANCE.get(cfg.compile_mode, 0.0)
         what = "throughput"
         if accuracy is not None:
             seeds = ", ".join(str(seed) for seed in accuracy.seeds)

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 
 from autotune._choices import CompileMode
 from autotune._config import TrainingConfig
-from autotune._errors import ConfigError
+from autotune._errors import ConfigError, DeviceError
 from autotune._search import ranking, storage
 from autotune._search.baseline import SLACK, Baseline, measurement_seconds
 from autotune._search.bench import Bench
@@ -85,6 +85,12 @@ def run_candidate(
         # by which the others fail its trial and retry it.
         with storage.heartbeat(bench.study, trial):
             run = _run(bench, trial, step, space, baseline, memory, reserve)
+    except DeviceError as exc:
+        # In process, a CUDA error ended the search: the trial is failed with its reason (not
+        # left running to be retried, when it would poison the process again).
+        if trial.number not in {e.number for e in bench.ledger().entries}:
+            bench.fail(trial, str(exc))
+        raise
     except KeyboardInterrupt:
         # The trial did not finish: fail it and let a resumed search run it again.
         if trial.number not in {e.number for e in bench.ledger().entries}:
@@ -145,7 +151,9 @@ def _measure(
     """Throughput first; then, where the numerics change, an accuracy run (seed 0) unless the
     candidate cannot win or there is no time for it."""
     budget = bench.settings.budget
-    outcome = bench.execute(cfg, expected=expected_seconds(cfg, ledger, baseline, budget))
+    # The limit is on the steady-state part; compilation has its own allowance (Bench).
+    eager = cfg.replace(compile_mode=CompileMode.NONE, compile_dynamic=False)
+    outcome = bench.execute(cfg, expected=expected_seconds(eager, ledger, baseline, budget))
     measured = outcome.seconds
     if not outcome.ok or ledger.same_numerics(cfg, baseline.record.config):
         return bench.record(outcome, role=Role.CANDIDATE, measure_seconds=measured)

@@ -34,7 +34,14 @@ from autotune._trial.isolation import make_executor, worker_env
 from autotune._trial.task import Hooks
 from autotune._trial.workload import prepare_workload
 
-__all__ = ["cpu_shares", "join_search", "launch_local_workers", "restricted_to"]
+__all__ = [
+    "cpu_shares",
+    "gpu_shares",
+    "join_search",
+    "launch_local_workers",
+    "restricted_to",
+    "visible_devices",
+]
 
 log = logging.getLogger("autotune")
 
@@ -53,6 +60,43 @@ def cpu_shares(n: int) -> list[list[int]]:
         )
     size = len(cores) // n
     return [cores[i * size : (i + 1) * size] for i in range(n)]
+
+
+def visible_devices(requested: Sequence[str], inherited: str | None) -> list[str]:
+    """``CUDA_VISIBLE_DEVICES`` values for the GPUs ``--devices`` names. Where a scheduler
+    (Slurm, Kubernetes) already set ``CUDA_VISIBLE_DEVICES`` (``inherited``), ``--devices``
+    counts within the GPUs it made visible: ``--devices 0,1`` under ``4,5`` is GPUs 4 and 5,
+    never GPUs 0 and 1 that belong to another job."""
+    parent = [d.strip() for d in (inherited or "").split(",") if d.strip()]
+    if inherited is None:
+        return list(requested)
+    out = []
+    for device in requested:
+        if not device.isdigit():
+            if device not in parent:
+                raise ArgumentError(
+                    f"`--devices` names {device!r}, which CUDA_VISIBLE_DEVICES={inherited!r} "
+                    "does not make visible. Name GPUs by their index among the visible ones."
+                )
+            out.append(device)
+            continue
+        index = int(device)
+        if index >= len(parent):
+            raise ArgumentError(
+                f"`--devices` names GPU {index}, but CUDA_VISIBLE_DEVICES={inherited!r} makes "
+                f"{len(parent)} GPU(s) visible: use indices 0..{len(parent) - 1} among them."
+            )
+        out.append(parent[index])
+    return out
+
+
+def gpu_shares(n: int) -> list[list[int]] | None:
+    """CPU cores for ``n`` GPU workers, split evenly (each loads its own batches), or None
+    when there are fewer cores than workers."""
+    try:
+        return cpu_shares(n)
+    except ArgumentError:
+        return None
 
 
 @contextlib.contextmanager
@@ -163,7 +207,7 @@ def join_search(
     if prepared.note:
         report(prepared.note)
     executor, fallback = make_executor(
-        prepared.workload, isolation or settings.isolation, env=worker_env(study_name)
+        prepared.workload, isolation or settings.isolation, env=worker_env()
     )
     if fallback:
         report(fallback)

@@ -116,6 +116,9 @@ class Search:
                 # Workers and unguided samplers meet changes of the numerics from the start.
                 self._accuracy_check()
             if self.launcher is not None:
+                # This process's trial worker holds a CUDA context on the first GPU, which
+                # worker 1 uses: close it (a later trial starts a new one).
+                self.bench.executor.close()
                 self.launcher(study)  # workers run the candidates; back when they are done
                 self._reconcile()
             else:
@@ -340,17 +343,19 @@ class Search:
         if self.memory is None:
             s = self.settings
             self.bench.report.trial("memory probe")
+            cuda = s.baseline.device.startswith("cuda")
             self.memory = probe_memory(
                 self.bench.executor,
                 s.baseline,
                 self.space,
-                capacity=usable_memory(s.baseline.device),
+                # On a GPU the trial worker reads it, its own CUDA context already made.
+                capacity=None if cuda else usable_memory(s.baseline.device),
                 report=self.bench.report,
                 time_limit=s.trial_timeout or PROBE_LIMIT,
                 seconds=None if s.timeout is None else PROBE_SHARE * s.timeout,
                 # On a GPU a step is fast and an out-of-memory error is clean: check the
                 # prediction. On a CPU the process's memory already shows what fits.
-                verify=s.baseline.device.startswith("cuda"),
+                verify=cuda,
             )
             if self.memory is not None:
                 storage.write_memory(study, self.memory)

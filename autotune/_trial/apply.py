@@ -30,6 +30,7 @@ __all__ = [
     "autocast",
     "backend_flags",
     "checkpointed_blocks",
+    "current_device",
     "find_repeated_blocks",
     "grad_scaler",
     "lr_scheduler",
@@ -40,6 +41,7 @@ __all__ = [
     "supported_optimizer_impls",
     "to_device",
     "unwrap_compiled",
+    "uses_cuda_graphs",
 ]
 
 _CKPT_ATTR = "_autotune_checkpointed"
@@ -47,6 +49,14 @@ _CKPT_ATTR = "_autotune_checkpointed"
 
 def device_type(device: str) -> str:
     return torch.device(device).type
+
+
+def current_device(device: str) -> AbstractContextManager[Any]:
+    """``device`` as CUDA's current device while the context lasts: pinned memory, the bf16
+    check and bare ``.cuda()`` calls use the current device, not the config's."""
+    if device_type(device) != "cuda":
+        return contextlib.nullcontext()
+    return torch.cuda.device(torch.device(device))
 
 
 # -- DataLoader ---------------------------------------------------------------------------------
@@ -284,6 +294,12 @@ def supported_optimizer_impls(
     return tuple(kept)
 
 
+def uses_cuda_graphs(cfg: TrainingConfig) -> bool:
+    """Whether the config's compile mode records CUDA graphs (on a CUDA device)."""
+    graphs = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
+    return cfg.compile_mode in graphs and device_type(cfg.device) == "cuda"
+
+
 # -- Precision ----------------------------------------------------------------------------------
 
 
@@ -301,31 +317,48 @@ def grad_scaler(cfg: TrainingConfig) -> torch.amp.GradScaler:
     return torch.amp.GradScaler(device_type(cfg.device), enabled=cfg.precision is Precision.FP16)
 
 
+# Where fp32 maths may use TF32, per precision, through the ``fp32_precision`` API only (on
+# torch 2.13, reading the legacy ``allow_tf32`` / matmul-precision flags after the new API has
+# set them differently raises). ``fp32`` is PyTorch's own default, what a plain script runs:
+# cuBLAS matmuls in IEEE fp32, cuDNN convolutions and RNNs in TF32.
+_FP32_PRECISION = ("cuda", "matmul"), ("cuda", "conv"), ("cuda", "rnn")
+_TF32_SETTINGS: dict[Precision, tuple[str, str, str]] = {
+    Precision.FP32: ("ieee", "tf32", "tf32"),
+    Precision.FP32_STRICT: ("ieee", "ieee", "ieee"),
+    Precision.TF32: ("tf32", "tf32", "tf32"),
+    Precision.BF16: ("ieee", "tf32", "tf32"),  # outside autocast: as a plain script
+    Precision.FP16: ("ieee", "tf32", "tf32"),
+}
+
+
+def fp32_precisions() -> tuple[str, ...]:
+    """The current (matmul, cuDNN conv, cuDNN RNN) fp32 precisions, read with the new API."""
+    return tuple(torch._C._get_fp32_precision_getter(b, op) for b, op in _FP32_PRECISION)
+
+
+def _set_fp32_precisions(values: tuple[str, ...]) -> None:
+    for (backend, op), value in zip(_FP32_PRECISION, values, strict=True):
+        torch._C._set_fp32_precision_setter(backend, op, value)
+
+
 @contextlib.contextmanager
 def backend_flags(cfg: TrainingConfig) -> Iterator[None]:
     """cuDNN benchmark, TF32 and intra-op threads for the config, restored on exit.
 
-    ``fp32`` means strict fp32: TF32 is switched off for both matmuls and cuDNN convolutions.
+    ``fp32`` is PyTorch's default (TF32 in cuDNN convolutions, not in matmuls), ``tf32`` adds
+    matmuls, ``fp32_strict`` turns TF32 off everywhere.
     """
-    saved = (
-        torch.backends.cudnn.benchmark,
-        torch.backends.cudnn.allow_tf32,
-        torch.get_float32_matmul_precision(),
-        torch.get_num_threads(),
-    )
+    saved = (torch.backends.cudnn.benchmark, fp32_precisions(), torch.get_num_threads())
     try:
         torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
-        tf32 = cfg.precision is Precision.TF32
-        torch.backends.cudnn.allow_tf32 = tf32
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        _set_fp32_precisions(_TF32_SETTINGS[cfg.precision])
         if cfg.intra_op_threads is not None:
             torch.set_num_threads(cfg.intra_op_threads)
         yield
     finally:
         torch.backends.cudnn.benchmark = saved[0]
-        torch.backends.cudnn.allow_tf32 = saved[1]
-        torch.set_float32_matmul_precision(saved[2])
-        torch.set_num_threads(saved[3])
+        _set_fp32_precisions(saved[1])
+        torch.set_num_threads(saved[2])
 
 
 # -- LR schedule --------------------------------------------------------------------------------

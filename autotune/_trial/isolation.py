@@ -1,13 +1,20 @@
 """Where trials run: in a separate worker process (the default), or in this process.
 
-A trial worker is a spawned process with its own CUDA context. A hang, a segfault, a CUDA
-illegal-address error or the OS OOM-killer takes down only that worker: the trial is recorded as
-``timeout`` or ``crashed`` (with the signal or exit code) and the next trial gets a fresh worker.
-The worker lives across trials while they succeed, so the start-up cost (importing torch) is paid
-once, not per trial.
+A trial worker is a spawned process with its own CUDA context. A hang, a segfault or the OS
+OOM-killer takes down only that worker: the trial is recorded as ``timeout`` or ``crashed``
+(with the signal or exit code) and the next trial gets a fresh worker. A CUDA error that leaves
+the context unusable (illegal address, device-side assert) is recorded as ``device_error`` with
+its own message, and the worker is replaced too. The worker lives across trials while they
+succeed, so the start-up cost (importing torch) is paid once, not per trial; but on CUDA a trial
+that compiles or autotunes cuDNN, and the trial after one, get a fresh worker: cuDNN's plan cache
+(whose key does not include ``benchmark``), CUDA-graph pools and compiled kernels would otherwise
+carry over and make a trial's result depend on the trials before it. Each worker compiles into an
+empty cache directory of its own, so a compiled trial pays the cold compile cost that a user's
+real run pays.
 
 In-process trials are the fallback when the model or data cannot reach a worker (objects that
-cannot be pickled); there a Python-level hang is still interrupted by an alarm signal.
+cannot be pickled); there a Python-level hang is still interrupted by an alarm signal, and a CUDA
+error that poisons the process ends the search with a :class:`~autotune.DeviceError`.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import logging
 import multiprocessing.connection
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,11 +33,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Protocol
 
+import torch
+
+from autotune._choices import CompileMode
 from autotune._config import TrainingConfig
 from autotune._device import cpu_share
+from autotune._errors import DeviceError
 from autotune._trial.failures import FailureReason, free_memory
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import (
@@ -49,6 +60,7 @@ __all__ = [
     "TrialExecutor",
     "TrialTimeout",
     "make_executor",
+    "needs_fresh_worker",
     "unpicklable_parts",
     "worker_env",
 ]
@@ -156,11 +168,24 @@ class InProcessExecutor:
         progress: StepListener | None = None,
     ) -> TrialOutcome:
         start = time.perf_counter()
+        outcome: TrialOutcome | None
         try:
             with _alarm(time_limit), reporting_steps(progress):
-                return run_trial(cfg, self.workload, budget, accuracy=accuracy, measured=measured)
+                outcome = run_trial(
+                    cfg, self.workload, budget, accuracy=accuracy, measured=measured
+                )
         except TrialTimeout:
-            pass
+            outcome = None
+        if outcome is not None and outcome.poisoned:
+            raise DeviceError(
+                f"A trial of {cfg.describe()} hit a CUDA error that leaves this process unable "
+                f"to use the GPU: {outcome.message} Trials run in this process, so the search "
+                "cannot go on; run trials in isolated workers (isolation='process': the model, "
+                "data and hooks must be importable and picklable, e.g. the CLI's factories), "
+                "where such a trial is recorded as failed and the search goes on."
+            )
+        if outcome is not None:
+            return outcome
         free_memory(cfg.device)  # outside the except block, as in run_trial
         assert time_limit is not None
         return _timeout_outcome(cfg, time_limit, time.perf_counter() - start)
@@ -190,6 +215,22 @@ def _describe_exit(code: int | None) -> str:
     return f"the trial's worker process exited with code {code}"
 
 
+def _keeps_state(cfg: TrainingConfig) -> bool:
+    """Whether a trial leaves process state that changes later trials' timings: cuDNN plans
+    autotuned by ``benchmark``, compiled kernels and CUDA-graph pools."""
+    return cfg.compile_mode is not CompileMode.NONE or cfg.cudnn_benchmark
+
+
+def needs_fresh_worker(previous: TrainingConfig | None, cfg: TrainingConfig) -> bool:
+    """Whether ``cfg`` must run in a fresh worker rather than the one that ran ``previous``
+    (None: the worker has run nothing yet). On CUDA, a trial that compiles or uses cuDNN's
+    benchmark mode, and any trial after one, starts from a clean process: cuDNN fixes a
+    convolution's plan the first time its shape runs, whatever ``benchmark`` says later."""
+    if previous is None or torch.device(cfg.device).type != "cuda":
+        return False
+    return _keeps_state(previous) or _keeps_state(cfg)
+
+
 class WorkerStartError(RuntimeError):
     """A trial worker could not start or could not load the workload."""
 
@@ -211,16 +252,31 @@ class ProcessExecutor:
         *,
         env: dict[str, str] | None = None,
         preload: tuple[tuple[str, str], ...] = (),
+        fresh_each: bool = False,
     ) -> None:
         self._payload = pickle.dumps(workload)
         self._env = env or {}
         self._preload = preload
+        self._fresh_each = fresh_each  # every trial in a new worker (verify's rounds on CUDA)
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: multiprocessing.connection.Connection | None = None
+        self._cache: str | None = None  # the worker's own compile cache directory
+        self._last: TrainingConfig | None = None  # the last trial the current worker ran
+        self.started = 0  # workers started so far
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair()
-        env = {**os.environ, **self._env}
+        # An empty compile cache per worker: a compiled trial pays the cold compile cost, as a
+        # user's first real run does, whatever earlier trials compiled.
+        self._cache = tempfile.mkdtemp(prefix="autotune-compile-")
+        env = {
+            **os.environ,
+            **self._env,
+            "TORCHINDUCTOR_CACHE_DIR": self._cache,
+            "TRITON_CACHE_DIR": os.path.join(self._cache, "triton"),
+        }
+        self.started += 1
+        self._last = None
         try:
             process = subprocess.Popen(
                 [sys.executable, "-m", "autotune._trial.worker", str(theirs.fileno())],
@@ -256,7 +312,9 @@ class ProcessExecutor:
     def _stop(self, *, kill: bool) -> int | None:
         process, conn = self._process, self._conn
         self._process = self._conn = None
+        self._last = None
         if process is None:
+            self._remove_cache()
             return None
         if kill:
             process.kill()
@@ -270,7 +328,13 @@ class ProcessExecutor:
             code = process.wait()
         if conn is not None:
             conn.close()
+        self._remove_cache()
         return code
+
+    def _remove_cache(self) -> None:
+        if self._cache is not None:
+            shutil.rmtree(self._cache, ignore_errors=True)
+            self._cache = None
 
     def ensure_started(self) -> None:
         """Start a worker now (raises WorkerStartError when the workload cannot reach one)."""
@@ -289,6 +353,10 @@ class ProcessExecutor:
         progress: StepListener | None = None,
     ) -> TrialOutcome:
         start = time.perf_counter()
+        if self._process is not None and (
+            (self._fresh_each and self._last is not None) or needs_fresh_worker(self._last, cfg)
+        ):
+            self._stop(kill=False)
         try:
             self.ensure_started()
         except WorkerStartError as exc:
@@ -315,6 +383,9 @@ class ProcessExecutor:
                         continue
                     if kind != "outcome":
                         raise EOFError
+                    self._last = cfg
+                    if outcome.poisoned:
+                        self._stop(kill=True)  # its CUDA context is unusable: a new worker next
                     return outcome  # type: ignore[no-any-return]
                 if process.poll() is not None:
                     raise EOFError
@@ -341,17 +412,10 @@ class ProcessExecutor:
 ISOLATION_MODES = ("auto", "process", "none")
 
 
-def worker_env(study_name: str) -> dict[str, str]:
-    """Environment for trial workers: this process's import path and CPU share, and one
-    compiled-kernel cache per study, shared by every worker, so that compile cost is paid once
-    per graph as in a real run, not once per worker process."""
-    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in study_name)[:80]
-    cache = Path(tempfile.gettempdir()) / f"autotune-inductor-{slug}"
-    env = {
-        "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache),
-        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
-    }
+def worker_env() -> dict[str, str]:
+    """Environment for trial workers: this process's import path and CPU share. (Each worker
+    gets its own, empty, compile cache directory when it starts.)"""
+    env = {"PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
     share = cpu_share()
     if share < (os.cpu_count() or share):
         env["OMP_NUM_THREADS"] = str(share)  # the worker inherits the affinity: match threads
@@ -364,6 +428,7 @@ def make_executor(
     *,
     env: dict[str, str] | None = None,
     preload: tuple[tuple[str, str], ...] = (),
+    fresh_each: bool = False,
 ) -> tuple[TrialExecutor, str | None]:
     """The executor for ``isolation`` ('auto', 'process' or 'none'), and a note when 'auto' had
     to fall back to in-process trials (said once, so the user knows why)."""
@@ -383,7 +448,7 @@ def make_executor(
             for name, module in list(sys.modules.items())
             if name.startswith("_autotune_user_") and getattr(module, "__file__", None)
         )
-        executor = ProcessExecutor(workload, env=env, preload=preload)
+        executor = ProcessExecutor(workload, env=env, preload=preload, fresh_each=fresh_each)
         try:
             executor.ensure_started()
         except WorkerStartError as exc:

@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import torch
 
-__all__ = ["Measurement", "MemoryTracker", "UtilizationSampler"]
+__all__ = ["Measurement", "MemoryTracker", "UtilizationSampler", "nvml_handle"]
 
 NOISY_SPREAD = 0.10  # relative spread above which a measurement is flagged as noisy
 
@@ -27,6 +27,8 @@ class Measurement:
 
     ``chunk_times`` are wall-clock seconds of consecutive chunks of ``chunk_steps`` training
     steps each, synchronised with the device at each chunk boundary, data loading included.
+    ``data_wait`` is the time the loop waited for the next batch, measured on the CPU side: on
+    a GPU, work already queued on the device may run during that wait.
     """
 
     batch_size: int
@@ -39,8 +41,16 @@ class Measurement:
     epoch_restart: bool = False  # workers are started again each epoch (not persistent)
     peak_memory_bytes: int | None = None
     memory_kind: str = "process_rss"
+    # On a GPU: the allocator's reserved peak (fragmentation and CUDA-graph pools included), and
+    # the memory this process could use when the trial started, read in the process that ran it
+    # (its own CUDA context already subtracted).
+    peak_reserved_bytes: int | None = None
+    device_free_bytes: int | None = None
     gpu_utilization: float | None = None
+    gpu_utilization_note: str | None = None  # why it is None on a GPU ("not available: MIG")
     recompiles: int = 0  # graphs torch.compile compiled again as batch shapes changed
+    # A compiled config's first step beyond a steady one: its cold compile, paid once per run.
+    compile_seconds: float | None = None
 
     @property
     def timed_steps(self) -> int:
@@ -92,7 +102,10 @@ class Measurement:
                 f"{len(self.chunk_times)} chunks"
             )
         if self.data_wait_fraction > 0.3:
-            out.append(f"data-bound: {self.data_wait_fraction:.0%} of the time waits for data")
+            out.append(
+                f"data-bound: {self.data_wait_fraction:.0%} of the time waits for data "
+                "(CPU side: queued GPU work may overlap it)"
+            )
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,10 +128,13 @@ class Measurement:
             "data_wait_fraction": self.data_wait_fraction,
             "one_time_cost": self.one_time_cost,
             "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
             "memory_kind": self.memory_kind,
             "gpu_utilization": self.gpu_utilization,
+            "gpu_utilization_note": self.gpu_utilization_note,
             "timed_steps": self.timed_steps,
             "recompiles": self.recompiles,
+            "compile_seconds": self.compile_seconds,
         }
 
     def __repr__(self) -> str:
@@ -138,6 +154,7 @@ class MemoryTracker:
         self.device = device
         self._process = psutil.Process()
         self.peak = 0
+        self.free_at_start: int | None = None
 
     @property
     def kind(self) -> str:
@@ -146,6 +163,8 @@ class MemoryTracker:
     def start(self) -> None:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
+            free, _ = torch.cuda.mem_get_info(self.device)
+            self.free_at_start = int(free + torch.cuda.memory_reserved(self.device))
         self.peak = 0
         self.sample()
 
@@ -159,16 +178,46 @@ class MemoryTracker:
         self.sample()
         return self.peak
 
+    def reserved(self) -> int | None:
+        """The caching allocator's reserved peak on a GPU (what the process held from it)."""
+        return int(torch.cuda.max_memory_reserved(self.device)) if self.cuda else None
+
+
+def nvml_handle(nvml: Any, device: torch.device) -> tuple[Any, str | None]:
+    """(NVML handle, None) for the GPU behind torch's ``device``, or (None, why not).
+
+    NVML numbers GPUs in PCI order and ignores ``CUDA_VISIBLE_DEVICES``, torch numbers the
+    visible ones (fastest first, by default): the two meet only through the GPU's UUID. NVML
+    has no utilisation counter for a MIG instance."""
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    bare = uuid.removeprefix("GPU-").removeprefix("MIG-")
+    for prefix in ("GPU-", "MIG-"):
+        try:
+            handle = nvml.nvmlDeviceGetHandleByUUID(f"{prefix}{bare}")
+        except Exception:  # not this kind of device
+            continue
+        mig = prefix == "MIG-"
+        with contextlib.suppress(Exception):
+            mig = mig or bool(nvml.nvmlDeviceIsMigDeviceHandle(handle))
+        if mig:
+            return None, "not available: NVML reports no utilisation for a MIG instance"
+        return handle, None
+    return None, f"not available: NVML knows no GPU with this device's UUID ({bare})"
+
 
 class UtilizationSampler:
-    """Mean GPU utilisation over a timed region, read through NVML in a background thread.
+    """Mean GPU utilisation over a timed region, read through NVML in a background thread,
+    from the GPU that torch's ``device`` is (mapped through its UUID, so right under
+    ``CUDA_VISIBLE_DEVICES`` too).
 
-    Without NVML (a CPU machine, no driver) it reports None: that is normal, not an error.
+    On a CPU it reports None, normal and unremarked; on a GPU where it cannot be read (no
+    NVML, a MIG instance) ``note`` says why.
     """
 
     def __init__(self, device: str, interval: float = 0.1) -> None:
         self.interval = interval
         self.samples: list[float] = []
+        self.note: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._handle: Any = None
@@ -180,11 +229,14 @@ class UtilizationSampler:
             import pynvml
 
             pynvml.nvmlInit()
-            index = dev.index or 0
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            self._nvml = pynvml
-        except Exception:  # NVML missing or unusable: utilisation is simply not reported
-            self._handle = None
+        except Exception as exc:  # NVML missing or unusable: utilisation is not reported
+            self.note = f"not available: NVML cannot be used ({type(exc).__name__})"
+            return
+        self._nvml = pynvml
+        try:
+            self._handle, self.note = nvml_handle(pynvml, dev)
+        except Exception as exc:
+            self.note = f"not available: {type(exc).__name__}: {exc}"
 
     def __enter__(self) -> UtilizationSampler:
         if self._handle is not None:
@@ -205,7 +257,8 @@ class UtilizationSampler:
             try:
                 rates = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
                 self.samples.append(float(rates.gpu))
-            except Exception:
+            except Exception as exc:
+                self.note = f"not available: {type(exc).__name__}"
                 return
 
     @property

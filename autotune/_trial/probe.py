@@ -1,12 +1,13 @@
 """The memory probe: the largest batch size that fits, per precision and checkpointing setting,
 found before the search so the sampler never wastes trials on batch sizes that cannot fit.
 
-Peak memory (the CUDA allocator's peak on a GPU, the process's RSS on a CPU; a validation batch
-included) is measured at the two smallest batch sizes and fitted linearly (least squares); the
-largest batch predicted to fit in the usable memory (free memory less a safety margin) is then
-tried, and on out-of-memory the probe steps down (grow, then bisect, as Lightning's batch-size
-finder does). Where even the hungriest setting fits the largest batch with 2x headroom, nothing
-more is tried.
+Peak memory (the CUDA caching allocator's reserved peak on a GPU, fragmentation and CUDA-graph
+pools included; the process's RSS on a CPU; a validation batch included) is measured at the
+smallest batch sizes (three where the third is predicted to fit) and fitted linearly (least
+squares); on a GPU the batch one size above the largest predicted to fit in the usable memory
+(free memory, read in the trial worker after its CUDA context exists, less a safety margin) is
+then tried, and on out-of-memory the probe steps down. Where even the hungriest setting fits the
+largest batch with 2x headroom, nothing more is tried.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def probe_memory(
     baseline: TrainingConfig,
     space: SearchSpace,
     *,
-    capacity: int,
+    capacity: int | None,
     report: Callable[[str], None],
     time_limit: float | None = 120.0,
     seconds: float | None = None,
@@ -115,7 +116,9 @@ def probe_memory(
     ``seconds`` (a setting left unprobed is held to the hungriest one's limit, which needs more
     memory than it). ``verify``: train at the predicted limit to check it (on a GPU, where a
     step is fast); on a CPU the process's memory already shows what fits, so the fitted line is
-    trusted, with the safety margin already taken from ``capacity``."""
+    trusted, with the safety margin already taken from ``capacity``. ``capacity`` None: read
+    the free memory in the trial worker (on a GPU: the parent's reading would miss the worker's
+    own CUDA context, and reading it would create one in the parent)."""
     batches = space.knobs.get("batch_size")
     if not isinstance(batches, Choice) or len(batches.values) < 2:
         return None
@@ -125,7 +128,7 @@ def probe_memory(
     # fp32 without checkpointing stores the most activations: probe it first.
     order = sorted(
         ((str(p), int(c)) for p in precisions for c in ckpts),
-        key=lambda pc: (pc[0] != "fp32" and pc[0] != "tf32", pc[1]),
+        key=lambda pc: (pc[0] not in ("fp32", "fp32_strict", "tf32"), pc[1]),
     )
     # One micro-batch at a time: accumulation keeps the gradients a plain step keeps, so the
     # limit found is the micro-batch's (the global batch may be larger).
@@ -137,6 +140,10 @@ def probe_memory(
         gradient_accumulation_steps=1,
     )
     stop = None if seconds is None else time.monotonic() + seconds
+    if capacity is None:
+        capacity = _worker_capacity(executor, plain.replace(batch_size=sizes[0]), time_limit)
+    if capacity is None:
+        capacity = usable_memory(baseline.device)
     found = _Found(capacity=capacity)
     for i, (precision, ckpt) in enumerate(order):
         key = _key(precision, ckpt)
@@ -195,12 +202,19 @@ def _probe_setting(
     time_limit: float | None,
     verify: bool,
 ) -> bool:
-    """Probe one setting: peaks at the two smallest sizes, a line through them, the largest
-    listed size predicted to fit (verified by training at it where ``verify``). Returns True
-    when even the largest size fits with 2x headroom."""
+    """Probe one setting: peaks at the smallest sizes (a third where the line through the first
+    two says it fits), a line through them, the largest listed size predicted to fit (where
+    ``verify``: trained from one size above it, stepping down). Returns True when even the
+    largest size fits with 2x headroom."""
     capacity = found.capacity
     measured: list[tuple[int, int]] = []
-    for size in sizes[:2]:
+    # A third point on a GPU (the line through two small batches can be off); on a CPU the
+    # process's memory already shows what fits, and no larger batch is trained to prove it.
+    for i, size in enumerate(sizes[: 3 if verify else 2]):
+        if i == 2:
+            slope, intercept = _fit(measured)
+            if intercept + slope * size > capacity:
+                break  # a third point only where it is predicted to fit
         peak = _peak(executor, cfg.replace(batch_size=size), time_limit)
         if peak is None:
             fitting = [s for s in sizes if s < size]
@@ -228,10 +242,12 @@ def _probe_setting(
         found.limits[key] = between or limit
         found.notes.append(f"{key}: largest batch predicted to fit is {between or limit}")
         return False
-    # Verify the prediction, stepping down on out-of-memory.
+    # Verify the prediction from one size above it (a line through small batches can be
+    # pessimistic), stepping down on out-of-memory.
     verified = measured[-1][0]
+    above = [s for s in sizes if s > limit][:1]
     tries = [s for s in sizes if measured[-1][0] < s <= limit] + ([between] if between else [])
-    for size in reversed(tries):
+    for size in reversed(tries + above):
         try:
             peak = _peak(executor, cfg.replace(batch_size=size), time_limit)
         except _ProbeFailed:
@@ -264,11 +280,24 @@ class _ProbeFailed(Exception):
 
 
 def _peak(executor: TrialExecutor, cfg: TrainingConfig, time_limit: float | None) -> int | None:
-    """Peak memory of a few steps and a validation batch at ``cfg``; None when out of memory."""
+    """Peak memory of a few steps and a validation batch at ``cfg``; None when out of memory.
+    On a GPU, the allocator's reserved peak: what the process really took from the device."""
     outcome = executor.run(cfg, PROBE_BUDGET, time_limit=time_limit)
     if outcome.failure is not None and outcome.failure.value == "oom":
         return None
     m = outcome.measurement
     if outcome.failure is not None or m is None or m.peak_memory_bytes is None:
         raise _ProbeFailed(outcome.message or "no memory reading")
-    return int(m.peak_memory_bytes)
+    return max(int(m.peak_memory_bytes), int(m.peak_reserved_bytes or 0))
+
+
+def _worker_capacity(
+    executor: TrialExecutor, cfg: TrainingConfig, time_limit: float | None
+) -> int | None:
+    """Usable device memory as the trial worker sees it (its CUDA context already made), or
+    None without a reading."""
+    outcome = executor.run(cfg, PROBE_BUDGET, time_limit=time_limit)
+    m = outcome.measurement
+    if m is None or m.device_free_bytes is None:
+        return None
+    return int(m.device_free_bytes * SAFETY)

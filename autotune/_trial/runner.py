@@ -31,7 +31,13 @@ from torch.utils.data import DataLoader, Dataset
 from autotune._choices import CompileMode
 from autotune._config import TrainingConfig
 from autotune._trial import apply
-from autotune._trial.failures import Diverged, FailureReason, classify, free_memory
+from autotune._trial.failures import (
+    Diverged,
+    FailureReason,
+    classify,
+    free_memory,
+    poisons_process,
+)
 from autotune._trial.measure import Measurement, MemoryTracker, UtilizationSampler
 from autotune._trial.workload import Workload
 
@@ -43,6 +49,7 @@ __all__ = [
     "Trainer",
     "TrialOutcome",
     "Workload",
+    "cold_compile",
     "evaluate",
     "measure_throughput",
     "reporting_steps",
@@ -143,6 +150,11 @@ class TrialOutcome:
         return self.failure is None
 
     @property
+    def poisoned(self) -> bool:
+        """The trial left its process's CUDA context unusable: no further trial may run there."""
+        return self.failure is FailureReason.DEVICE
+
+    @property
     def metric(self) -> float | None:
         if not self.accuracy:
             return None
@@ -151,16 +163,30 @@ class TrialOutcome:
 
 @contextlib.contextmanager
 def preserved_rng(device: str) -> Iterator[None]:
-    """Restore the torch, numpy and random RNG states on exit: the caller's stay untouched."""
-    cuda = torch.device(device).type == "cuda"
-    devices = [torch.device(device).index or 0] if cuda else []
+    """Restore the torch (CPU and the device's CUDA), numpy and random RNG states on exit: the
+    caller's stay untouched. After a CUDA error that poisoned the process the CUDA state cannot
+    be restored: the error already on its way out says why, so restoring it is skipped."""
+    dev = torch.device(device)
+    index = dev.index or 0
     py_state, np_state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=devices):
-        try:
-            yield
-        finally:
-            random.setstate(py_state)
-            np.random.set_state(np_state)
+    cpu_state = torch.get_rng_state()
+    cuda_state = torch.cuda.get_rng_state(index) if dev.type == "cuda" else None
+    failed = False
+    try:
+        yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+        torch.set_rng_state(cpu_state)
+        if cuda_state is not None:
+            try:
+                torch.cuda.set_rng_state(cuda_state, index)
+            except RuntimeError as exc:
+                if not (failed and poisons_process(exc)):
+                    raise
 
 
 @contextlib.contextmanager
@@ -205,12 +231,18 @@ class Trainer:
         self.optimizer = apply.make_optimizer(cfg, workload.optimizer, self.model.parameters())
         self.scheduler = cfg.lr_scheduler(self.optimizer, cfg.optimizer_steps(total_steps))
         self.scaler = cfg.grad_scaler()
+        self.initial_scale = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
         self.step_count = 0  # optimizer steps made
         self.pending = 0  # micro-batches whose gradients wait for the next optimizer step
+        # CUDA graphs (reduce-overhead, max-autotune) replay into the same output memory: each
+        # step is marked as a new iteration, and the loss kept past it is a copy.
+        self.graphs = apply.uses_cuda_graphs(cfg)
 
     def step(self, batch: Any) -> torch.Tensor:
         """Forward and backward one micro-batch, its loss scaled by 1/k (so k micro-batches
         add up to the gradient of their global batch); the optimizer steps after every k-th."""
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         batch = self.cfg.to_device(batch)
         if self.pending == 0:
             self.optimizer.zero_grad(set_to_none=True)
@@ -222,7 +254,7 @@ class Trainer:
         self.pending += 1
         if self.pending == k:
             self.optimizer_step()
-        return loss.detach()
+        return loss.detach().clone() if self.graphs else loss.detach()
 
     def optimizer_step(self) -> None:
         """Step the optimizer (and the LR schedule) on the gradients accumulated so far; also
@@ -336,6 +368,7 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
     losses = [trainer.step(batch)]
     _synchronize(device)
     first_step_done = time.perf_counter()
+    first_step = first_step_done - start - first_batch_time
     first_graphs = _graphs_compiled()
     _tell("warm-up", 1, warmup)
     for i in range(warmup - 1):
@@ -364,6 +397,7 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
             _synchronize(device)
             chunk_times.append(time.perf_counter() - chunk_start)
             trainer.check(losses)
+    _until_optimizer_state(trainer, batches, memory)
     if budget.eval_peak:
         # A validation batch of the same size: its peak counts too (after the timed region).
         _eval_batch(trainer, cfg, workload)
@@ -379,10 +413,36 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
         epoch_restart=cfg.num_workers > 0 and not cfg.persistent_workers,
         peak_memory_bytes=memory.result(),
         memory_kind=memory.kind,
+        peak_reserved_bytes=memory.reserved(),
+        device_free_bytes=memory.free_at_start,
         gpu_utilization=utilization.mean,
+        gpu_utilization_note=None if utilization.mean is not None else utilization.note,
         # Graphs compiled after the first step: the batches' shapes changed under compile.
         recompiles=_graphs_compiled() - first_graphs if first_graphs > graphs else 0,
+        compile_seconds=(
+            max(0.0, first_step - statistics.median(chunk_times) / chunk_steps)
+            if cfg.compile_mode is not CompileMode.NONE
+            else None
+        ),
     )
+
+
+MAX_SKIPPED_STEPS = 16  # steps the GradScaler may skip in a row before the peak is read
+
+
+def _until_optimizer_state(trainer: Trainer, batches: Iterator[Any], memory: MemoryTracker) -> None:
+    """With fp16 the GradScaler skips every step whose gradients overflow, and the optimizer's
+    state (twice the model's size for Adam) exists only after a step that was taken: a short
+    run (the memory probe's) can end before it, and its peak would be too low. Step on (after
+    the timed region) until the state exists, where the scaler has been skipping."""
+    scaler = trainer.scaler
+    if not scaler.is_enabled() or trainer.optimizer.state:
+        return
+    for _ in range(MAX_SKIPPED_STEPS):
+        if trainer.optimizer.state or scaler.get_scale() >= trainer.initial_scale:
+            return  # a step was taken, or none skipped: this optimizer keeps no state
+        trainer.check([trainer.step(next(batches))])
+        memory.sample()
 
 
 def _eval_batch(trainer: Trainer, cfg: TrainingConfig, workload: Workload) -> None:
@@ -486,12 +546,18 @@ def run_trial(
     runs: list[AccuracyRun] = []
     initial: float | None = None
     failure: tuple[FailureReason, str] | None = None
-    if cfg.compile_mode is not CompileMode.NONE:
+    compiled = cfg.compile_mode is not CompileMode.NONE
+    if compiled:
         # Dynamo's caches are keyed on the model's code, shared by every trial's copy: without a
         # reset, later trials hit the recompile limit and silently fall back to eager.
         torch._dynamo.reset()
     try:
-        with cfg.backends(), seeded(0, cfg.device):
+        with (
+            apply.current_device(cfg.device),
+            cfg.backends(),
+            seeded(0, cfg.device),
+            cold_compile(compiled),
+        ):
             if measurement is None:
                 measurement = measure_throughput(cfg, workload, budget)
             if accuracy is not None and accuracy.initial:
@@ -503,8 +569,13 @@ def run_trial(
         raise
     except Exception as exc:  # any failure inside a trial is recorded, never fatal
         failure = classify(exc)
+    poisoned = failure is not None and failure[0] is FailureReason.DEVICE
     # Outside the except block: its traceback no longer pins the trial's tensors.
-    free_memory(cfg.device)
+    if compiled and not poisoned:
+        # Compiled graphs and CUDA-graph pools of this trial are released now, not held until
+        # the next compiled trial resets them.
+        torch._dynamo.reset()
+    free_memory(cfg.device, poisoned=poisoned)
     return TrialOutcome(
         config=cfg,
         measurement=measurement,
@@ -514,3 +585,24 @@ def run_trial(
         seconds=time.perf_counter() - start,
         initial_metric=initial,
     )
+
+
+@contextlib.contextmanager
+def cold_compile(compiled: bool) -> Iterator[None]:
+    """Compile without the on-disk caches that an earlier trial may have filled: a user's real
+    run compiles cold, so the compile cost a trial records must be the cold one. (Trial
+    workers also get an empty cache directory of their own; see ``isolation``.)"""
+    if not compiled:
+        yield
+        return
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    caches = {
+        "fx_graph_cache": False,
+        "fx_graph_remote_cache": False,
+        "autotune_local_cache": False,
+        "bundled_autotune_remote_cache": False,
+    }
+    with inductor_config.patch(caches), functorch_config.patch(enable_autograd_cache=False):
+        yield

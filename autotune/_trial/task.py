@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from torch.utils.data import Dataset, IterableDataset, Subset, default_collate
 
 from autotune import _refs
 from autotune._errors import ArgumentError, DataError, ModelError
+from autotune._trial.apply import to_device
 
 __all__ = [
     "HookRefs",
@@ -29,8 +31,10 @@ __all__ = [
     "check_dataset",
     "check_model_consumes",
     "checked_task",
+    "cpu_copy",
     "default_optimizer",
     "make_task",
+    "on_accelerator",
     "split_dataset",
 ]
 
@@ -238,19 +242,45 @@ def describe_batch(batch: Any) -> str:
     return type(batch).__name__
 
 
+def cpu_copy(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` on the CPU, made without a second copy where it lives: a model
+    already on the GPU is not doubled in GPU memory (its tensors are copied straight to the
+    CPU; gradients are not copied)."""
+    memo: dict[int, Any] = {}
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        if tensor.device.type != "cpu" and id(tensor) not in memo:
+            clone = tensor.detach().to("cpu", copy=True)
+            if isinstance(tensor, nn.Parameter):
+                clone = nn.Parameter(clone, requires_grad=tensor.requires_grad)
+            memo[id(tensor)] = clone
+    return copy.deepcopy(model, memo)
+
+
+def on_accelerator(item: Any) -> bool:
+    """Whether a dataset item (or batch) holds tensors that are not in CPU memory."""
+    if isinstance(item, torch.Tensor):
+        return item.device.type != "cpu"
+    if isinstance(item, Mapping):
+        return any(on_accelerator(v) for v in item.values())
+    if isinstance(item, list | tuple):
+        return any(on_accelerator(v) for v in item)
+    return False
+
+
 def check_model_consumes(model: nn.Module, dataset: Dataset[Any], task: Task) -> None:
-    """Run one tiny batch through a copy of the model; report shapes if it cannot consume it."""
+    """Run one tiny batch through a CPU copy of the model (wherever the model and the data
+    are: a model already on the GPU is accepted); report shapes if it cannot consume it."""
     n = min(2, len(dataset))  # type: ignore[arg-type]
     collate = task.collate_fn or default_collate
     try:
-        batch = collate([dataset[i] for i in range(n)])
+        batch = to_device(collate([dataset[i] for i in range(n)]), "cpu")
     except Exception as exc:
         raise DataError(
             f"The first {n} items of the dataset cannot be collated into a batch: "
             f"{type(exc).__name__}: {exc}. Pass collate_fn= (--collate on the command line) "
             "to build batches yourself."
         ) from exc
-    probe = copy.deepcopy(model).eval()  # eval: BatchNorm takes a batch of one too
+    probe = cpu_copy(model).eval()  # eval: BatchNorm takes a batch of one too
     try:
         with torch.no_grad():
             outputs, targets = task.forward(probe, batch)

@@ -1,7 +1,8 @@
 """A trial worker: ``python -m autotune._trial.worker FD`` (started by isolation.ProcessExecutor).
 
 It receives the pickled workload over the socket ``FD``, then runs one trial per message and
-sends back its outcome. It never runs the user's ``__main__`` and stops when its parent dies.
+sends back its outcome. It never runs the user's ``__main__`` and stops when its parent dies,
+or after a trial that left its CUDA context unusable.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import sys
 import threading
 import time
 
-from autotune._trial.runner import reporting_steps, run_trial
+import torch
+
+from autotune._trial.failures import FailureReason, classify
+from autotune._trial.runner import TrialOutcome, reporting_steps, run_trial
 
 STEP_INTERVAL = 0.25  # seconds between step messages: a display refreshes 4 times a second
 
@@ -53,6 +57,27 @@ def _preload(modules: tuple[tuple[str, str], ...]) -> None:
         spec.loader.exec_module(module)
 
 
+def warm_up(device: str) -> None:
+    """Make this worker's device current and create its CUDA context, cuBLAS and cuDNN handles
+    before any trial is timed: a fresh worker's first trial must not pay for them in its
+    one-time cost while a reused worker's trials do not."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return
+    torch.cuda.set_device(dev)  # pinning and the bf16 check use the current device
+    x = torch.ones(1, 1, 8, 8, device=dev)
+    # Not cudnn.flags(): it also sets the legacy TF32 flag, which torch 2.13 refuses to mix
+    # with the fp32_precision settings the trials use.
+    benchmark = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        with torch.no_grad():
+            torch.nn.functional.conv2d(x, torch.ones(1, 1, 3, 3, device=dev))
+            (x[0, 0] @ x[0, 0]).sum().item()
+    finally:
+        torch.backends.cudnn.benchmark = benchmark
+
+
 def main(fd: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the search process's to handle
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
@@ -65,6 +90,7 @@ def main(fd: int) -> int:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return 1
     conn.send(("ready", None))
+    warmed: str | None = None
     while True:
         try:
             message = conn.recv()
@@ -73,9 +99,23 @@ def main(fd: int) -> int:
         if message is None:
             return 0
         cfg, budget, accuracy, measured, steps = message
-        with reporting_steps(_StepSender(conn) if steps else None):
-            outcome = run_trial(cfg, workload, budget, accuracy=accuracy, measured=measured)
+        try:
+            if warmed != cfg.device:
+                warm_up(cfg.device)
+                warmed = cfg.device
+            with reporting_steps(_StepSender(conn) if steps else None):
+                outcome = run_trial(cfg, workload, budget, accuracy=accuracy, measured=measured)
+        except Exception as exc:
+            # run_trial records a trial's failures itself; what escapes it (its clean-up
+            # failing after a CUDA error) is reported with its own message, not as an exit code.
+            # Either way the worker's state is unknown: it is replaced.
+            reason, text = classify(exc)
+            if reason is not FailureReason.DEVICE:
+                text = f"the trial's worker failed outside the trial: {text}"
+            outcome = TrialOutcome(config=cfg, failure=FailureReason.DEVICE, message=text)
         conn.send(("outcome", outcome))
+        if outcome.poisoned:
+            return 3  # nothing more can run on this CUDA context
 
 
 if __name__ == "__main__":

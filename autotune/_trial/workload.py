@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import random
 import time
@@ -20,6 +19,7 @@ from autotune._trial.task import (
     Task,
     check_model_consumes,
     checked_task,
+    cpu_copy,
     default_optimizer,
     split_dataset,
 )
@@ -78,7 +78,7 @@ def prepare_workload(
     else:
         train, val, stratified = split_dataset(given, task, val_fraction=val_fraction, seed=seed)
     check_model_consumes(model, train, task)
-    template = copy.deepcopy(model).cpu()
+    template = cpu_copy(model)  # a model on the GPU is not copied there first
     if len(val) > MAX_VAL_ITEMS:  # type: ignore[arg-type]
         # Paired accuracy checks compare configs on the same items: a fixed subset suffices.
         picks = random.Random(seed).sample(range(len(val)), MAX_VAL_ITEMS)  # type: ignore[arg-type]

@@ -1,0 +1,90 @@
+"""Where trials run: which trials get a fresh worker process, and what a compile starts from."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune import TrainingConfig
+from autotune._trial.isolation import (
+    InProcessExecutor,
+    ProcessExecutor,
+    needs_fresh_worker,
+    worker_env,
+)
+from autotune._trial.runner import cold_compile
+from autotune._trial.task import make_task
+from autotune._trial.workload import Workload
+from autotune._verify import _executor as verify_executor
+from autotune.examples import tiny_data, tiny_model
+
+from conftest import FAST_BUDGET
+
+GPU = TrainingConfig(device="cuda:0")
+BENCHMARK = GPU.replace(cudnn_benchmark=True)
+COMPILED = GPU.replace(compile_mode="default")
+
+
+@pytest.mark.parametrize(
+    ("previous", "cfg", "fresh"),
+    [
+        (None, BENCHMARK, False),  # a worker that ran nothing is fresh already
+        (GPU, GPU.replace(batch_size=64), False),  # plain trials share a worker
+        (GPU, BENCHMARK, True),  # an earlier trial fixed the conv plans benchmark would choose
+        (BENCHMARK, GPU, True),  # its autotuned plans would flatter the next trial
+        (COMPILED, GPU, True),  # compiled kernels, CUDA-graph pools
+        (GPU, COMPILED, True),  # a compile starts cold
+        (TrainingConfig(compile_mode="default"), TrainingConfig(), False),  # CPU: no cuDNN
+    ],
+)
+def test_on_cuda_trials_that_keep_state_get_a_fresh_worker(previous, cfg, fresh) -> None:
+    assert needs_fresh_worker(previous, cfg) is fresh
+
+
+def _workload() -> Workload:
+    task = make_task(
+        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
+    )
+    return Workload(model=tiny_model(), train=tiny_data(), val=tiny_data(64), task=task)
+
+
+def test_fresh_each_runs_every_trial_in_a_new_worker() -> None:
+    """What verify's rounds do on a GPU."""
+    executor = ProcessExecutor(_workload(), env=worker_env(), fresh_each=True)
+    try:
+        for _ in range(2):
+            assert executor.run(TrainingConfig(), FAST_BUDGET).ok
+        assert executor.started == 2
+    finally:
+        executor.close()
+    reused = ProcessExecutor(_workload(), env=worker_env())
+    try:
+        for _ in range(2):
+            assert reused.run(TrainingConfig(), FAST_BUDGET).ok
+        assert reused.started == 1
+    finally:
+        reused.close()
+
+
+def test_verify_measures_gpu_rounds_in_fresh_workers_and_cpu_rounds_here() -> None:
+    lines: list[str] = []
+    gpu = verify_executor(_workload(), "cuda:0", lines.append)
+    try:
+        assert isinstance(gpu, ProcessExecutor) and gpu._fresh_each
+    finally:
+        gpu.close()
+    assert isinstance(verify_executor(_workload(), "cpu", lines.append), InProcessExecutor)
+    assert not lines
+
+
+def test_a_compiled_trial_compiles_without_the_on_disk_caches() -> None:
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.fx_graph_cache
+    with cold_compile(True):
+        assert inductor_config.fx_graph_cache is False
+        assert inductor_config.autotune_local_cache is False
+        assert torch._functorch.config.enable_autograd_cache is False
+    assert inductor_config.fx_graph_cache == before
+    with cold_compile(False):
+        assert inductor_config.fx_graph_cache == before
