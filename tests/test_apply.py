@@ -358,3 +358,21 @@ def test_a_cpu_copy_of_a_model_is_independent_and_keeps_its_structure() -> None:
     tied[1].weight = tied[0].weight
     twin = cpu_copy(tied)
     assert twin[1].weight is twin[0].weight  # shared parameters stay shared
+
+
+@pytest.mark.parametrize("warmup", [0.0, 0.05, 0.25, 0.5])
+def test_a_one_cycle_schedule_steps_through_any_number_of_optimizer_steps(warmup) -> None:
+    """A short measurement counted in optimizer steps (batch 64 with accumulation: 2 to 20
+    steps) made OneCycleLR divide by a zero-length warm-up (ZeroDivisionError)."""
+    from autotune import LRSchedule
+    from autotune._trial.apply import lr_scheduler
+
+    for total in range(1, 60):
+        param = nn.Parameter(torch.zeros(2))
+        optimizer = torch.optim.AdamW([param], lr=1e-3)
+        schedule = LRSchedule(kind="one_cycle", peak_lr=1e-3, warmup_fraction=warmup)
+        scheduler = lr_scheduler(schedule, optimizer, total)
+        for _ in range(total):
+            optimizer.step()
+            scheduler.step() if scheduler.last_epoch < scheduler.total_steps - 1 else None
+        assert all(math.isfinite(g["lr"]) for g in optimizer.param_groups)

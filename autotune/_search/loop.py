@@ -47,6 +47,7 @@ __all__ = ["DEFAULT_TIMEOUT", "Search"]
 
 DEFAULT_TIMEOUT = 600.0
 PROBE_SHARE = 0.10  # of the budget, the most the memory probe may take
+GUARD_WAIT = 600.0  # seconds a worker waits for the coordinator's accuracy guard, at most
 MAX_REPEATS = 25  # consecutive proposals of measured configs before the space counts as exhausted
 PROBE_LIMIT = 120.0  # seconds a memory-probe run may take (a few steps) unless trial_timeout
 
@@ -80,6 +81,7 @@ class Search:
         self.memory: MemoryLimits | None = None
         self.baseline: Baseline | None = None
         self.no_checks = False  # the accuracy check was found not to fit the budget
+        self.worker = False  # joined a coordinator's study: it owns the baseline's accuracy runs
 
     @property
     def settings(self) -> SearchSettings:
@@ -151,7 +153,7 @@ class Search:
         self.memory = storage.read_memory(self.bench.study)
         self._apply_memory_limits()
         self.baseline = baseline
-        self.no_checks = baseline.guard is None
+        self.worker = True
         self._status()
         try:
             self.candidates()
@@ -203,7 +205,14 @@ class Search:
                         "the numerics alone"
                     )
                 checks = False if self.no_checks else (True if ledger.guard else None)
+                if self.worker:  # the coordinator measures the baseline's accuracy, not a worker
+                    checks = ledger.guard is not None
                 next_step = policy.next(ledger, used=self._used(ledger), checks=checks)
+                if next_step is None and self._guard_coming(ledger) and waited < GUARD_WAIT:
+                    time.sleep(1.0)  # numerics-free configs all measured: wait for the guard
+                    waited += 1.0
+                    self._reconcile()
+                    continue
                 if next_step is None:
                     self.bench.report("every config of the space has been measured")
                     return
@@ -272,6 +281,15 @@ class Search:
             m = leader.record.measurement
             reserve += self.baseline.confirm_seconds(m.throughput if m is not None else None)
         return reserve
+
+    def _guard_coming(self, ledger: Ledger) -> bool:
+        """Whether this worker should wait for the coordinator's accuracy guard (the space
+        changes the numerics, and the guard is not measured yet) rather than end."""
+        return (
+            self.worker
+            and ledger.guard is None
+            and bool(self.space.numerics_knobs(split_free=self.settings.split_free))
+        )
 
     def _accuracy_check(self) -> None:
         """Measure the baseline's accuracy runs where the space changes the numerics and they

@@ -373,11 +373,17 @@ def lr_scheduler(
     if schedule.kind is ScheduleKind.ONE_CYCLE:
         defaults = optimizer.defaults
         cycle_momentum = "betas" in defaults or float(defaults.get("momentum", 0.0) or 0.0) > 0
+        # OneCycleLR divides by its warm-up's length in steps (pct_start * total - 1): it must
+        # not be zero, as in a short measurement counted in optimizer steps (ZeroDivisionError).
+        total = max(total, 3)
+        pct = min(0.5, max(schedule.warmup_fraction, 0.05))
+        if pct * total < 2:
+            pct = min(0.5, 2 / total)
         return torch.optim.lr_scheduler.OneCycleLR(
             optimizer,
             max_lr=schedule.peak_lr,
             total_steps=total,
-            pct_start=min(0.5, max(schedule.warmup_fraction, 0.05)),
+            pct_start=pct,
             cycle_momentum=cycle_momentum,
         )
     return torch.optim.lr_scheduler.LambdaLR(
