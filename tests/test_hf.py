@@ -17,7 +17,16 @@ from conftest import FAST_BUDGET
 
 transformers = pytest.importorskip("transformers")
 
-SPACE = {"knobs": {"batch_size": [16, 32], "lr_schedule": ["constant", "cosine"]}}
+# Knobs that leave the numerics alone too: a 256-sample check cannot confirm a change of them
+# (the baseline barely learns), and a space of numerics knobs alone then has nothing to try.
+SPACE = {
+    "knobs": {
+        "batch_size": [16, 32],
+        "lr_schedule": ["constant", "cosine"],
+        "num_workers": [0, 1],
+        "intra_op_threads": [None, 1],
+    }
+}
 
 
 def test_a_sequence_classifier_is_tuned_from_the_api_with_no_forward_hook() -> None:
@@ -41,7 +50,8 @@ def test_a_sequence_classifier_is_tuned_from_the_api_with_no_forward_hook() -> N
     assert result.guard is not None and result.guard.metric_name == "accuracy"
     # Accuracy on .logits against labels: a fraction, measured on the validation set.
     assert all(0.0 <= run <= 1.0 for run in result.guard.baseline_runs)
-    assert sum(1 for line in lines if line.startswith("trial ")) == 2
+    # A candidate ran on the dict batches (loader workers: numerics-free, so no check needed).
+    assert sum(1 for line in lines if line.startswith("trial ")) >= 1, lines
     assert not [t for t in result.trials if t.failure is not None], result.trials
 
 

@@ -327,5 +327,7 @@ def test_gpu_memory_probe_reads_capacity_in_the_worker_and_fits_reserved_memory(
     assert limits.capacity == int(10 * 10**9 * SAFETY)  # as the worker saw it
     # A capacity reading, three points, then one size above the predicted limit (128 on the
     # reserved line; 256 on the allocated one), which is out of memory: 128.
-    assert gpu.asked == [16, 16, 32, 64, 256, 128]
-    assert limits.limits == {"fp32/ckpt0": 128}
+    # One size above the prediction first (256: out of memory), then the fitted largest batch
+    # between the listed sizes (208, a multiple of 8), which fits.
+    assert gpu.asked == [16, 16, 32, 64, 256, 208]
+    assert limits.limits == {"fp32/ckpt0": 208}

@@ -208,7 +208,7 @@ class Search:
                 if self.worker:  # the coordinator measures the baseline's accuracy, not a worker
                     checks = ledger.guard is not None
                 next_step = policy.next(ledger, used=self._used(ledger), checks=checks)
-                if next_step is None and self._guard_coming(ledger) and waited < GUARD_WAIT:
+                if next_step is None and _guard_coming(self, ledger, waited):
                     time.sleep(1.0)  # numerics-free configs all measured: wait for the guard
                     waited += 1.0
                     self._reconcile()
@@ -281,15 +281,6 @@ class Search:
             m = leader.record.measurement
             reserve += self.baseline.confirm_seconds(m.throughput if m is not None else None)
         return reserve
-
-    def _guard_coming(self, ledger: Ledger) -> bool:
-        """Whether this worker should wait for the coordinator's accuracy guard (the space
-        changes the numerics, and the guard is not measured yet) rather than end."""
-        return (
-            self.worker
-            and ledger.guard is None
-            and bool(self.space.numerics_knobs(split_free=self.settings.split_free))
-        )
 
     def _accuracy_check(self) -> None:
         """Measure the baseline's accuracy runs where the space changes the numerics and they
@@ -408,3 +399,10 @@ class Search:
             )
             cfg = split
             self.bench.settings = self.settings.replace(baseline=cfg)
+
+
+def _guard_coming(search: Search, ledger: Ledger, waited: float) -> bool:
+    """Whether a worker should wait for the coordinator's accuracy guard (the space changes the
+    numerics, and the guard is not measured yet) rather than end."""
+    numerics = search.space.numerics_knobs(split_free=search.settings.split_free)
+    return search.worker and waited < GUARD_WAIT and ledger.guard is None and bool(numerics)
