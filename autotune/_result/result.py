@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import statistics
 from collections import Counter
@@ -23,7 +24,7 @@ from autotune._result.files import write_text_atomic
 from autotune._result.report import write_report
 from autotune._result.summary import render_summary
 from autotune._search import storage as stored
-from autotune._search.guard import AccuracyGuard
+from autotune._search.guard import AccuracyGuard, Verdict
 from autotune._search.ledger import Ledger, TrialRecord
 from autotune._search.settings import SearchSettings
 from autotune._trial.probe import MemoryLimits
@@ -261,11 +262,23 @@ class SearchResult:
                 "confirmation": t.confirmation.to_dict() if t.confirmation else None,
             }
 
+        chosen = self.winner.projected_time or 0.0
+        rejected = [
+            t
+            for t in self.trials
+            if t.confirmation is not None
+            and t.confirmation.verdict is Verdict.REJECTED
+            and not t.reused
+            and (t.projected_time or math.inf) < chosen
+        ]
+        rejected.sort(key=lambda t: t.projected_time or math.inf)
         return {
             "chosen": self.chosen,
             "safe": answer(self.safe),
             "fast": answer(self.fast),
             "pending": answer(self.pending),
+            # Faster than the chosen answer, but the guard's bound put them beyond tolerance.
+            "rejected": [answer(t) for t in rejected[:3]],
         }
 
     def _point(self, t: TrialRecord) -> dict[str, Any]:

@@ -119,17 +119,33 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
         lines.append(
             f"  fast answer (numerics changed): trial #{fast['trial']}, "
             f"{_x(fast.get('speedup'))}; {name} confirmed over {len(c.get('runs', []))} paired "
-            f"seeds: drop {c.get('drop', 0):+.4f}, resolution ±{c.get('resolution') or 0:.4f}, "
-            f"tolerance {data.get('tolerance'):g}"
+            f"seeds: mean drop {c.get('drop', 0):+.4f}, upper bound {c.get('bound') or 0:+.4f} "
+            f"<= tolerance {data.get('tolerance'):g} at {c.get('confidence') or 0:.1%} "
+            f"confidence ({c.get('looks', 1)} look(s), sequential)"
         )
     lines.append(f"  chosen: the {answers.get('chosen', 'safe')} answer")
     if pending is not None:
         c = pending.get("confirmation") or {}
         why = c.get("settle") or "its check could not be made in the time left"
+        bound = ""
+        if c.get("bound") is not None:
+            bound = (
+                f" (mean drop {c['drop']:+.4f}, upper bound {c['bound']:+.4f} over "
+                f"{len(c.get('runs', []))} seeds, tolerance {data.get('tolerance'):g})"
+            )
         lines.append(
             f"  ! trial #{pending['trial']} ({_x(pending.get('speedup'))}) changes the numerics "
-            f"and passed screening, but its accuracy is not settled: {why}"
+            f"and passed screening, but its accuracy is not settled{bound}: {why}"
         )
+    for r in answers.get("rejected") or []:
+        c = r.get("confirmation") or {}
+        if c.get("lower") is not None:
+            lines.append(
+                f"  trial #{r['trial']} ({_x(r.get('speedup'))}) was faster but rejected: its "
+                f"{name} drop is at least {c['lower']:+.4f} (lower bound over "
+                f"{len(c.get('runs', []))} paired seeds), beyond tolerance "
+                f"{data.get('tolerance'):g}"
+            )
     if guard is None:
         lines.append(
             "  ! no accuracy check was made (no time for the baseline's accuracy runs): only "

@@ -16,7 +16,7 @@ from autotune._errors import ConfigError, DeviceError
 from autotune._search import ranking, storage
 from autotune._search.baseline import SLACK, Baseline, measurement_seconds
 from autotune._search.bench import Bench
-from autotune._search.finish import confirm
+from autotune._search.evidence import confirm
 from autotune._search.ledger import Ledger
 from autotune._search.policy import STAGE_ATTR, Stage, Step
 from autotune._search.progress import search_status, trial_line
@@ -225,7 +225,7 @@ def _confirm_if_leading(bench: Bench, baseline: Baseline, number: int, reserve: 
     """Confirm a candidate that passed screening and leads the answers so far, at once: the
     study then holds it as a verified answer should the search be cut off."""
     ledger = bench.ledger()
-    leader = ledger.unconfirmed_leader()
+    leader = ledger.pending()
     if leader is None or leader.number != number or baseline.guard is None:
         return
     if baseline.guard.repeats < 2:

@@ -5,138 +5,66 @@ rounds, which is where the reported speedup comes from."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from autotune._search import storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
-from autotune._search.guard import Confirmation, Verdict
+from autotune._search.evidence import confirm, evidence_value, p_within, seed_seconds
 from autotune._search.ledger import Entry, Ledger
-from autotune._trial.runner import AccuracyCheck, Budget
+from autotune._trial.runner import Budget
 
-__all__ = ["ROUNDS", "confirm", "confirm_pending", "side_by_side", "side_by_side_seconds"]
+__all__ = ["ROUNDS", "confirm_pending", "side_by_side", "side_by_side_seconds"]
 
 ROUNDS = 3  # side-by-side rounds of the answers and the baseline
 MIN_ROUNDS = 2
-MAX_CONFIRMATIONS = 3  # pending candidates confirmed in turn at the end
-MAX_SEEDS = 8  # an unresolved confirmation is taken again with at most this many seeds
 MAX_STRETCH = 4.0  # the rounds' measurements last at most this many times the search's
 
 
-def confirm(bench: Bench, baseline: Baseline, entry: Entry, *, keep: float = 0.0) -> Confirmation:
-    """Run ``entry``'s config over the baseline's other seeds, pair each run with the
-    baseline's run of the same seed, and file the verdict under its numerics. Where that leaves
-    it unresolved and the seeds that would settle it (both configs' runs of them) fit before the
-    deadline with ``keep`` seconds to spare, they are run and the verdict is taken again."""
-    assert baseline.guard is not None and baseline.accuracy is not None
-    record = entry.record
-    bench.report.trial(f"confirmation of trial #{entry.number}")
-    m = record.measurement
-    throughput = m.throughput if m is not None else None
-    check = AccuracyCheck(
-        samples=baseline.accuracy.samples, seeds=tuple(range(1, baseline.guard.repeats))
-    )
-    outcome = bench.execute(
-        entry.config, accuracy=check, measured=m, expected=baseline.confirm_seconds(throughput)
-    )
-    metric = record.metric
-    if outcome.ok and metric is not None:
-        runs = [metric, *(r.metric for r in outcome.accuracy)]
-        result = baseline.guard.confirm(runs, trial=entry.number, at=bench.deadline.now())
-        result = _more_seeds(bench, baseline, entry, runs, result, keep)
-    else:
-        result = Confirmation(
-            runs=(),
-            verdict=Verdict.REJECTED,
-            failure=outcome.message,
-            trial=entry.number,
-            at=bench.deadline.now(),
-        )
-    storage.file_confirmation(bench.study, bench.ledger().numerics_id(entry.config), result)
-    bench.report(f"confirmation of trial #{entry.number}: {result.verdict} ({result.describe()})")
-    if result.settle:
-        bench.report(f"  to settle it: {result.settle}")
-    return result
-
-
-def _more_seeds(
-    bench: Bench,
-    baseline: Baseline,
-    entry: Entry,
-    runs: list[float],
-    result: Confirmation,
-    keep: float,
-) -> Confirmation:
-    """An unresolved confirmation taken again with the seeds its paired spread says would
-    settle it (up to :data:`MAX_SEEDS`), where they fit: the baseline's runs of the new seeds
-    join its accuracy record (later checks pair with them too), the candidate's join its runs."""
-    need = result.need
-    if result.verdict is not Verdict.UNRESOLVED or need is None or need > MAX_SEEDS:
-        return result
-    assert baseline.accuracy is not None
-    m = entry.record.measurement
-    throughput = m.throughput if m is not None else None
-    have = len(baseline.accuracy.runs)
-    base_seeds = tuple(range(have, need))
-    new_seeds = tuple(range(len(runs), need))
-    cost = baseline.run_seconds() * len(base_seeds) + baseline.run_seconds(throughput) * len(
-        new_seeds
-    )
-    if bench.deadline.past(cost + keep) or not bench.deadline.fits(cost):
-        bench.report(
-            f"trial #{entry.number}: {need} seeds would settle its accuracy (~{cost:.0f} s "
-            "more): they do not fit in the budget"
-        )
-        return result
-    bench.report(f"trial #{entry.number}: unresolved over {len(runs)} seeds; running {need}")
-    samples = baseline.accuracy.samples
-    if base_seeds:
-        more = bench.execute(
-            bench.settings.baseline,
-            accuracy=AccuracyCheck(samples=samples, seeds=base_seeds),
-            measured=baseline.record.measurement,
-            expected=baseline.run_seconds() * len(base_seeds),
-        )
-        if not more.ok:
-            return result
-        acc = baseline.accuracy
-        storage.write_baseline_accuracy(
-            bench.study,
-            dataclasses.replace(
-                acc, runs=(*acc.runs, *more.accuracy), seconds=acc.seconds + more.seconds
-            ),
-        )
-    outcome = bench.execute(
-        entry.config,
-        accuracy=AccuracyCheck(samples=samples, seeds=new_seeds),
-        measured=m,
-        expected=baseline.run_seconds(throughput) * len(new_seeds),
-    )
-    extended = Baseline.of(bench.ledger())
-    if not outcome.ok or extended is None or extended.guard is None:
-        return result
-    runs = [*runs, *(r.metric for r in outcome.accuracy)]
-    return extended.guard.confirm(runs, trial=entry.number, at=bench.deadline.now())
-
-
 def confirm_pending(bench: Bench, baseline: Baseline) -> None:
-    """Confirm the fastest candidate that passed screening and is faster than the answer so
-    far, and the next one if it is rejected, while the budget lasts."""
+    """Spend what the side-by-side rounds leave on the checks that would change the answer:
+    each time the open check of most expected gain per second (see
+    :func:`autotune._search.evidence.evidence_value`), its first look or its next seeds, for as
+    long as its looks fit (a search's last use of its time: see ``persist``)."""
     if baseline.guard is None or baseline.guard.repeats < 2:
         return
-    for _ in range(MAX_CONFIRMATIONS):
-        entry = bench.ledger().unconfirmed_leader()
-        if entry is None:
+    done: set[str] = set()
+    while True:
+        ledger = bench.ledger()
+        current = Baseline.of(ledger) or baseline
+        guard = ledger.guard
+        if guard is None:
             return
-        throughput = entry.record.measurement.throughput if entry.record.measurement else None
-        # The rounds that measure the answers side by side must still fit after it.
-        after = MIN_ROUNDS / ROUNDS * side_by_side_seconds(bench.ledger(), baseline, entry)
-        if bench.deadline.past(baseline.confirm_seconds(throughput) + after):
-            bench.report(
-                f"no time left to confirm trial #{entry.number}'s accuracy over several seeds"
+        best = ledger.best()
+        floor = float(ledger.projected(best) or 0.0) if best is not None else 0.0
+        options: list[tuple[float, Entry, float]] = []
+        for entry in ledger.open_checks(unresolved=True):
+            if ledger.numerics_id(entry.config) in done:
+                continue
+            c = ledger.confirmation(entry)
+            if c is not None and c.need is None:
+                continue  # more seeds would not settle it
+            m = entry.record.measurement
+            first = c is None
+            cost = (
+                current.confirm_seconds(m.throughput if m is not None else None)
+                if first
+                else seed_seconds(current, entry, len(c.runs) if c is not None else 0)
             )
+            drops = guard.paired_drops(c.runs) if c is not None else []
+            speedup = floor / float(ledger.projected(entry) or math.inf) if floor else 1.0
+            value = evidence_value(speedup, p_within(c, guard.tolerance, drops), cost)
+            options.append((value, entry, cost))
+        if not options:
             return
-        if confirm(bench, baseline, entry, keep=after).passed:
-            return
+        _, entry, cost = max(options, key=lambda o: o[0])
+        done.add(ledger.numerics_id(entry.config))
+        # The rounds that measure the answers side by side must still fit after it.
+        after = MIN_ROUNDS / ROUNDS * side_by_side_seconds(ledger, current, entry)
+        if bench.deadline.past(cost + after):
+            bench.report(f"no time left to check trial #{entry.number}'s accuracy (~{cost:.0f} s)")
+            continue
+        confirm(bench, current, entry, keep=after, persist=True)
 
 
 def _contenders(ledger: Ledger, extra: Entry | None = None) -> list[Entry]:

@@ -9,21 +9,29 @@ initial weights and sees the same samples in the same order as the baseline's ru
   variation is bounded by the baseline's own seed-to-seed spread (lenient); once confirmations
   have measured how much paired differences really vary, by that (much tighter, since the
   shared noise cancels), so a clearly worse candidate is not sent to a costly confirmation.
-- **Confirmation** (a candidate about to become the fast answer, as many seeds as the
-  baseline): the mean of the paired differences, and its resolution (one-sided 95%, Student's t
-  on the differences' own spread). *Confirmed*: the drop is within the tolerance and the
-  resolution is finer than it. *Rejected*: the drop is beyond the tolerance, clearly. Otherwise
-  *unresolved*: the check cannot tell, and says what would settle it.
+- **Confirmation**, a sequential non-inferiority test on the mean paired drop ``δ`` (how much
+  worse the candidate is; negative: better). H0: ``δ > tolerance``. At each look (the baseline's
+  seeds first, then more seeds while the search buys them) the one-sided Student-t confidence
+  bounds of the mean paired drop are taken at level ``1 - α_k``: *confirmed* when the upper
+  bound is within the tolerance, *rejected* when the lower bound is beyond it, otherwise
+  *unresolved* (and it says how many seeds would settle it). The looks share the error rate by
+  an alpha-spending rule, ``α_k = α / (k (k + 1))``, whose sum over any number of looks stays
+  below ``α = 1 - CONFIDENCE``: however many times the search looks, a candidate whose true drop
+  is beyond the tolerance is confirmed with probability at most ``α`` (a union bound; the
+  rejections are non-binding, so they cannot raise it). A confirmation states the confidence it
+  achieved: one minus the error spent on its earlier looks and the last look's p-value.
 
 Where the baseline did not learn measurably in its accuracy budget (its metric barely moved
 from the untrained model's), no change of the numerics can be confirmed: every check would
-compare untrained models.
+compare untrained models. Where it moved the *wrong* way (the trained model scores worse than
+the untrained one), the metric cannot be right for the task, and the guard says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -32,22 +40,90 @@ from typing import Any
 from scipy import stats
 
 __all__ = [
+    "ALPHA",
     "AccuracyGuard",
     "AccuracyPlan",
     "Confirmation",
     "Verdict",
+    "look_alpha",
     "plan_accuracy_budget",
+    "spent_alpha",
 ]
 
 CONFIDENCE = 0.95
+ALPHA = 1.0 - CONFIDENCE  # a confirmation's false-accept rate, across all its looks
 ACCURACY_SHARE = 0.25  # of the whole budget, the most the baseline's accuracy runs may take
 TARGET_EPOCHS = 3  # the accuracy budget when time allows: three epochs (and >= 64 steps)
 MIN_STEPS = 8  # baseline steps an accuracy run takes at the least
 LEARNED = 2.0  # the baseline must move its metric by this many of its own spreads (std) to learn
+MAX_NEED = 10_000  # seeds beyond which an unresolved check counts as unsettleable
 
 
+@functools.lru_cache(maxsize=4096)
 def _t_quantile(q: float, dof: int) -> float:
     return float(stats.t.ppf(q, dof))
+
+
+def look_alpha(look: int) -> float:
+    """The error rate the ``look``-th look (1, 2, ...) of a confirmation may spend."""
+    return ALPHA / (look * (look + 1))
+
+
+def spent_alpha(looks: int) -> float:
+    """The error rate ``looks`` looks have spent in all: ``α (1 - 1 / (looks + 1))`` < ``α``."""
+    return ALPHA * looks / (looks + 1)
+
+
+def paired_bounds(drops: Sequence[float], look: int) -> tuple[float, float, float]:
+    """(mean, lower, upper): the mean paired drop and its one-sided confidence bounds at the
+    ``look``-th look's level (infinite with fewer than two pairs)."""
+    mean = statistics.fmean(drops)
+    n = len(drops)
+    if n < 2:
+        return mean, -math.inf, math.inf
+    half = _t_quantile(1.0 - look_alpha(look), n - 1) * statistics.stdev(drops) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def p_inferior(drops: Sequence[float], tolerance: float) -> float:
+    """The one-sided p-value of H0 ``δ >= tolerance`` (Student's t on the paired drops): small
+    when the drops are clearly within the tolerance."""
+    n = len(drops)
+    mean = statistics.fmean(drops)
+    if n < 2:
+        return 1.0
+    se = statistics.stdev(drops) / math.sqrt(n)
+    if se == 0.0:
+        return 0.0 if mean < tolerance else 1.0
+    return float(stats.t.sf((tolerance - mean) / se, n - 1))
+
+
+def seeds_to_settle(drops: Sequence[float], tolerance: float, look: int) -> int | None:
+    """The fewest seeds with which the ``look``-th look would settle the check (either way),
+    were the drops' mean and spread to hold; None beyond :data:`MAX_NEED` (a drop at the
+    tolerance itself never settles)."""
+    n = len(drops)
+    if n < 2:
+        return None
+    gap = abs(statistics.fmean(drops) - tolerance)
+    sd = statistics.stdev(drops)
+    if sd == 0.0:
+        return n if gap > 0 else None
+    if gap == 0.0:
+        return None
+
+    def settles(m: int) -> bool:
+        return _t_quantile(1.0 - look_alpha(look), m - 1) * sd / math.sqrt(m) < gap
+
+    if not settles(MAX_NEED):
+        return None
+    lo, hi = max(2, n), MAX_NEED  # settles(hi); the bound shrinks as seeds grow
+    if settles(lo):
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if settles(mid) else (mid, hi)
+    return hi
 
 
 class Verdict(str, enum.Enum):
@@ -61,18 +137,25 @@ class Verdict(str, enum.Enum):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Confirmation:
-    """A candidate's accuracy checked over several seeds, paired with the baseline's runs:
-    ``drop`` is the mean paired drop, ``resolution`` the smallest drop its runs can tell from
-    noise. A confirmation whose runs failed carries the ``failure`` message."""
+    """A candidate's accuracy checked over several seeds, paired with the baseline's runs, at
+    its ``looks``-th look: ``drop`` is the mean paired drop, ``bound`` its upper confidence
+    bound (``lower`` its lower one) at that look's level, ``resolution`` their half-width, and
+    ``confidence`` what a confirmation achieved across its looks. A confirmation whose runs
+    failed carries the ``failure`` message."""
 
     runs: tuple[float, ...]  # the candidate's metric per seed (0, 1, ...)
     verdict: Verdict
     mean: float | None = None
     drop: float | None = None
     resolution: float | None = None
+    bound: float | None = None  # upper confidence bound of the mean paired drop
+    lower: float | None = None  # lower confidence bound of the mean paired drop
+    looks: int = 1  # the looks taken at this candidate (each one spends part of the error rate)
+    confidence: float | None = None  # achieved by a confirmation, across its looks
+    tolerance: float | None = None
     failure: str | None = None
     settle: str | None = None  # what would settle an unresolved check
-    need: int | None = None  # seeds that would resolve the tolerance, at the pairs' spread
+    need: int | None = None  # seeds that would settle it at the next look, at the pairs' spread
     trial: int | None = None  # the trial it checked
     at: float | None = None  # wall-clock time it was filed
 
@@ -85,8 +168,9 @@ class Confirmation:
             "runs": list(self.runs),
             "verdict": self.verdict.value,
             "passed": self.passed,
+            "looks": self.looks,
         }
-        for key in ("mean", "drop", "resolution", "failure", "settle", "need", "trial", "at"):
+        for key in _OPTIONAL:
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -96,24 +180,31 @@ class Confirmation:
         return cls(
             runs=tuple(float(r) for r in data.get("runs") or ()),
             verdict=Verdict(data["verdict"]),
-            mean=data.get("mean"),
-            drop=data.get("drop"),
-            resolution=data.get("resolution"),
-            failure=data.get("failure"),
-            settle=data.get("settle"),
-            need=data.get("need"),
-            trial=data.get("trial"),
-            at=data.get("at"),
+            looks=int(data.get("looks") or 1),
+            **{key: data.get(key) for key in _OPTIONAL},
         )
 
     def describe(self) -> str:
         if self.drop is None:
             return str(self.failure)
-        resolution = "unknown" if self.resolution is None else f"±{self.resolution:.4f}"
-        return (
-            f"mean paired drop {self.drop:+.4f} over {len(self.runs)} seeds, resolution "
-            f"{resolution}"
-        )
+        text = f"mean paired drop {self.drop:+.4f} over {len(self.runs)} seeds"
+        if self.bound is None or self.lower is None:
+            return f"{text}, no confidence bound (one seed)"
+        level = 1.0 - look_alpha(self.looks)
+        text += f", upper bound {self.bound:+.4f} ({level:.1%} one-sided, look {self.looks})"
+        if self.tolerance is not None:
+            text += f" against tolerance {self.tolerance:g}"
+        if self.confidence is not None:
+            text += f": within it at {self.confidence:.1%} confidence"
+        elif self.verdict is Verdict.REJECTED:
+            text += f"; lower bound {self.lower:+.4f}, beyond it"
+        return text
+
+
+_OPTIONAL = (
+    "mean", "drop", "resolution", "bound", "lower", "confidence", "tolerance", "failure",
+    "settle", "need", "trial", "at",
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -143,16 +234,27 @@ class AccuracyGuard:
         """Sample standard deviation of the baseline's metric across data-order seeds."""
         return statistics.stdev(self.baseline_runs) if self.repeats > 1 else 0.0
 
+    def _moved(self) -> float:
+        """How far training moved the baseline's metric from the untrained model's, in its own
+        spreads (positive: better), with a floor for a spread of zero."""
+        if self.initial_metric is None or not math.isfinite(self.initial_metric):
+            return math.inf
+        floor = 1e-6 * max(1.0, abs(self.initial_metric))
+        return self.drop(self.initial_metric) / max(self.spread, floor)
+
     @property
     def learned(self) -> bool:
         """Whether the baseline's metric moved from the untrained model's by more than twice
         its own seed-to-seed spread: only then do its accuracy runs tell a config that trains
         from one that does not (a budget too short to learn leaves every config at the
         untrained metric, and every check would pass)."""
-        if self.initial_metric is None or not math.isfinite(self.initial_metric):
-            return True
-        floor = 1e-6 * max(1.0, abs(self.initial_metric))
-        return self.drop(self.initial_metric) > max(LEARNED * self.spread, floor)
+        return self._moved() > LEARNED
+
+    @property
+    def wrong_way(self) -> bool:
+        """Whether training made the baseline's metric clearly *worse* than the untrained
+        model's: a metric that cannot be right for the task (while the loss falls)."""
+        return self._moved() < -LEARNED
 
     def drop(self, metric: float) -> float:
         """How much worse than the baseline's mean ``metric`` is (negative: better)."""
@@ -163,6 +265,10 @@ class AccuracyGuard:
         base = self.baseline_runs[seed] if seed < self.repeats else self.baseline_metric
         diff = base - metric
         return diff if self.higher_is_better else -diff
+
+    def paired_drops(self, runs: Sequence[float]) -> list[float]:
+        """The candidate's ``runs`` (seeds 0, 1, ...) less the baseline's run of each seed."""
+        return [self._paired_drop(seed, m) for seed, m in enumerate(runs)]
 
     @property
     def screening_margin(self) -> float:
@@ -184,7 +290,7 @@ class AccuracyGuard:
         ``confirmations`` (those with two or more finite runs) measured."""
         spreads: list[tuple[float, int]] = []
         for c in confirmations:
-            drops = [self._paired_drop(seed, m) for seed, m in enumerate(c.runs)]
+            drops = self.paired_drops(c.runs)
             if len(drops) > 1 and all(math.isfinite(d) for d in drops):
                 spreads.append((statistics.stdev(drops), len(drops) - 1))
         if not spreads:
@@ -199,47 +305,55 @@ class AccuracyGuard:
         return self._paired_drop(seed, metric) - self.screening_margin
 
     def confirm(
-        self, runs: Sequence[float], *, trial: int | None = None, at: float | None = None
+        self,
+        runs: Sequence[float],
+        *,
+        looks: int = 1,
+        trial: int | None = None,
+        at: float | None = None,
     ) -> Confirmation:
-        """Compare ``runs`` (the candidate's metric for seeds 0, 1, ...) with the baseline's
-        runs of the same seeds, pair by pair."""
-        drops = [self._paired_drop(seed, m) for seed, m in enumerate(runs)]
+        """The ``looks``-th look at ``runs`` (the candidate's metric for seeds 0, 1, ...),
+        paired with the baseline's runs of the same seeds: the sequential non-inferiority test
+        of the module's docstring."""
+        drops = self.paired_drops(runs)
         mean = statistics.fmean(runs)
+        base = Confirmation(
+            runs=tuple(runs), verdict=Verdict.REJECTED, looks=looks, tolerance=self.tolerance,
+            mean=mean, trial=trial, at=at,
+        )  # fmt: skip
         if not all(math.isfinite(d) for d in drops):
-            return Confirmation(
-                runs=tuple(runs), verdict=Verdict.REJECTED, mean=mean, drop=math.inf,
-                failure="a run's metric is not finite", trial=trial, at=at,
-            )  # fmt: skip
-        drop = statistics.fmean(drops)
-        n = len(drops)
-        resolution = math.inf
-        if n > 1:
-            resolution = _t_quantile(CONFIDENCE, n - 1) * statistics.stdev(drops) / math.sqrt(n)
+            return dataclasses.replace(base, drop=math.inf, failure="a run's metric is not finite")
+        drop, lower, upper = paired_bounds(drops, looks)
         tol = self.tolerance
-        if drop - resolution > tol or (drop > tol and resolution <= tol):
+        confidence = None
+        if lower > tol:
             verdict = Verdict.REJECTED
-        elif drop <= tol and resolution <= tol and self.learned:
+        elif upper <= tol and self.learned:
             verdict = Verdict.CONFIRMED
+            confidence = 1.0 - (spent_alpha(looks - 1) + p_inferior(drops, tol))
         else:
             verdict = Verdict.UNRESOLVED
         settle, need = None, None
         if verdict is Verdict.UNRESOLVED:
-            settle, need = self._settle(drops)
-        return Confirmation(
-            runs=tuple(runs),
+            settle, need = self._settle(drops, looks)
+        finite = math.isfinite(upper)
+        return dataclasses.replace(
+            base,
             verdict=verdict,
-            mean=mean,
             drop=drop,
-            resolution=resolution if math.isfinite(resolution) else None,
+            resolution=upper - drop if finite else None,
+            bound=upper if finite else None,
+            lower=lower if finite else None,
+            confidence=confidence,
             settle=settle,
             need=need,
-            trial=trial,
-            at=at,
         )
 
-    def _settle(self, drops: Sequence[float]) -> tuple[str, int | None]:
-        """What would settle an unresolved check, and how many seeds (None: more seeds would
-        not do it)."""
+    def _settle(self, drops: Sequence[float], looks: int) -> tuple[str, int | None]:
+        """What would settle an unresolved check, and how many seeds at the next look (None:
+        more seeds would not do it)."""
+        if self.wrong_way:
+            return self._wrong_way_advice(), None
         if not self.learned:
             return (
                 f"the baseline's {self.metric_name} barely moved from the untrained model's in "
@@ -249,20 +363,33 @@ class AccuracyGuard:
         if len(drops) < 2:
             return "accuracy_repeats >= 2 would let the check measure its own noise", None
         sd = statistics.stdev(drops)
-        need = len(drops)
-        while need < 1000 and (
-            _t_quantile(CONFIDENCE, need - 1) * sd / math.sqrt(need) > self.tolerance
-        ):
-            need += 1
+        need = seeds_to_settle(drops, self.tolerance, looks + 1)
+        if need is None:
+            return (
+                f"its mean paired drop {statistics.fmean(drops):+.4f} sits at the tolerance "
+                f"{self.tolerance:g} (pairs vary by ±{sd:.4f}): no practical number of seeds "
+                "would tell; a longer accuracy budget might"
+            ), None
         return (
             f"the paired differences vary by ±{sd:.4f}: about {need} seeds "
-            f"(accuracy_repeats={need}), or a longer accuracy budget, would resolve a drop of "
-            f"{self.tolerance:g}"
+            f"(accuracy_repeats={need}), or a longer accuracy budget, would settle it against "
+            f"the tolerance {self.tolerance:g}"
         ), need
 
+    def _wrong_way_advice(self) -> str:
+        return (
+            f"the baseline's {self.metric_name} got worse as it trained (untrained model "
+            f"{self.initial_metric:.4f}, trained {self.baseline_metric:.4f} ± {self.spread:.4f}): "
+            "it cannot be the right metric for this task. Pass the one you judge the model by: "
+            "metric='loss' (--metric loss) for the model's loss, or metric=your_fn "
+            "(--metric MODULE:FUNCTION) with metric_name= and higher_is_better="
+        )
+
     def advice(self) -> str | None:
+        if self.wrong_way:
+            return self._wrong_way_advice()
         if not self.learned:
-            return self._settle([])[0]
+            return self._settle([], 1)[0]
         if self.repeats < 2:
             return (
                 "The baseline was trained with one data-order seed; use accuracy_repeats >= 2 "
@@ -280,10 +407,16 @@ class AccuracyGuard:
             "baseline_spread": self.spread,
             "initial_metric": self.initial_metric,
             "learned": self.learned,
+            "wrong_way": self.wrong_way,
             "screening_margin": self.screening_margin,
             "paired_spread": self.paired_spread,
             "accuracy_samples": self.accuracy_samples,
             "paired": True,
+            "test": (
+                f"sequential non-inferiority: confirmed when the one-sided upper bound of the "
+                f"mean paired drop is within the tolerance; look k at level 1 - {ALPHA:g}/(k(k+1))"
+                f", at most {ALPHA:g} false accepts across all looks"
+            ),
             "advice": self.advice(),
         }
 

@@ -29,8 +29,6 @@ from autotune._trial.runner import AccuracyRun
 
 __all__ = ["Entry", "Ledger", "TrialRecord", "make_guard"]
 
-HOPELESS = 3  # an unresolved check that needs more than this many times the seeds settles nothing
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrialRecord:
@@ -301,10 +299,10 @@ class Ledger:
                 out.append(e)
         return out[:top]
 
-    def pending(self, *, unresolved: bool = False) -> Entry | None:
-        """The fastest candidate faster than the chosen answer that passed screening and has
-        no confirmation yet (with ``unresolved``: or one that could not settle): the check
-        that is pending, or that a longer budget would settle."""
+    def open_checks(self, *, unresolved: bool = False) -> list[Entry]:
+        """The candidates faster than the chosen answer that passed screening and have no
+        confirmation yet (with ``unresolved``: or one that could not settle yet), fastest
+        first: the checks that would change the answer if they confirmed."""
         best = self.best()
         floor = float(self.projected(best) or math.inf) if best is not None else math.inf
 
@@ -322,11 +320,12 @@ class Ledger:
             and open_check(e)
             and float(self.projected(e) or math.inf) < floor
         ]
-        return min(waiting, key=lambda e: float(self.projected(e) or 0.0), default=None)
+        return sorted(waiting, key=lambda e: float(self.projected(e) or math.inf))
 
-    def unconfirmed_leader(self) -> Entry | None:
-        """The pending check to make next: see :meth:`pending`."""
-        return self.pending()
+    def pending(self, *, unresolved: bool = False) -> Entry | None:
+        """The fastest of :meth:`open_checks`: the check that is pending, or (with
+        ``unresolved``) that more evidence would settle."""
+        return next(iter(self.open_checks(unresolved=unresolved)), None)
 
     def metric_of(self, entry: Entry) -> float | None:
         """Its validation metric: its own runs (the confirmation's mean where confirmed), the
@@ -360,20 +359,11 @@ class Ledger:
 
     @property
     def checks_hopeless(self) -> bool:
-        """Whether the accuracy checks cannot settle anything at this budget: none confirmed,
-        and one left unresolved that only many times the baseline's seeds (or a longer
-        accuracy budget) would settle. Further candidates are then not worth confirming."""
-        if self.guard is None:
-            return False
-        verdicts = list(self.confirmations.values())
-        if any(c.passed for c in verdicts):
-            return False
-        if not self.guard.learned:
-            return True
-        limit = HOPELESS * self.guard.repeats
-        return any(
-            c.verdict is Verdict.UNRESOLVED and (c.need is None or c.need > limit) for c in verdicts
-        )
+        """Whether the accuracy checks cannot settle anything: the baseline did not learn
+        measurably in its accuracy budget (or its metric moved the wrong way), so every check
+        would compare untrained models. (How many seeds a check needs is the budget's to
+        decide, not a rule's: see :mod:`autotune._search.evidence`.)"""
+        return self.guard is not None and not self.guard.learned
 
     def first_win_at(self) -> float | None:
         """When the first answer faster than the baseline (beyond a tie) was verified: a safe

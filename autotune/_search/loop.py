@@ -195,9 +195,9 @@ class Search:
                 if ledger.checks_hopeless and not self.no_checks:
                     self.no_checks = True
                     why = (
-                        "the baseline did not learn measurably in its accuracy budget"
-                        if ledger.guard is not None and not ledger.guard.learned
-                        else "a confirmation left unresolved needs many more seeds"
+                        "its metric got worse as the baseline trained"
+                        if ledger.guard is not None and ledger.guard.wrong_way
+                        else "the baseline did not learn measurably in its accuracy budget"
                     )
                     self.bench.report(
                         f"accuracy guard: its checks cannot settle a change of the numerics at "
@@ -276,7 +276,7 @@ class Search:
         screening, and the side-by-side rounds of the answers so far."""
         assert self.baseline is not None
         reserve = side_by_side_seconds(ledger, self.baseline)
-        leader = ledger.unconfirmed_leader()
+        leader = ledger.pending()
         if leader is not None:
             m = leader.record.measurement
             reserve += self.baseline.confirm_seconds(m.throughput if m is not None else None)

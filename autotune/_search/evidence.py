@@ -1,0 +1,198 @@
+"""Evidence bought from the budget: a candidate's accuracy confirmed look by look, each look
+adding paired seeds (the candidate's run and the baseline's run of each new seed), for as long
+as the check is unresolved and the seeds that would settle it fit before the deadline.
+
+No fixed number of seeds stands: how many a look adds follows from what the runs show (the
+paired drops' mean and spread say how many seeds would settle the check; see
+:func:`autotune._search.guard.seeds_to_settle`), capped only by the time left and by
+:data:`STEP`, so a first estimate from a few seeds is checked by a look before it is trusted
+with most of the budget. Every look spends part of the guard's error rate (see
+:mod:`autotune._search.guard`), which is why a look that fits goes straight to the seeds that
+would settle it rather than one seed at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from autotune._search import storage
+from autotune._search.baseline import Baseline
+from autotune._search.bench import Bench
+from autotune._search.guard import Confirmation, Verdict, p_inferior
+from autotune._search.ledger import Entry
+from autotune._trial.runner import AccuracyCheck
+
+__all__ = ["STEP", "confirm", "evidence_value", "next_target"]
+
+STEP = 4  # a look adds at most this many times the seeds the check already has
+
+
+def next_target(
+    n: int, need: int | None, cost: float, left: float | None, *, persist: bool
+) -> int | None:
+    """How many seeds the next look should have: ``need`` (the seeds that would settle it, were
+    the runs' mean and spread to hold), at most :data:`STEP` times ``n``, where ``cost`` (the
+    seconds of one more paired seed) times the new seeds fits in ``left`` seconds (None: no
+    limit). Where ``need`` does not fit, a search that ``persist``\\ s (its last use of the time
+    left) takes as many seeds as fit, at least one more; one that does not, none (the check
+    waits: other candidates may be the better use of the time). None: no look."""
+    if need is None or need <= n:
+        return None
+    target = min(need, STEP * max(n, 1))
+    if left is None:
+        return target
+    fit = n + math.floor(max(0.0, left) / max(cost, 1e-9))
+    if fit >= target:
+        return target
+    if persist and need <= n * 1000 and fit > n:
+        return fit
+    return None
+
+
+def evidence_value(speedup: float, p_within: float, seconds: float) -> float:
+    """Expected gain per second of settling a check: the time the candidate would save over
+    the answer so far (``speedup`` over it, less one), times how likely the check is to
+    confirm it (``p_within``), per ``seconds`` of the next look."""
+    return max(0.0, speedup - 1.0) * p_within / max(seconds, 1e-9)
+
+
+def p_within(confirmation: Confirmation | None, tolerance: float, drops: list[float]) -> float:
+    """How likely a check is to end confirmed, from what its runs show: one minus the p-value
+    of "the drop is beyond the tolerance" (an even chance before any runs)."""
+    if confirmation is None or len(drops) < 2:
+        return 0.5
+    return 1.0 - p_inferior(drops, tolerance)
+
+
+def seed_seconds(baseline: Baseline, entry: Entry, seed: int) -> float:
+    """Seconds one more paired seed costs: the candidate's run, and the baseline's where it
+    has no run of that seed yet."""
+    m = entry.record.measurement
+    candidate = baseline.run_seconds(m.throughput if m is not None else None)
+    have = len(baseline.accuracy.runs) if baseline.accuracy is not None else 0
+    return candidate + (baseline.run_seconds() if seed >= have else 0.0)
+
+
+def confirm(
+    bench: Bench, baseline: Baseline, entry: Entry, *, keep: float = 0.0, persist: bool = False
+) -> Confirmation:
+    """Check ``entry``'s accuracy against the baseline's, look by look, and file the verdict
+    under its numerics. The first look pairs its runs with the baseline's seeds; an unresolved
+    check continues (also from a check filed earlier) with the seeds :func:`next_target` says,
+    while they fit before the deadline with ``keep`` seconds to spare."""
+    assert baseline.guard is not None and baseline.accuracy is not None
+    earlier = bench.ledger().confirmation(entry)
+    if earlier is not None and earlier.verdict is Verdict.UNRESOLVED and len(earlier.runs) > 1:
+        result = earlier
+        bench.report(
+            f"trial #{entry.number}: its accuracy check is unresolved after {len(earlier.runs)} "
+            "seeds; buying more"
+        )
+    else:
+        bench.report.trial(f"confirmation of trial #{entry.number}")
+        result = _first_look(bench, baseline, entry)
+        _file(bench, entry, result)
+    while result.verdict is Verdict.UNRESOLVED and result.failure is None:
+        current = Baseline.of(bench.ledger()) or baseline
+        n = len(result.runs)
+        left = bench.deadline.left()
+        target = next_target(
+            n,
+            result.need,
+            seed_seconds(current, entry, n),
+            None if left is None else left - keep,
+            persist=persist,
+        )
+        if target is None:
+            if result.need is not None:
+                cost = sum(seed_seconds(current, entry, s) for s in range(n, result.need))
+                bench.report(
+                    f"trial #{entry.number}: {result.need} seeds would settle its accuracy "
+                    f"(~{cost:.0f} s more): they do not fit in the time left"
+                )
+            break
+        bench.report(f"trial #{entry.number}: unresolved over {n} seeds; running {target}")
+        more = _more_seeds(bench, current, entry, result, target)
+        if more is None:
+            break
+        result = more
+        _file(bench, entry, result)  # at every look: a search cut off keeps what it bought
+    bench.report(f"confirmation of trial #{entry.number}: {result.verdict} ({result.describe()})")
+    if result.settle:
+        bench.report(f"  to settle it: {result.settle}")
+    return result
+
+
+def _first_look(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
+    """The candidate over the baseline's other seeds (seed 0 was its screening run)."""
+    assert baseline.guard is not None and baseline.accuracy is not None
+    record = entry.record
+    m = record.measurement
+    throughput = m.throughput if m is not None else None
+    check = AccuracyCheck(
+        samples=baseline.accuracy.samples, seeds=tuple(range(1, baseline.guard.repeats))
+    )
+    outcome = bench.execute(
+        entry.config, accuracy=check, measured=m, expected=baseline.confirm_seconds(throughput)
+    )
+    metric = record.accuracy[0].metric if record.accuracy else None
+    if not outcome.ok or metric is None:
+        return Confirmation(
+            runs=(),
+            verdict=Verdict.REJECTED,
+            failure=outcome.message,
+            trial=entry.number,
+            at=bench.deadline.now(),
+        )
+    runs = [metric, *(r.metric for r in outcome.accuracy)]
+    return baseline.guard.confirm(runs, looks=1, trial=entry.number, at=bench.deadline.now())
+
+
+def _file(bench: Bench, entry: Entry, result: Confirmation) -> None:
+    storage.file_confirmation(bench.study, bench.ledger().numerics_id(entry.config), result)
+
+
+def _more_seeds(
+    bench: Bench, baseline: Baseline, entry: Entry, last: Confirmation, target: int
+) -> Confirmation | None:
+    """The look after ``last``: seeds ``len(last.runs)`` to ``target - 1`` for the candidate,
+    and for the baseline where it has no run of them yet (its new runs join its accuracy
+    record, which later checks pair with too). None: a run failed (the last look stands)."""
+    assert baseline.accuracy is not None
+    runs = last.runs
+    m = entry.record.measurement
+    throughput = m.throughput if m is not None else None
+    samples = baseline.accuracy.samples
+    have = len(baseline.accuracy.runs)
+    base_seeds = tuple(range(have, target))
+    new_seeds = tuple(range(len(runs), target))
+    if base_seeds:
+        more = bench.execute(
+            bench.settings.baseline,
+            accuracy=AccuracyCheck(samples=samples, seeds=base_seeds),
+            measured=baseline.record.measurement,
+            expected=baseline.run_seconds() * len(base_seeds),
+        )
+        if not more.ok:
+            return None
+        acc = baseline.accuracy
+        storage.write_baseline_accuracy(
+            bench.study,
+            dataclasses.replace(
+                acc, runs=(*acc.runs, *more.accuracy), seconds=acc.seconds + more.seconds
+            ),
+        )
+    outcome = bench.execute(
+        entry.config,
+        accuracy=AccuracyCheck(samples=samples, seeds=new_seeds),
+        measured=m,
+        expected=baseline.run_seconds(throughput) * len(new_seeds),
+    )
+    extended = Baseline.of(bench.ledger())
+    if not outcome.ok or extended is None or extended.guard is None:
+        return None
+    all_runs = [*runs, *(r.metric for r in outcome.accuracy)]
+    return extended.guard.confirm(
+        all_runs, looks=last.looks + 1, trial=entry.number, at=bench.deadline.now()
+    )
