@@ -26,28 +26,34 @@ from autotune._trial.runner import AccuracyCheck
 __all__ = ["STEP", "confirm", "evidence_value", "next_target"]
 
 STEP = 4  # a look adds at most this many times the seeds the check already has
+UNTIMED_SEEDS = 32  # with no time budget (n_trials only), a check's seeds at the most
 
 
 def next_target(
-    n: int, need: int | None, cost: float, left: float | None, *, persist: bool
+    n: int, need: int | None, cost: float, left: float | None, *, spare: float | None = None
 ) -> int | None:
     """How many seeds the next look should have: ``need`` (the seeds that would settle it, were
     the runs' mean and spread to hold), at most :data:`STEP` times ``n``, where ``cost`` (the
     seconds of one more paired seed) times the new seeds fits in ``left`` seconds (None: no
-    limit). Where ``need`` does not fit, a search that ``persist``\\ s (its last use of the time
-    left) takes as many seeds as fit, at least one more; one that does not, none (the check
-    waits: other candidates may be the better use of the time). None: no look."""
-    if need is None or need <= n:
+    time budget). Where ``need`` does not fit, a search spending its last time on the check
+    takes as many seeds as fit in ``spare`` seconds (a step that is not expected to settle the
+    check needs no time kept for measuring it as an answer), at least one more, even where no
+    number of seeds is expected to settle it (``need`` None: the mean may still move, and
+    there is nothing better to spend on); with no ``spare``, none: the check waits, as other
+    candidates may be the better use of the time.
+    With no time budget (``n_trials`` only), at most :data:`UNTIMED_SEEDS`. None: no look."""
+    if need is not None and need <= n:
         return None
-    target = min(need, STEP * max(n, 1))
+    target = STEP * max(n, 1) if need is None else min(need, STEP * max(n, 1))
     if left is None:
+        target = min(target, UNTIMED_SEEDS)
+        return target if target > n and need is not None else None
+    if need is not None and n + math.floor(max(0.0, left) / max(cost, 1e-9)) >= target:
         return target
-    fit = n + math.floor(max(0.0, left) / max(cost, 1e-9))
-    if fit >= target:
-        return target
-    if persist and need <= n * 1000 and fit > n:
-        return fit
-    return None
+    if spare is None:
+        return None
+    fit = min(target, n + math.floor(max(0.0, spare) / max(cost, 1e-9)))
+    return fit if fit > n else None
 
 
 def evidence_value(speedup: float, p_within: float, seconds: float) -> float:
@@ -75,12 +81,18 @@ def seed_seconds(baseline: Baseline, entry: Entry, seed: int) -> float:
 
 
 def confirm(
-    bench: Bench, baseline: Baseline, entry: Entry, *, keep: float = 0.0, persist: bool = False
+    bench: Bench,
+    baseline: Baseline,
+    entry: Entry,
+    *,
+    keep: float = 0.0,
+    persist: float | None = None,
 ) -> Confirmation:
     """Check ``entry``'s accuracy against the baseline's, look by look, and file the verdict
     under its numerics. The first look pairs its runs with the baseline's seeds; an unresolved
     check continues (also from a check filed earlier) with the seeds :func:`next_target` says,
-    while they fit before the deadline with ``keep`` seconds to spare."""
+    while they fit before the deadline with ``keep`` seconds to spare. ``persist``: the search's
+    last use of its time, keeping only that many seconds for steps that would not settle it."""
     assert baseline.guard is not None and baseline.accuracy is not None
     earlier = bench.ledger().confirmation(entry)
     if earlier is not None and earlier.verdict is Verdict.UNRESOLVED and len(earlier.runs) > 1:
@@ -102,14 +114,20 @@ def confirm(
             result.need,
             seed_seconds(current, entry, n),
             None if left is None else left - keep,
-            persist=persist,
+            spare=None if left is None or persist is None else left - persist,
         )
         if target is None:
-            if result.need is not None:
+            if result.need is not None and result.need > n:
                 cost = sum(seed_seconds(current, entry, s) for s in range(n, result.need))
+                why = (
+                    f"a search with no time budget spends at most {UNTIMED_SEEDS} seeds on a "
+                    "check (pass timeout= to let it buy more)"
+                    if left is None
+                    else "they do not fit in the time left"
+                )
                 bench.report(
                     f"trial #{entry.number}: {result.need} seeds would settle its accuracy "
-                    f"(~{cost:.0f} s more): they do not fit in the time left"
+                    f"(~{cost:.0f} s more): {why}"
                 )
             break
         bench.report(f"trial #{entry.number}: unresolved over {n} seeds; running {target}")

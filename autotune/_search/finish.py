@@ -33,8 +33,8 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
         ledger = bench.ledger()
         current = Baseline.of(ledger) or baseline
         guard = ledger.guard
-        if guard is None:
-            return
+        if guard is None or not guard.learned:
+            return  # every check would compare models that did not learn
         best = ledger.best()
         floor = float(ledger.projected(best) or 0.0) if best is not None else 0.0
         options: list[tuple[float, Entry, float]] = []
@@ -42,8 +42,6 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
             if ledger.numerics_id(entry.config) in done:
                 continue
             c = ledger.confirmation(entry)
-            if c is not None and c.need is None:
-                continue  # more seeds would not settle it
             m = entry.record.measurement
             first = c is None
             cost = (
@@ -59,12 +57,14 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
             return
         _, entry, cost = max(options, key=lambda o: o[0])
         done.add(ledger.numerics_id(entry.config))
-        # The rounds that measure the answers side by side must still fit after it.
+        # The rounds that measure the answers side by side must still fit after it: with it
+        # among them where it may settle, the answers so far where it will not.
         after = MIN_ROUNDS / ROUNDS * side_by_side_seconds(ledger, current, entry)
-        if bench.deadline.past(cost + after):
+        now = MIN_ROUNDS / ROUNDS * side_by_side_seconds(ledger, current)
+        if bench.deadline.past(cost + now):
             bench.report(f"no time left to check trial #{entry.number}'s accuracy (~{cost:.0f} s)")
             continue
-        confirm(bench, current, entry, keep=after, persist=True)
+        confirm(bench, current, entry, keep=after, persist=now)
 
 
 def _contenders(ledger: Ledger, extra: Entry | None = None) -> list[Entry]:

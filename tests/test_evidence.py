@@ -1,0 +1,87 @@
+"""Evidence bought from the budget (autotune/_search/evidence.py): an unresolved accuracy
+check that would change the answer gets more paired seeds, look by look, as long as they fit;
+on the simulated machine of tests/sim.py, with the budget checked against a fake clock."""
+
+from __future__ import annotations
+
+import math
+
+from sim import Model, noise, search
+
+from autotune._search.evidence import UNTIMED_SEEDS, evidence_value, next_target
+from autotune._search.guard import Verdict
+
+DIGITS = {"batch_size": [32, 64], "precision": ["fp32"]}
+
+
+def digits_like(shift: float, spread: float) -> Model:
+    """The issue's digits MLP (1-s accuracy runs): batch 64 runs 1.73x the baseline's speed;
+    its paired drop (whose mean is ``shift``) varies from seed to seed by about ``spread``, on
+    top of the noise every config shares, so three seeds cannot bound it."""
+
+    def metric(cfg, seed: int) -> float:
+        own = shift + spread * math.sin(2.3 * seed + 1.0) if cfg.batch_size == 64 else 0.0
+        return 0.90 + noise(seed, 0.03) - own
+
+    return Model(
+        throughput=1000.0,
+        overhead=0.2,
+        speed=lambda cfg: 1.73 if cfg.batch_size == 64 else 1.0,
+        metric=metric,
+    )
+
+
+def test_an_unresolved_leader_gets_the_seeds_that_settle_it() -> None:
+    """The digits case with timeout=60: batch 64 is not resolved by the baseline's 3 seeds;
+    the search buys more instead of ending early, and settles it within the budget."""
+    run, clock, lines = search(
+        digits_like(shift=-0.002, spread=0.012), knobs=DIGITS, timeout=60.0, n_train=400
+    )
+    ledger = run.ledger()
+    used = clock.now - run.settings.started
+    b64 = next(e for e in ledger.candidates if e.config.batch_size == 64)
+    c = ledger.confirmation(b64)
+    assert c is not None and len(c.runs) > 3 and c.looks >= 2, "\n".join(lines)
+    assert c.verdict is Verdict.CONFIRMED, "\n".join(lines)
+    assert ledger.best() is not None and ledger.best().config.batch_size == 64
+    assert used <= 1.05 * 60, "\n".join(lines)
+
+
+def test_a_check_that_cannot_settle_uses_the_budget_trying_and_says_so() -> None:
+    """A mean paired drop right at the tolerance never settles: the search spends at least
+    90% of its budget on it (and the answers' side-by-side rounds), keeps the safe answer, and
+    the result shows the bound it got."""
+    run, clock, lines = search(
+        digits_like(shift=0.008, spread=0.03), knobs=DIGITS, timeout=60.0, n_train=400
+    )
+    ledger = run.ledger()
+    used = clock.now - run.settings.started
+    assert 0.9 * 60 <= used <= 1.05 * 60, "\n".join(lines)
+    b64 = next(e for e in ledger.candidates if e.config.batch_size == 64)
+    c = ledger.confirmation(b64)
+    assert c is not None and c.verdict is Verdict.UNRESOLVED and len(c.runs) > 3, "\n".join(lines)
+    assert c.bound is not None and c.bound > 0.01 and c.lower is not None and c.lower <= 0.01
+    assert ledger.best() is not None and ledger.safe(ledger.best())
+    assert ledger.pending(unresolved=True) == b64
+
+
+def test_a_look_goes_to_the_seeds_that_would_settle_it_where_they_fit() -> None:
+    assert next_target(3, 9, cost=2.0, left=100.0) == 9
+    assert next_target(3, 40, cost=2.0, left=100.0) == 12  # at most 4x the seeds at a look
+    # 9 seeds need 12 s more, and 10 s are left: the check waits while candidates remain ...
+    assert next_target(3, 9, cost=2.0, left=10.0) is None
+    # ... and, as the search's last use of its time, takes the 4 seeds that 9 spare s allow.
+    assert next_target(3, 9, cost=2.0, left=10.0, spare=9.0) == 7
+    assert next_target(3, 9, cost=2.0, left=1.0, spare=1.0) is None  # not one more fits
+    assert next_target(3, None, cost=2.0, left=100.0) is None  # never settles: it waits ...
+    assert next_target(3, None, cost=2.0, left=100.0, spare=100.0) == 12  # or uses what is left
+    assert next_target(30, 100, cost=1.0, left=None) == UNTIMED_SEEDS
+    assert next_target(UNTIMED_SEEDS, 100, cost=1.0, left=None) is None
+
+
+def test_evidence_goes_first_where_it_buys_the_most_gain_per_second() -> None:
+    likely_big = evidence_value(1.7, 0.8, 10.0)
+    likely_small = evidence_value(1.1, 0.8, 10.0)
+    unlikely_big = evidence_value(1.7, 0.05, 10.0)
+    assert likely_big > likely_small > unlikely_big > 0
+    assert evidence_value(0.9, 0.9, 1.0) == 0.0  # slower than the answer: worth nothing
