@@ -196,6 +196,12 @@ def main() -> int:
     parser.add_argument("--grid-epochs", type=float, default=1.0)
     parser.add_argument("--grid-seeds", type=int, default=5)
     parser.add_argument("--no-grid", action="store_true")
+    parser.add_argument(
+        "--reach",
+        action="store_true",
+        help="re-measure the chosen config side by side with bf16 alone (and, for image "
+        "models, bf16 + channels-last), and show the guard's verdict on them",
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     command = "python " + " ".join(["benchmarks/realworld.py", *sys.argv[1:]])
@@ -205,15 +211,63 @@ def main() -> int:
     chosen = autotune.TrainingConfig.from_dict(found["config"])
     work = workload_for(name)
     check = None
-    if chosen != base:
-        speed = remeasure(work, {"baseline": base, "chosen": chosen}, args.rounds, args.seconds)
+    refs = references(name, base) if args.reach else {}
+    if chosen != base or refs:
+        speed = remeasure(
+            work, {"baseline": base, "chosen": chosen, **refs}, args.rounds, args.seconds
+        )
         check = [c / b for c, b in zip(speed["chosen"], speed["baseline"], strict=True)]
     grid_result = None if args.no_grid else grid(name, work, base, args)
     text = render(name, found, wall, check, grid_result, args, command)
+    if refs:
+        text += render_reach(found, speed, refs)
     print(text)
     if not args.no_write:
         write_section(f"realworld-{name}-{args.timeout:g}", text)
     return 0
+
+
+def references(name: str, base: autotune.TrainingConfig) -> dict[str, autotune.TrainingConfig]:
+    """The configs issue 18 holds the search to: bf16 alone, and for image models bf16 with
+    channels-last, on the baseline's batch (the same optimizer steps)."""
+    refs = {"bf16": base.replace(precision="bf16")}
+    if name in ("resnet", "cnn"):
+        refs["bf16+cl"] = base.replace(precision="bf16", channels_last=True)
+    return refs
+
+
+def render_reach(
+    found: dict[str, Any], speed: dict[str, list[float]], refs: dict[str, autotune.TrainingConfig]
+) -> str:
+    """The chosen config against the best reference, side by side, and the guard's verdict on
+    each reference's numerics (from the search's trials)."""
+    base = statistics.median(speed["baseline"])
+    chosen = statistics.median(speed["chosen"]) / base
+    lines = ["", "Against the references, side by side in this process:", ""]
+    best = max(statistics.median(speed[n]) / base for n in refs)
+    for label, cfg in refs.items():
+        ratio = statistics.median(speed[label]) / base
+        verdict = "not checked by the search"
+        for t in found["trials"]:
+            c = t.get("confirmation")
+            same = autotune.TrainingConfig.from_dict(t["config"]).numerics_key() == (
+                cfg.numerics_key()
+            )
+            if same and c:
+                bound = c.get("bound")
+                lower = c.get("lower")
+                verdict = (
+                    f"{c['verdict']} over {len(c.get('runs', []))} seeds (drop "
+                    f"{c.get('drop', float('nan')):+.4f}, bounds "
+                    f"{'n/a' if lower is None else f'{lower:+.4f}'} .. "
+                    f"{'n/a' if bound is None else f'{bound:+.4f}'})"
+                )
+                break
+        lines.append(f"- `{label}`: {ratio:.2f}x the baseline; the guard: {verdict}")
+    lines.append(
+        f"- chosen: {chosen:.2f}x, **{chosen / best:.0%}** of the best reference ({best:.2f}x)"
+    )
+    return "\n".join(lines) + "\n"
 
 
 def _x(v: float | None) -> str:
@@ -303,7 +357,8 @@ def _fast(answers: dict[str, Any]) -> str:
         c = fast.get("confirmation") or {}
         return (
             f"`{_describe(fast)}` ({_x(fast.get('speedup'))}), confirmed: mean paired drop "
-            f"{c.get('drop', 0):+.4f}, resolution ±{c.get('resolution') or 0:.4f}"
+            f"{c.get('drop', 0):+.4f}, upper bound {c.get('bound') or 0:+.4f} at "
+            f"{c.get('confidence') or 0:.1%} confidence over {len(c.get('runs', []))} seeds"
         )
     if pending:
         c = pending.get("confirmation") or {}

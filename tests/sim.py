@@ -40,6 +40,7 @@ class Model:
     speed: Callable[[TrainingConfig], float] = lambda cfg: 1.0  # x the baseline's throughput
     metric: Callable[[TrainingConfig, int], float] = lambda cfg, seed: 0.85
     initial: float = 0.5  # the untrained model's metric
+    learns_after: int = 0  # runs of fewer samples score the untrained metric (plus seed noise)
 
 
 class SimulatedExecutor:
@@ -92,6 +93,8 @@ class SimulatedExecutor:
                 seconds = accuracy.samples / tp
                 cost += seconds
                 metric = self.model.metric(cfg, seed)
+                if accuracy.samples < self.model.learns_after:
+                    metric = self.model.initial + 0.001 * math.sin(seed)
                 runs.append(AccuracyRun(seed=seed, metric=metric, final_loss=0.5,
                                         samples=accuracy.samples, seconds=seconds))  # fmt: skip
         if time_limit is not None and cost > time_limit:

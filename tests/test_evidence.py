@@ -85,3 +85,21 @@ def test_evidence_goes_first_where_it_buys_the_most_gain_per_second() -> None:
     unlikely_big = evidence_value(1.7, 0.05, 10.0)
     assert likely_big > likely_small > unlikely_big > 0
     assert evidence_value(0.9, 0.9, 1.0) == 0.0  # slower than the answer: worth nothing
+
+
+def test_a_baseline_that_did_not_learn_gets_a_longer_horizon_where_it_fits() -> None:
+    """At the planned horizon the baseline's metric does not move from the untrained model's;
+    twice as long, it learns. The search lengthens the baseline's runs instead of giving up on
+    every change of the numerics, and then confirms one."""
+    model = digits_like(shift=0.0, spread=0.001)
+    model.learns_after = 3000
+    run, clock, lines = search(model, knobs=DIGITS, timeout=120.0, n_train=400)
+    ledger = run.ledger()
+    assert any("barely moved" in line and "trying 4,000" in line for line in lines), "\n".join(
+        lines
+    )
+    assert ledger.guard is not None and ledger.guard.learned
+    assert ledger.baseline_accuracy is not None and ledger.baseline_accuracy.samples == 4000
+    best = ledger.best()
+    assert best is not None and best.config.batch_size == 64, "\n".join(lines)
+    assert clock.now - run.settings.started <= 1.05 * 120

@@ -23,6 +23,7 @@ from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
 __all__ = [
     "Baseline",
     "calibrate",
+    "lengthen_until_learned",
     "measure_baseline",
     "measure_baseline_accuracy",
     "measurement_seconds",
@@ -237,11 +238,18 @@ def accuracy_plan_seconds(bench: Bench, baseline: Baseline) -> tuple[int, float,
     return samples, seconds, note
 
 
-def measure_baseline_accuracy(bench: Bench, baseline: Baseline) -> Baseline:
+def measure_baseline_accuracy(
+    bench: Bench, baseline: Baseline, samples: int | None = None
+) -> Baseline:
     """The baseline's accuracy runs over ``accuracy_repeats`` seeds (and the untrained model's
-    metric), stored in the study: the guard every candidate is then held to."""
+    metric), stored in the study: the guard every candidate is then held to. ``samples``: a
+    horizon other than the plan's (a longer one, where the plan's did not learn)."""
     s = bench.settings
-    samples, expected, note = accuracy_plan_seconds(bench, baseline)
+    planned, expected, note = accuracy_plan_seconds(bench, baseline)
+    if samples is None:
+        samples = planned
+    else:
+        expected, note = expected * samples / planned, None
     if note is not None:
         bench.report(f"accuracy guard: {note}")
     check = AccuracyCheck(samples=samples, seeds=tuple(range(s.accuracy_repeats)), initial=True)
@@ -273,6 +281,30 @@ def measure_baseline_accuracy(bench: Bench, baseline: Baseline) -> Baseline:
     if advice:
         bench.report(f"accuracy guard: {advice}")
     return measured
+
+
+def lengthen_until_learned(bench: Bench, baseline: Baseline, reserve: float) -> Baseline:
+    """Where the baseline did not learn measurably at the planned horizon, every check would
+    compare untrained models: double the horizon (the baseline's runs again), up to the
+    planned run, while the longer runs and a candidate's check after them fit before the
+    deadline with ``reserve`` seconds kept. Not where the user fixed ``accuracy_samples``, nor
+    for a metric that moved the wrong way (a longer run would not fix the metric)."""
+    s = bench.settings
+    while True:
+        guard, accuracy = baseline.guard, baseline.accuracy
+        if guard is None or accuracy is None or guard.learned or guard.wrong_way:
+            return baseline
+        samples = min(2 * accuracy.samples, s.planned_samples)
+        if s.accuracy_samples is not None or samples <= accuracy.samples:
+            return baseline
+        seconds = 2 * SLACK * s.accuracy_repeats * samples / max(baseline.throughput, 1e-9)
+        if not bench.deadline.fits(seconds + reserve):
+            return baseline
+        bench.report(
+            f"accuracy guard: the baseline's {guard.metric_name} barely moved from the "
+            f"untrained model's in {accuracy.samples:,} samples per run; trying {samples:,}"
+        )
+        baseline = measure_baseline_accuracy(bench, baseline, samples)
 
 
 def _fmt(value: float | None) -> str:

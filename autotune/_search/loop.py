@@ -27,6 +27,7 @@ from autotune._search.baseline import (
     Baseline,
     accuracy_plan_seconds,
     calibrate,
+    lengthen_until_learned,
     measure_baseline,
     measure_baseline_accuracy,
     smaller_split,
@@ -307,6 +308,7 @@ class Search:
             )
             return
         self.baseline = measure_baseline_accuracy(self.bench, self.baseline)
+        self.baseline = lengthen_until_learned(self.bench, self.baseline, self._reserve(ledger))
 
     def _status(self) -> None:
         s = self.settings
