@@ -2,7 +2,8 @@
 
     python benchmarks/realworld.py --workload bert --timeout 240
 
-For one workload of ``benchmarks/workloads.py`` (bert, resnet, gpt2) or a built-in one (cnn):
+For one workload of ``benchmarks/workloads.py`` (bert, resnet, gpt2, gpt2_own) or a built-in
+one (cnn):
 
 1. ``autotune.find_best`` with the timeout, as a user would call it; the search's wall time
    against its timeout, the candidates it measured, the time to its first verified win, its
@@ -58,6 +59,10 @@ WORKLOADS: dict[str, dict[str, Any]] = {
             "metric": w.gpt2_metric,
             "higher_is_better": False,
         },
+        "grid": {"precision": ["fp32", "bf16"], "batch": [32, 128]},
+    },
+    "gpt2_own": {
+        "hooks": {},
         "grid": {"precision": ["fp32", "bf16"], "batch": [32, 128]},
     },
     "cnn": {

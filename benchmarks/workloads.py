@@ -7,6 +7,8 @@ configs (no download), with realistic input pipelines.
   with a random crop and a flip.
 - ``gpt2``: a GPT-2 causal LM (4 layers, hidden 128) whose metric is its loss, through hooks
   (``gpt2_forward``, ``gpt2_loss``, ``gpt2_metric``) defined here, as a user's module would.
+- ``gpt2_own``: the same model and sequences with ``labels`` in every item and no hooks, as a
+  Hugging Face user hands them over: the guard picks the metric itself.
 
 Every factory is importable (``--model workloads:bert_model --data workloads:bert_data``) so
 trial workers and ``autotune worker`` processes load the same code. ``transformers`` and
@@ -35,6 +37,8 @@ __all__ = [
     "gpt2_loss",
     "gpt2_metric",
     "gpt2_model",
+    "gpt2_own_data",
+    "gpt2_own_model",
     "resnet_data",
     "resnet_model",
 ]
@@ -257,6 +261,31 @@ def gpt2_model() -> nn.Module:
 
 def gpt2_data() -> tuple[MarkovTokens, MarkovTokens]:
     return MarkovTokens(4000, seed=0), MarkovTokens(500, seed=1)
+
+
+class LabelledTokens(Dataset[dict[str, torch.Tensor]]):
+    """The same sequences as Hugging Face's causal-LM examples hand them over: ``labels`` are
+    the ``input_ids`` (the model shifts them itself), so no hook is needed."""
+
+    def __init__(self, tokens: MarkovTokens) -> None:
+        self.tokens = tokens.tokens
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        ids = self.tokens[index]
+        return {"input_ids": ids, "labels": ids}
+
+
+def gpt2_own_data() -> tuple[LabelledTokens, LabelledTokens]:
+    """GPT-2 with its own loss: dict items with ``labels``, and no hooks at all."""
+    train, val = gpt2_data()
+    return LabelledTokens(train), LabelledTokens(val)
+
+
+def gpt2_own_model() -> nn.Module:
+    return gpt2_model()
 
 
 def gpt2_forward(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[Any, torch.Tensor]:
