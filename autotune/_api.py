@@ -74,7 +74,7 @@ def find_best(
     val_dataset: Dataset[Any] | None = None,
     loss_fn: LossFn | None = None,
     forward: ForwardFn | None = None,
-    metric: str | MetricFn = "accuracy",
+    metric: str | MetricFn = "auto",
     higher_is_better: bool | None = None,
     metric_name: str | None = None,
     collate_fn: CollateFn | None = None,
@@ -106,13 +106,21 @@ def find_best(
 
     ``model`` is never modified: every trial trains a copy of its initial weights. Batches are
     ``(inputs, targets)`` unless ``forward(model, batch) -> (outputs, targets)`` says otherwise;
-    ``loss_fn(outputs, targets)`` defaults to cross-entropy and ``metric`` to accuracy. Dict
+    ``loss_fn(outputs, targets)`` defaults to cross-entropy (MSE for float targets). Dict
     batches go to a Hugging Face model as its ``Trainer`` sends them: ``model(**batch)``, the
-    model's own loss (or cross-entropy on ``.logits`` against ``labels``), the metric on
-    ``.logits``: no hook needed. ``metric_name`` names a callable metric in progress lines and
-    reports ("metric" by default). ``dataset`` may be a ``LightningDataModule``: its training
-    and validation datasets and its collate function are used (its own DataLoader settings are
-    what autotune tunes).
+    model's own loss (or cross-entropy on ``.logits`` against ``labels``): no hook needed.
+
+    ``metric="auto"`` chooses the guarded metric once, from a batch: the model's own loss where
+    it computes one from ``labels`` (lower is better, as ``Trainer`` evaluates); accuracy for
+    (batch, classes) logits against (batch,) labels; the loss otherwise (lower is better). The
+    result says which and why. Or pass ``"accuracy"``, ``"loss"``, ``"token_accuracy"`` (tokens,
+    labels -100 skipped, shifted for a causal LM) or ``metric(outputs, targets) -> float``
+    (``higher_is_better`` says its direction). Every config validates in batches of the
+    baseline's batch size; builtin metrics are sums over items (tokens), a callable's value is
+    weighted by the items of each batch. ``metric_name`` names the metric in progress lines and
+    reports ("metric" for a callable by default). ``dataset`` may be a ``LightningDataModule``:
+    its training and validation datasets and its collate function are used (its own DataLoader
+    settings are what autotune tunes).
     ``optimizer(params, lr)`` builds the optimizer (AdamW by default); ``sampler`` replaces the
     default multivariate TPE sampler (the accuracy guard and failures reach any sampler as Optuna
     constraints, through ``trial.set_constraint``). The search stops after
@@ -155,6 +163,7 @@ def _search(
     args: Mapping[str, Any], hooks: Hooks, device: str, report: Progress, started: float
 ) -> SearchResult:
     """The search for checked arguments: workload, space, study, executor, then the loop."""
+    base_cfg = _baseline_config(args["baseline"], device)
     prepared = prepare_workload(
         args["model"],
         args["dataset"],
@@ -162,15 +171,15 @@ def _search(
         hooks,
         val_fraction=args["val_fraction"],
         seed=args["seed"],
+        eval_batch_size=base_cfg.batch_size,  # every candidate validates in the same batches
     )
     if prepared.note:
         report(prepared.note)
-    base_cfg = _baseline_config(args["baseline"], device)
     restricted = restrict_space(
         load_space(args["space"]), prepared.workload, base_cfg, device, args["keep_global_batch"]
     )
     study = open_study(args["storage"], args["study_name"], args["seed"], args["sampler"])
-    refs = hooks.references()
+    refs = prepared.hooks.references()  # the metric chosen, never "auto"
     launcher = args["launcher"]
     _check_launcher(launcher, refs, study)
     executor, fallback = make_executor(prepared.workload, args["isolation"], env=worker_env())
@@ -181,6 +190,8 @@ def _search(
         args,
         task=prepared.workload.task,
         refs=refs,
+        metric_reason=prepared.metric.reason,
+        eval_batch_size=prepared.workload.eval_batch_size,
         stratified=prepared.stratified,
         space=restricted,
         baseline=base_cfg,

@@ -36,7 +36,7 @@ from autotune._search.distributed import (
 )
 from autotune._space import builtin_spaces, load_space
 from autotune._trial.data import is_datamodule
-from autotune._trial.task import BUILTIN_METRICS
+from autotune._trial.task import METRIC_CHOICES
 from autotune._verify import DEFAULT_BUDGET
 
 __all__ = ["main"]
@@ -69,17 +69,23 @@ def _hooks(args: argparse.Namespace) -> dict[str, Any]:
         spec = getattr(args, option[2:])
         hooks[name] = None if spec is None else load_factory(spec, option)
     metric: Any = args.metric
-    if metric not in BUILTIN_METRICS:
+    if metric not in METRIC_CHOICES:
         if ":" not in metric:
             raise CLIError(
-                f"--metric: must be accuracy, loss, or MODULE:FUNCTION / file.py:FUNCTION naming "
-                f"a metric(outputs, targets) -> float, but got {metric!r}."
+                f"--metric: must be {', '.join(METRIC_CHOICES)}, or MODULE:FUNCTION / "
+                f"file.py:FUNCTION naming a metric(outputs, targets) -> float, but got {metric!r}."
             )
         metric = load_factory(metric, "--metric")
-    if args.lower_is_better and args.metric == "accuracy":
+    if args.lower_is_better and args.metric in ("accuracy", "token_accuracy"):
         raise CLIError(
-            "--lower-is-better: accuracy is better when higher; pass --metric loss, or "
+            f"--lower-is-better: {args.metric} is better when higher; pass --metric loss, or "
             "--metric MODULE:FUNCTION for a metric that is better when lower."
+        )
+    if args.lower_is_better and args.metric == "auto":
+        raise CLIError(
+            "--lower-is-better: --metric auto (the default) chooses the metric and its "
+            "direction together; pass --metric loss, or --metric MODULE:FUNCTION for a metric "
+            "that is better when lower."
         )
     hooks["metric"] = metric
     hooks["metric_name"] = args.metric_name
@@ -124,7 +130,8 @@ def _model_and_data(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 def _default_study(args: argparse.Namespace) -> str:
     # Same command, same study: running it again continues the search.
     parts = [args.model, args.data, str(args.space), str(args.device), str(args.tolerance)]
-    # Hooks join the key only where given, so that earlier commands keep their studies.
+    # Hooks join the key only where given, so that earlier commands keep their studies
+    # (accuracy was the default metric before "auto": a study of another metric is another).
     given = (args.collate, args.forward, args.loss, args.metric_name)
     if any(given) or args.metric != "accuracy" or args.lower_is_better:
         parts += [*map(str, given), args.metric, str(args.lower_is_better)]
@@ -475,22 +482,27 @@ def _hook_arguments(parser: argparse.ArgumentParser) -> None:
         "How a batch becomes a loss and a metric, each MODULE:NAME or file.py:NAME. By "
         "default a batch is (inputs, targets), or a dict given to the model as model(**batch) "
         "with its targets under `labels` (Hugging Face models need no hook); the loss is the "
-        "model's own or cross-entropy; the metric accuracy. Workers of the search load the "
-        "same hooks from the study.",
+        "model's own or cross-entropy (MSE for float targets); the metric is chosen from a "
+        "batch (--metric auto). Workers of the search load the same hooks from the study.",
     )
     g.add_argument("--collate", default=None, help="collate_fn(items) -> batch")
     g.add_argument("--forward", default=None, help="forward(model, batch) -> (outputs, targets)")
     g.add_argument("--loss", default=None, help="loss(outputs, targets) -> scalar tensor")
     g.add_argument(
         "--metric",
-        default="accuracy",
-        help="accuracy (default), loss, or metric(outputs, targets) -> float",
+        default="auto",
+        help="auto (default): the model's own loss where it computes one from `labels` (lower "
+        "is better, as Hugging Face's Trainer evaluates), accuracy for (batch, classes) logits "
+        "against (batch,) labels, the loss otherwise; accuracy; token_accuracy (labels -100 "
+        "skipped, shifted for a causal LM); loss; or MODULE:FUNCTION naming "
+        "metric(outputs, targets) -> float",
     )
     g.add_argument("--metric-name", default=None, help="the metric's name in progress and reports")
     g.add_argument(
         "--lower-is-better",
         action="store_true",
-        help="the metric is better when lower (a callable metric is taken as higher-is-better)",
+        help="a --metric MODULE:FUNCTION is better when lower (a callable metric is taken as "
+        "higher-is-better; builtin metrics know their direction)",
     )
 
 

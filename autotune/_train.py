@@ -36,8 +36,7 @@ from autotune._trial.task import (
     LossFn,
     MetricFn,
     OptimizerFactory,
-    check_model_consumes,
-    checked_task,
+    set_up_task,
 )
 from autotune._trial.workload import Workload
 
@@ -152,7 +151,7 @@ def train(
     val_dataset: Dataset[Any] | None = None,
     loss_fn: LossFn | None = None,
     forward: ForwardFn | None = None,
-    metric: str | MetricFn = "accuracy",
+    metric: str | MetricFn = "auto",
     higher_is_better: bool | None = None,
     metric_name: str | None = None,
     collate_fn: CollateFn | None = None,
@@ -173,10 +172,12 @@ def train(
     module, on the config's device; its weights are the trained ones whether or not it was
     compiled). ``config`` is a :class:`TrainingConfig` or the path of ``best.json``.
     ``forward``, ``loss_fn``, ``metric``, ``metric_name``, ``collate_fn`` and
-    ``optimizer(params, lr)`` mean what they mean for :func:`autotune.find_best`, and
-    ``dataset`` may be a ``LightningDataModule`` there too. With ``val_dataset`` the final
-    model's metric is reported. ``seed`` fixes the data order (and dropout); the caller's RNG
-    states are restored afterwards. ``None`` leaves the global RNGs as they are. ``drop_last``
+    ``optimizer(params, lr)`` mean what they mean for :func:`autotune.find_best` (``"auto"``
+    chooses the metric from a batch as it does), and ``dataset`` may be a
+    ``LightningDataModule`` there too. With ``val_dataset`` the final model's metric is
+    reported (in batches of the config's batch size; builtin metrics do not depend on it).
+    ``seed`` fixes the data order (and dropout); the caller's RNG states are restored
+    afterwards. ``None`` leaves the global RNGs as they are. ``drop_last``
     (default: as the search measured, True for a compiled config with static shapes, whose last
     partial batch would otherwise be compiled again, False otherwise) drops each epoch's last
     partial batch.
@@ -204,14 +205,14 @@ def train(
         collate_fn=data.collate_fn,
         optimizer=optimizer,
     )
-    task = checked_task(train_set, val_set, hooks)
-    check_model_consumes(model, train_set, task)
+    task = set_up_task(model, train_set, val_set, hooks).task
     workload = Workload(
         model=model,
         train=train_set,
         val=val_set if val_set is not None else train_set,
         task=task,
         optimizer=hooks.optimizer_factory(),
+        eval_batch_size=cfg.batch_size,
     )
     report = reporter(progress)
     if drop_last is None:

@@ -31,6 +31,7 @@ from autotune._result.result import SearchResult
 from autotune._trial.data import DataModuleLike
 from autotune._trial.isolation import InProcessExecutor, TrialExecutor, make_executor, worker_env
 from autotune._trial.measure import Measurement
+from autotune._trial.metrics import AUTO, BUILTIN_METRICS
 from autotune._trial.runner import AccuracyCheck, Budget
 from autotune._trial.task import (
     CollateFn,
@@ -293,7 +294,7 @@ def verify(
     device: str | None = None,
     loss_fn: LossFn | None = None,
     forward: ForwardFn | None = None,
-    metric: str | MetricFn = "accuracy",
+    metric: str | MetricFn = "auto",
     higher_is_better: bool | None = None,
     metric_name: str | None = None,
     collate_fn: CollateFn | None = None,
@@ -307,7 +308,9 @@ def verify(
     and ``dataset`` are the ones it was searched on. Each of ``rounds`` rounds measures both
     configs' throughput (``budget``: 4,096 timed samples in 5 chunks by default), in alternating
     order. With ``accuracy_seeds`` > 0 both are also trained on the search's accuracy budget for
-    that many data-order seeds and validated (on ``val_dataset``, or the split find_best makes).
+    that many data-order seeds and validated (on ``val_dataset``, or the split find_best makes)
+    in the search's validation batches, on the metric the search guarded (``metric="auto"``;
+    a callable metric of the search's must be passed again).
     ``device`` overrides the result's device (e.g. to check a GPU result on this CPU). The
     environment the result was measured in is compared with this one: see ``report.warnings``.
     """
@@ -322,6 +325,10 @@ def verify(
     env_warnings = compare_environments(data.get("environment"), environment(here))
     for line in env_warnings:
         report(f"warning: {line}")
+    search = data.get("search") or {}
+    recorded = (search.get("hooks") or {}).get("metric")
+    if metric == AUTO and recorded in BUILTIN_METRICS:
+        metric = recorded  # the metric the search chose and guarded
     hooks = Hooks(
         forward=forward,
         loss_fn=loss_fn,
@@ -331,7 +338,6 @@ def verify(
         collate_fn=collate_fn,
         optimizer=optimizer,
     )
-    search = data.get("search") or {}
     # The split find_best made, so an accuracy check validates on the same items.
     prepared = prepare_workload(
         model,
@@ -340,6 +346,10 @@ def verify(
         hooks,
         val_fraction=float(search.get("val_fraction") or 0.1),
         seed=int(search.get("seed") or 0),
+        # The search's validation batches (a result from before they were fixed: the baseline's).
+        eval_batch_size=int(
+            (data.get("validation") or {}).get("batch_size") or baseline.batch_size
+        ),
     )
     if prepared.note:
         report(prepared.note)

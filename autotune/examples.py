@@ -6,12 +6,16 @@
   colour jitter, noise), the case where DataLoader workers, batch size and precision all matter.
 - ``mlp``: an MLP on scikit-learn's bundled 8x8 digits.
 - ``lm``: a small causal transformer language model on token sequences from a synthetic
-  order-2 Markov "language" (next-token accuracy), with repeated layers to checkpoint.
+  order-2 Markov "language" (its cross-entropy guarded by default; ``--metric accuracy`` for
+  next-token accuracy), with repeated layers to checkpoint.
 - ``tiny``: a very small MLP on separable synthetic data, for tests and quick demos.
 - ``hf``: a Hugging Face ``BertForSequenceClassification`` built from a tiny config (no
   download; needs ``transformers``) on variable-length token sequences: dict items with
   ``labels``, padded per batch by ``hf_collate``. No forward hook, no loss: autotune calls the
-  model as Hugging Face's ``Trainer`` does.
+  model as Hugging Face's ``Trainer`` does; the metric guarded is its own loss.
+- ``hf_lm``: a Hugging Face ``GPT2LMHeadModel`` from a tiny config on counting sequences
+  (``{"input_ids", "labels"}`` items, labels padded with -100 by ``hf_lm_collate``): the model
+  computes its own, shifted loss, which is what is guarded with no hook.
 
 ``autotune search --model autotune.examples:hf_model --data autotune.examples:hf_data
 --collate autotune.examples:hf_collate --out best.json``
@@ -29,6 +33,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 __all__ = [
     "AugmentedImages",
+    "CountingText",
     "MarkovText",
     "SmallCNN",
     "TinyLM",
@@ -37,6 +42,9 @@ __all__ = [
     "cnn_model",
     "hf_collate",
     "hf_data",
+    "hf_lm_collate",
+    "hf_lm_data",
+    "hf_lm_model",
     "hf_model",
     "lm_data",
     "lm_model",
@@ -280,3 +288,64 @@ def hf_model() -> nn.Module:
 def hf_data(n: int = 512) -> tuple[TokenSequences, TokenSequences]:
     """(training sequences, validation sequences)."""
     return TokenSequences(n, seed=0), TokenSequences(max(128, n // 4), seed=1)
+
+
+class CountingText(Dataset[dict[str, torch.Tensor]]):
+    """Token sequences of 8-24 tokens that count up from a random start, modulo the vocabulary
+    (5 6 7 ... 15 0 1 ...): each next token follows from the current one, so a language model
+    learns them in a few steps. Items are dicts ``{"input_ids", "labels"}`` with the labels
+    equal to the inputs, as a causal LM's tokenized data goes to Hugging Face's ``Trainer``
+    (the model shifts them itself)."""
+
+    vocab = 16
+
+    def __init__(self, n: int = 256, *, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        starts = torch.randint(0, self.vocab, (n,), generator=g).tolist()
+        lengths = torch.randint(8, 25, (n,), generator=g).tolist()
+        pairs = zip(starts, lengths, strict=True)
+        self.items = [(s + torch.arange(k)) % self.vocab for s, k in pairs]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.items[index], "labels": self.items[index].clone()}
+
+
+def hf_lm_collate(items: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Pad a batch to its longest sequence: inputs with id 0 and an attention mask, labels with
+    -100 (not counted), as Hugging Face's ``DataCollatorForLanguageModeling`` does."""
+    longest = max(int(item["input_ids"].shape[0]) for item in items)
+    ids = torch.zeros(len(items), longest, dtype=torch.long)
+    mask = torch.zeros(len(items), longest, dtype=torch.long)
+    labels = torch.full((len(items), longest), -100, dtype=torch.long)
+    for row, item in enumerate(items):
+        n = int(item["input_ids"].shape[0])
+        ids[row, :n] = item["input_ids"]
+        mask[row, :n] = 1
+        labels[row, :n] = item["labels"]
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def hf_lm_model() -> nn.Module:
+    """``transformers.GPT2LMHeadModel`` from a tiny config (one layer, width 32): no download."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=CountingText.vocab,
+        n_positions=32,
+        n_embd=32,
+        n_layer=1,
+        n_head=2,
+        bos_token_id=0,  # within the tiny vocabulary
+        eos_token_id=0,
+    )
+    model: nn.Module = GPT2LMHeadModel(config)
+    return model
+
+
+def hf_lm_data(n: int = 256) -> tuple[CountingText, CountingText]:
+    """(training sequences, validation sequences) for :func:`hf_lm_model`."""
+    return CountingText(n, seed=0), CountingText(max(64, n // 4), seed=1)

@@ -5,8 +5,8 @@
 The model is ``transformers.BertForSequenceClassification`` built from a tiny config (no
 download); its items are dicts ``{"input_ids": ..., "labels": ...}`` of varying length, padded per
 batch by ``hf_collate``. autotune calls it as Hugging Face's ``Trainer`` does
-(``model(**batch)``, the model's own loss, accuracy on ``.logits``): no forward, loss or metric
-hook. The same search runs from the shell:
+(``model(**batch)``, the model's own loss) and guards that loss, as ``Trainer`` evaluates: no
+forward, loss or metric hook. The same search runs from the shell:
 
     autotune search --model autotune.examples:hf_model --data autotune.examples:hf_data \\
                     --collate autotune.examples:hf_collate --timeout 60 --out best.json

@@ -121,8 +121,8 @@ def test_model_factory_from_a_file(tmp_path, capsys) -> None:
         ),
         (
             ["--model", "autotune.examples:tiny_model", "--metric", "f1"],
-            "--metric: must be accuracy, loss, or MODULE:FUNCTION / file.py:FUNCTION naming a "
-            "metric(outputs, targets) -> float, but got 'f1'.",
+            "--metric: must be auto, accuracy, loss, token_accuracy, or MODULE:FUNCTION / "
+            "file.py:FUNCTION naming a metric(outputs, targets) -> float, but got 'f1'.",
         ),
         (
             ["--model", "autotune.examples:tiny_model", "--collate", "no_such_module_xyz:pad"],
@@ -138,7 +138,17 @@ def test_model_factory_from_a_file(tmp_path, capsys) -> None:
         ),
         (
             ["--model", "autotune.examples:tiny_model", "--lower-is-better"],
-            "--lower-is-better: accuracy is better when higher; pass --metric loss",
+            "--lower-is-better: --metric auto (the default) chooses the metric and its direction",
+        ),
+        (
+            [
+                "--model",
+                "autotune.examples:tiny_model",
+                "--metric",
+                "token_accuracy",
+                "--lower-is-better",
+            ],
+            "--lower-is-better: token_accuracy is better when higher; pass --metric loss",
         ),
         (
             ["--model", "autotune.examples:hf_model", "--data", "autotune.examples:hf_data"],
@@ -226,4 +236,5 @@ def test_an_error_that_is_not_about_the_input_keeps_its_traceback(
 def test_verify_takes_the_same_hook_flags(tmp_path, capsys) -> None:
     argv = ["verify", str(tmp_path / "best.json"), *TINY, "--metric", "f1"]
     assert main(argv) == 2
-    assert "autotune verify: error: --metric: must be accuracy, loss" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "autotune verify: error: --metric: must be auto, accuracy, loss, token_accuracy" in err

@@ -3,15 +3,28 @@ download), dict batches of variable length with ``labels``, no forward/loss/metr
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 
 import pytest
 import torch
 
 import autotune
 from autotune._cli import main
-from autotune._trial.task import make_task
-from autotune.examples import hf_collate, hf_data, hf_model
+from autotune._trial.metrics import OWN_LOSS, MetricChoice, is_causal_lm
+from autotune._trial.runner import evaluate
+from autotune._trial.task import Hooks, make_task, set_up_task
+from autotune._trial.workload import prepare_workload
+from autotune.examples import (
+    CountingText,
+    hf_collate,
+    hf_data,
+    hf_lm_collate,
+    hf_lm_data,
+    hf_lm_model,
+    hf_model,
+)
 
 from conftest import FAST_BUDGET
 
@@ -47,9 +60,20 @@ def test_a_sequence_classifier_is_tuned_from_the_api_with_no_forward_hook() -> N
     )
     base = next(t for t in result.trials if t.role == "baseline")
     assert base.feasible and base.throughput > 0
-    assert result.guard is not None and result.guard.metric_name == "accuracy"
-    # Accuracy on .logits against labels: a fraction, measured on the validation set.
-    assert all(0.0 <= run <= 1.0 for run in result.guard.baseline_runs)
+    # The classifier computes its own loss from `labels`: that is what is guarded, as
+    # Trainer evaluates it, and the result says so.
+    assert result.guard is not None and result.guard.metric_name == "loss"
+    assert not result.guard.higher_is_better
+    assert result.to_dict()["validation"] == {
+        "metric": "loss",
+        "higher_is_better": False,
+        "reason": OWN_LOSS,
+        "batch_size": 32,
+    }
+    assert (
+        "  validation metric: loss, lower is better (the model's own loss: it computes one from "
+        "`labels`, as Hugging Face's Trainer evaluates); every config validated in batches of 32"
+    ) in result.summary().splitlines()
     # A candidate ran on the dict batches (loader workers: numerics-free, so no check needed).
     assert sum(1 for line in lines if line.startswith("trial ")) >= 1, lines
     assert not [t for t in result.trials if t.failure is not None], result.trials
@@ -88,8 +112,8 @@ def test_the_models_own_loss_is_used_where_the_batch_has_labels() -> None:
         outputs, targets = task.forward(model, batch)
         own = model(**batch).loss
         assert torch.equal(task.loss_fn(outputs, targets), own)
-        expected = (outputs.logits.argmax(-1) == batch["labels"]).float().mean()
-        assert float(task.metric_fn(outputs, targets)) == pytest.approx(float(expected))
+        correct = int((outputs.logits.argmax(-1) == batch["labels"]).sum())
+        assert task.metric_sum(outputs, targets) == (correct, 4)
 
 
 def test_an_output_with_no_logits_is_a_clear_error_naming_the_hooks() -> None:
@@ -116,3 +140,98 @@ def test_an_output_with_no_logits_is_a_clear_error_naming_the_hooks() -> None:
         autotune.find_best(
             Encoder(), train, val_dataset=val, collate_fn=hf_collate, n_trials=1, device="cpu"
         )
+
+
+# -- The metric chosen from what the model does ---------------------------------------------
+
+
+def test_a_causal_lm_given_labels_guards_its_own_loss_which_falls_as_it_learns() -> None:
+    """GPT-2 given `labels` shifts them itself: next-token accuracy computed on unshifted
+    logits scored the untrained model best. The default guards the model's own loss, which
+    the trained baseline clearly lowers from the untrained model's (about ln 16: uniform)."""
+    train, val = hf_lm_data(256)
+    result = autotune.find_best(
+        hf_lm_model(),
+        train,
+        val_dataset=val,
+        collate_fn=hf_lm_collate,
+        space={"knobs": {"batch_size": [16, 32]}},  # the candidate changes the numerics
+        n_trials=1,
+        budget=FAST_BUDGET,
+        accuracy_samples=512,
+        device="cpu",
+        isolation="none",
+    )
+    guard = result.to_dict()["accuracy_guard"]
+    assert guard["metric"] == "loss" and guard["higher_is_better"] is False
+    assert guard["initial_metric"] == pytest.approx(math.log(CountingText.vocab), abs=0.15)
+    assert guard["baseline_metric"] < guard["initial_metric"] - 0.3
+    assert guard["learned"] and not guard["wrong_way"]
+    assert result.search["hooks"]["metric"] == "loss"  # what workers load: never "auto"
+    assert result.to_dict()["validation"] == {
+        "metric": "loss",
+        "higher_is_better": False,
+        "reason": OWN_LOSS,
+        "batch_size": 32,
+    }
+
+
+def test_a_causal_lm_is_told_from_its_class_and_baked_into_its_task() -> None:
+    class MyGPT(transformers.GPT2LMHeadModel):
+        pass
+
+    gpt = hf_lm_model()
+    assert is_causal_lm(gpt) and is_causal_lm(MyGPT(gpt.config))
+    assert not is_causal_lm(hf_model()) and not is_causal_lm(torch.nn.Linear(2, 2))
+    train, _ = hf_lm_data(16)
+    hooks = Hooks(metric="token_accuracy", collate_fn=hf_lm_collate)
+    setup = set_up_task(gpt, train, None, hooks)
+    assert setup.task.causal_lm and setup.task.metric == "token_accuracy"
+    assert setup.choice == MetricChoice(
+        metric="token_accuracy", higher_is_better=True, reason="given by you"
+    )
+    classifier = set_up_task(hf_model(), hf_data(16)[0], None, Hooks(collate_fn=hf_collate))
+    assert not classifier.task.causal_lm
+    assert classifier.choice == MetricChoice(metric="loss", higher_is_better=False, reason=OWN_LOSS)
+
+
+def test_the_model_own_loss_is_weighted_by_its_shifted_tokens() -> None:
+    """Summed over the items (tokens), the loss of two half-batches is the loss of the whole."""
+    model = hf_lm_model().eval()
+    items = [hf_lm_data(16)[0][i] for i in range(6)]
+    task = set_up_task(model, items, None, Hooks(collate_fn=hf_lm_collate)).task
+    halves = [hf_lm_collate(items[:2]), hf_lm_collate(items[2:])]
+    whole = hf_lm_collate(items)
+    with torch.no_grad():
+        parts = [task.metric_sum(model(**b), b["labels"]) for b in halves]
+        total, tokens = task.metric_sum(model(**whole), whole["labels"])
+    assert tokens == sum(int(item["input_ids"].shape[0]) - 1 for item in items)
+    assert sum(n for _, n in parts) == tokens
+    assert sum(s for s, _ in parts) == pytest.approx(total, rel=1e-5)
+
+
+def mean_loss_of_the_batch(outputs, targets) -> float:
+    """A metric of a user's: the model's loss, one value per batch."""
+    return float(outputs.loss)
+
+
+@pytest.mark.parametrize("metric", ["auto", "token_accuracy", mean_loss_of_the_batch])
+def test_validation_does_not_depend_on_the_configs_batch_size(metric) -> None:
+    """Padded per batch, a mean of per-batch means depends on how items are batched: every
+    config validates in the search's batches, and builtin metrics count tokens, not batches."""
+    train, val = hf_lm_data(64)
+    hooks = Hooks(metric=metric, collate_fn=hf_lm_collate)
+    small = autotune.TrainingConfig(device="cpu", batch_size=4)
+    large = autotune.TrainingConfig(device="cpu", batch_size=64)
+    # A model that has learned something: an untrained one scores every token alike.
+    model = autotune.train(hf_lm_model(), train, small, collate_fn=hf_lm_collate).model
+    work = prepare_workload(
+        model, train, val, hooks, val_fraction=0.1, seed=0, eval_batch_size=8
+    ).workload
+    assert evaluate(model, small, work) == evaluate(model, large, work)
+    if metric is mean_loss_of_the_batch:
+        return  # a value per batch: only the fixed batches make it the same
+    in_threes = dataclasses.replace(work, eval_batch_size=3)
+    assert evaluate(model, small, in_threes) == pytest.approx(
+        evaluate(model, small, work), abs=1e-6
+    )

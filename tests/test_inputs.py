@@ -63,7 +63,12 @@ class Items(torch.utils.data.Dataset):
         ({"device": "tpu"}, ValueError, r"`device` must be a device such as 'cpu'"),
         ({"storage": "sqlite:/bad"}, autotune.StorageError, r"`storage` must be a database URL"),
         ({"storage": "nosuchdb://x/y"}, autotune.StorageError, r"Cannot open the study"),
-        ({"metric": "f1"}, ValueError, r"`metric` must be 'accuracy', 'loss' or a callable"),
+        (
+            {"metric": "f1"},
+            ValueError,
+            r"`metric` must be 'auto', 'accuracy', 'loss', 'token_accuracy' or a callable "
+            r"\(outputs, targets\) -> float, but got 'f1'\.",
+        ),
         ({"isolation": "thread"}, ValueError, r"`isolation` must be one of auto, process, none"),
         ({"trial_timeout": -1}, ValueError, r"`trial_timeout` must be > 0 seconds or None"),
         (

@@ -62,6 +62,8 @@ class SearchResult:
     pending: TrialRecord | None = None
     pareto: tuple[int, ...] = ()  # trial numbers on the speed/accuracy Pareto front
     round_speedups: tuple[float, ...] = ()  # the chosen config's, side by side, per round
+    metric_reason: str = ""  # why the guarded metric is the one it is
+    eval_batch_size: int | None = None  # every config validated in batches of this size
 
     @classmethod
     def from_ledger(
@@ -135,6 +137,8 @@ class SearchResult:
             pending=None if pending is None else ledger.trial_record(pending),
             pareto=tuple(e.number for e in ledger.pareto()),
             round_speedups=tuple(ledger.round_speedups(best)),
+            metric_reason=settings.metric_reason,
+            eval_batch_size=settings.eval_batch_size,
         )
 
     @classmethod
@@ -241,6 +245,12 @@ class SearchResult:
             "speedup_rounds": len(self.round_speedups),
             "throughput_ratio": self.throughput_ratio,
             "tolerance": self.tolerance,
+            "validation": {
+                "metric": self.metric_name,
+                "higher_is_better": self.higher_is_better,
+                "reason": self.metric_reason,
+                "batch_size": self.eval_batch_size,
+            },
             "accuracy_guard": self.guard.to_dict() if self.guard is not None else None,
             "answers": self._answers(),
             "pareto_front": [self._point(t) for t in self.trials if t.number in self.pareto],

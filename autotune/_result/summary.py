@@ -80,7 +80,7 @@ def summary_parts(
             _fmt_metric(b.get("validation_metric")),
         )
     )
-    return head, table, _answers(data, name) + _search_lines(data)
+    return head, table, _answers(data, name) + _validation_lines(data) + _search_lines(data)
 
 
 def _headline(data: dict[str, Any]) -> str:
@@ -163,6 +163,19 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
     if note:
         lines.append(f"  ! {note}")
     return lines
+
+
+def _validation_lines(data: dict[str, Any]) -> list[str]:
+    """The metric the guard held and why it was that one (results that say so)."""
+    v = data.get("validation")
+    if not v:
+        return []
+    better = "higher" if v.get("higher_is_better") else "lower"
+    why = f" ({v['reason']})" if v.get("reason") else ""
+    batches = (
+        f"; every config validated in batches of {v['batch_size']}" if v.get("batch_size") else ""
+    )
+    return [f"  validation metric: {v.get('metric')}, {better} is better{why}{batches}"]
 
 
 def _search_lines(data: dict[str, Any]) -> list[str]:

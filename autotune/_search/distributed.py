@@ -203,6 +203,7 @@ def join_search(
         Hooks.load(settings.hooks),
         val_fraction=settings.val_fraction,
         seed=settings.seed,
+        eval_batch_size=settings.validation_batch_size,
     )
     if prepared.note:
         report(prepared.note)

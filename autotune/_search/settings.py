@@ -48,11 +48,21 @@ class SearchSettings:
     guided: bool = True
     # The model has no batch-norm layer: how the global batch is split leaves the numerics alone.
     split_free: bool = False
+    # Why the guarded metric is the one it is ("given by you", or what metric="auto" saw).
+    metric_reason: str = ""
+    # Every config validates in batches of this size (the baseline's as the user gave it); None
+    # in a study written before it was fixed, whose configs validated in their own batches.
+    eval_batch_size: int | None = None
     environment: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def planned_samples(self) -> int:
         return round(self.planned_epochs * self.n_train)
+
+    @property
+    def validation_batch_size(self) -> int:
+        """The batch size every process of this search validates in."""
+        return self.eval_batch_size or self.baseline.batch_size
 
     @property
     def deadline(self) -> float | None:

@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from autotune._choices import CompileMode
 from autotune._config import TrainingConfig
+from autotune._errors import DataError
 from autotune._trial import apply
 from autotune._trial.failures import (
     Diverged,
@@ -445,12 +446,20 @@ def _until_optimizer_state(trainer: Trainer, batches: Iterator[Any], memory: Mem
         memory.sample()
 
 
+def _val_loader(cfg: TrainingConfig, workload: Workload) -> DataLoader[Any]:
+    """The validation set in order, in the workload's batches (the same for every config),
+    loaded in this process (validation speed is not tuned)."""
+    return cfg.replace(num_workers=0, persistent_workers=False, prefetch_factor=None).dataloader(
+        workload.val,
+        shuffle=False,
+        collate_fn=workload.task.collate_fn,
+        batch_size=workload.eval_batch_size,
+    )
+
+
 def _eval_batch(trainer: Trainer, cfg: TrainingConfig, workload: Workload) -> None:
     eager = apply.unwrap_compiled(trainer.model)
-    loader = cfg.replace(num_workers=0, persistent_workers=False, prefetch_factor=None).dataloader(
-        workload.val, shuffle=False, collate_fn=workload.task.collate_fn
-    )
-    batch = next(iter(loader), None)
+    batch = next(iter(_val_loader(cfg, workload)), None)
     if batch is None:
         return
     eager.eval()
@@ -463,13 +472,13 @@ def _eval_batch(trainer: Trainer, cfg: TrainingConfig, workload: Workload) -> No
 
 
 def evaluate(model: nn.Module, cfg: TrainingConfig, workload: Workload) -> float:
-    """The validation metric (batch-size-weighted mean over the validation set)."""
+    """The validation metric: its sum over the validation set's items over the items counted
+    (tokens not -100 for a token metric), in the workload's fixed batches, so it does not
+    depend on the config's batch size."""
     eager = apply.unwrap_compiled(model)  # validation speed is not tuned: skip recompiling
     was_training = eager.training
     eager.eval()
-    loader = cfg.replace(num_workers=0, persistent_workers=False, prefetch_factor=None).dataloader(
-        workload.val, shuffle=False, collate_fn=workload.task.collate_fn
-    )
+    loader = _val_loader(cfg, workload)
     total, count = 0.0, 0
     try:
         with torch.no_grad():
@@ -478,13 +487,17 @@ def evaluate(model: nn.Module, cfg: TrainingConfig, workload: Workload) -> float
                 batch = cfg.to_device(batch)
                 with cfg.autocast():
                     outputs, targets = workload.task.forward(eager, batch)
-                value = workload.task.metric_fn(outputs, targets)
-                n = int(targets.shape[0]) if isinstance(targets, torch.Tensor) else 1
-                total += float(value) * n
+                value, n = workload.task.metric_sum(outputs, targets)
+                total += value
                 count += n
     finally:
         eager.train(was_training)
-    return total / max(1, count)
+    if count == 0:
+        raise DataError(
+            f"The validation set has no item the {workload.task.metric_name} counts (every "
+            "label is -100?): give it labeled items."
+        )
+    return total / count
 
 
 def train_for_accuracy(

@@ -1,9 +1,11 @@
 """The user's task: how a batch becomes a loss and a validation metric, and the data checks.
 
-By default a batch is ``(inputs, targets)``, the loss is cross-entropy (MSE for float targets) and
-the metric is accuracy. Other batch structures (dicts, as Hugging Face models take) work through a
-``forward(model, batch) -> (outputs, targets)`` hook; ``loss_fn(outputs, targets)`` and a callable
-``metric(outputs, targets)`` then see whatever that hook returns.
+By default a batch is ``(inputs, targets)`` (or a dict given to the model as ``model(**batch)``),
+the loss is the model's own or cross-entropy (MSE for float targets), and the metric is chosen
+from a batch at set-up (``metric="auto"``, :mod:`autotune._trial.metrics`). Other batch
+structures work through a ``forward(model, batch) -> (outputs, targets)`` hook;
+``loss_fn(outputs, targets)`` and a callable ``metric(outputs, targets)`` then see whatever that
+hook returns.
 """
 
 from __future__ import annotations
@@ -23,10 +25,27 @@ from torch.utils.data import Dataset, IterableDataset, Subset, default_collate
 from autotune import _refs
 from autotune._errors import ArgumentError, DataError, ModelError
 from autotune._trial.apply import to_device
+from autotune._trial.metrics import (
+    AUTO,
+    BUILTIN_METRICS,
+    GIVEN,
+    MetricChoice,
+    accuracy_sum,
+    batch_items,
+    choose_metric,
+    describe_output,
+    is_causal_lm,
+    label_items,
+    logits_of,
+    own_loss,
+    token_accuracy_sum,
+)
 
 __all__ = [
+    "METRIC_CHOICES",
     "HookRefs",
     "Hooks",
+    "SetUp",
     "Task",
     "check_dataset",
     "check_model_consumes",
@@ -35,6 +54,7 @@ __all__ = [
     "default_optimizer",
     "make_task",
     "on_accelerator",
+    "set_up_task",
     "split_dataset",
 ]
 
@@ -43,7 +63,8 @@ LossFn = Callable[[Any, Any], torch.Tensor]
 MetricFn = Callable[[Any, Any], float | torch.Tensor]
 CollateFn = Callable[[list[Any]], Any]
 OptimizerFactory = Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]
-BUILTIN_METRICS = ("accuracy", "loss")
+CALLABLE = "callable"  # Task.metric of a metric function of yours
+METRIC_CHOICES = (AUTO, *BUILTIN_METRICS)
 
 
 def default_optimizer(
@@ -64,44 +85,11 @@ def default_forward(model: nn.Module, batch: Any) -> tuple[Any, Any]:
     return model(inputs), targets
 
 
-def _field(outputs: Any, name: str) -> Any:
-    if isinstance(outputs, Mapping):
-        return outputs.get(name)
-    return getattr(outputs, name, None)
-
-
-def describe_output(outputs: Any) -> str:
-    """An output's type and, for mappings and model outputs, its keys."""
-    if isinstance(outputs, Mapping):
-        keys = [k for k, v in outputs.items() if v is not None]
-        return f"{type(outputs).__name__} with keys {keys}"
-    if isinstance(outputs, tuple | list):
-        return f"{type(outputs).__name__} of length {len(outputs)}"
-    return type(outputs).__name__
-
-
-def logits_of(outputs: Any) -> torch.Tensor:
-    """The model's predictions: the output itself, or its ``logits`` (a Hugging Face
-    ``ModelOutput``, or a dict)."""
-    if isinstance(outputs, torch.Tensor):
-        return outputs
-    logits = _field(outputs, "logits")
-    if isinstance(logits, torch.Tensor):
-        return logits
-    raise ModelError(
-        f"autotune cannot interpret the model's output, a {describe_output(outputs)}: it needs "
-        "a tensor of logits, or an output with `.logits` (and `.loss` when the batch has "
-        "labels). Pass forward=(model, batch) -> (outputs, targets), with loss_fn= and "
-        "metric= that understand the outputs (on the command line: --forward, --loss, "
-        "--metric)."
-    )
-
-
 def default_loss(outputs: Any, targets: Any) -> torch.Tensor:
     """The model's own loss where it computed one (a Hugging Face model given ``labels``);
     otherwise cross-entropy on the logits (MSE for float targets)."""
-    own = _field(outputs, "loss") if not isinstance(outputs, torch.Tensor) else None
-    if isinstance(own, torch.Tensor) and own.numel() == 1:
+    own = own_loss(outputs)
+    if own is not None:
         return own
     logits = logits_of(outputs)
     if targets is None:
@@ -116,24 +104,48 @@ def default_loss(outputs: Any, targets: Any) -> torch.Tensor:
     return F.cross_entropy(logits.float(), targets)
 
 
-def accuracy(outputs: Any, targets: Any) -> torch.Tensor:
-    correct: torch.Tensor = logits_of(outputs).argmax(dim=-1) == targets
-    return correct.float().mean()
-
-
 @dataclasses.dataclass(frozen=True)
 class Task:
-    """How one batch is turned into a loss and a metric."""
+    """How one batch is turned into a loss and a metric. ``metric`` is the builtin metric
+    (``accuracy``, ``loss``, ``token_accuracy``), ``callable`` for ``metric_fn`` (yours), or
+    ``auto`` until :func:`set_up_task` chooses from a batch."""
 
     forward: ForwardFn
     loss_fn: LossFn
-    metric_fn: MetricFn
+    metric_fn: MetricFn | None  # yours; None for a builtin metric
     metric_name: str
     higher_is_better: bool
     collate_fn: Callable[[list[Any]], Any] | None = None
+    metric: str = CALLABLE
+    causal_lm: bool = False  # a causal LM: its position t predicts label t + 1
 
     def is_default_batch(self) -> bool:
         return self.forward is default_forward
+
+    def metric_sum(self, outputs: Any, targets: Any) -> tuple[float, int]:
+        """The batch's metric as (sum over its items, items counted): the validation metric
+        is the sum over all batches over the count, whatever the batches' sizes. A metric of
+        yours (a value per batch) is weighted by the batch's items."""
+        if self.metric == "accuracy":
+            correct, counted = accuracy_sum(outputs, targets)
+            return float(correct), int(counted)
+        if self.metric == "token_accuracy":
+            correct, counted = token_accuracy_sum(outputs, targets, causal_lm=self.causal_lm)
+            return float(correct), int(counted)
+        if self.metric == "loss":
+            loss = float(self.loss_fn(outputs, targets))
+            if self.loss_fn is default_loss:  # a mean over the label items it counts
+                n = label_items(targets, causal_lm=self.causal_lm)
+            else:
+                n = batch_items(targets)
+            return loss * n, n
+        if self.metric_fn is None:
+            raise RuntimeError(
+                f"The task's metric is {self.metric!r}: set_up_task() chooses it from a batch "
+                "before any batch is evaluated."
+            )
+        n = batch_items(targets)
+        return float(self.metric_fn(outputs, targets)) * n, n
 
 
 def make_task(
@@ -144,6 +156,7 @@ def make_task(
     higher_is_better: bool | None,
     collate_fn: Callable[[list[Any]], Any] | None,
     metric_name: str | None = None,
+    causal_lm: bool = False,
 ) -> Task:
     if metric_name is not None and not isinstance(metric_name, str):
         raise TypeError(f"`metric_name` must be a str or None, but got {metric_name!r}.")
@@ -152,32 +165,37 @@ def make_task(
     for name, fn in (("forward", forward), ("loss_fn", loss_fn), ("collate_fn", collate_fn)):
         if fn is not None and not callable(fn):
             raise TypeError(f"`{name}` must be callable or None, but got {fn!r}.")
-    loss = loss_fn if loss_fn is not None else default_loss
+    known = ", ".join(repr(m) for m in METRIC_CHOICES)
+    metric_fn: MetricFn | None = None
     if isinstance(metric, str):
-        if metric == "accuracy":
-            metric_fn: MetricFn = accuracy
-            higher = True if higher_is_better is None else higher_is_better
-        elif metric == "loss":
-            metric_fn, higher = loss, False if higher_is_better is None else higher_is_better
-        else:
+        if metric not in METRIC_CHOICES:
             raise ArgumentError(
-                f"`metric` must be 'accuracy', 'loss' or a callable (outputs, targets) -> float, "
+                f"`metric` must be {known} or a callable (outputs, targets) -> float, "
                 f"but got {metric!r}."
             )
-        name = metric
+        if metric == AUTO and higher_is_better is not None:
+            raise ArgumentError(
+                f"`higher_is_better` is {higher_is_better!r}, but metric='auto' chooses the "
+                "metric and its direction together. Pass metric='loss' or 'accuracy' (or a "
+                "callable) to say which is better."
+            )
+        higher = metric != "loss" if higher_is_better is None else higher_is_better
+        kind = name = metric
     elif callable(metric):
-        metric_fn = metric
+        metric_fn, kind = metric, CALLABLE
         higher = True if higher_is_better is None else higher_is_better
         name = "metric"  # a function's name (`<lambda>`, `loss_metric`) reads badly in a report
     else:
-        raise TypeError(f"`metric` must be 'accuracy', 'loss' or a callable, but got {metric!r}.")
+        raise TypeError(f"`metric` must be {known} or a callable, but got {metric!r}.")
     return Task(
         forward=forward if forward is not None else default_forward,
-        loss_fn=loss,
+        loss_fn=loss_fn if loss_fn is not None else default_loss,
         metric_fn=metric_fn,
         metric_name=metric_name.strip() if metric_name else name,
         higher_is_better=higher,
         collate_fn=collate_fn,
+        metric=kind,
+        causal_lm=causal_lm,
     )
 
 
@@ -220,11 +238,13 @@ def check_dataset(dataset: Any, task: Task, *, argument: str = "dataset") -> Non
             )
 
 
-def checked_task(dataset: Any, val_dataset: Any | None, hooks: Hooks) -> Task:
+def checked_task(
+    dataset: Any, val_dataset: Any | None, hooks: Hooks, *, causal_lm: bool = False
+) -> Task:
     """The task from the user's hooks, with the dataset (and validation set) checked against it."""
     if hooks.optimizer is not None and not callable(hooks.optimizer):
         raise TypeError(f"`optimizer` must be callable or None, but got {hooks.optimizer!r}.")
-    task = hooks.task()
+    task = hooks.task(causal_lm=causal_lm)
     check_dataset(dataset, task)
     if val_dataset is not None:
         check_dataset(val_dataset, task, argument="val_dataset")
@@ -267,9 +287,40 @@ def on_accelerator(item: Any) -> bool:
     return False
 
 
-def check_model_consumes(model: nn.Module, dataset: Dataset[Any], task: Task) -> None:
+@dataclasses.dataclass(frozen=True)
+class SetUp:
+    """The task a search (or a training run) uses, the hooks with ``metric="auto"`` replaced
+    by the metric chosen (what other processes load), and the choice with its reason."""
+
+    task: Task
+    hooks: Hooks
+    choice: MetricChoice
+
+
+def set_up_task(
+    model: nn.Module, dataset: Dataset[Any], val_dataset: Dataset[Any] | None, hooks: Hooks
+) -> SetUp:
+    """The task from the hooks, the datasets checked, a batch of ``dataset`` run through a
+    CPU copy of the model, and ``metric="auto"`` resolved from it, once."""
+    causal = is_causal_lm(model)
+    task = checked_task(dataset, val_dataset, hooks, causal_lm=causal)
+    choice = check_model_consumes(model, dataset, task)
+    if task.metric == AUTO:
+        hooks = dataclasses.replace(hooks, metric=choice.metric)
+        task = hooks.task(causal_lm=causal)
+    return SetUp(task=task, hooks=hooks, choice=choice)
+
+
+def _choice(task: Task, outputs: Any, targets: Any) -> MetricChoice:
+    if task.metric == AUTO:
+        return choose_metric(outputs, targets, default_loss=task.loss_fn is default_loss)
+    return MetricChoice(metric=task.metric, higher_is_better=task.higher_is_better, reason=GIVEN)
+
+
+def check_model_consumes(model: nn.Module, dataset: Dataset[Any], task: Task) -> MetricChoice:
     """Run one tiny batch through a CPU copy of the model (wherever the model and the data
-    are: a model already on the GPU is accepted); report shapes if it cannot consume it."""
+    are: a model already on the GPU is accepted); report shapes if it cannot consume it.
+    Returns the metric the task guards (chosen from this batch for ``metric="auto"``)."""
     n = min(2, len(dataset))  # type: ignore[arg-type]
     collate = task.collate_fn or default_collate
     try:
@@ -290,7 +341,8 @@ def check_model_consumes(model: nn.Module, dataset: Dataset[Any], task: Task) ->
                     f"The loss must be a scalar tensor, but got {describe_batch(loss)}. "
                     "Check loss_fn (it should reduce over the batch)."
                 )
-            task.metric_fn(outputs, targets)
+            choice = _choice(task, outputs, targets)
+            dataclasses.replace(task, metric=choice.metric).metric_sum(outputs, targets)
     except ModelError:
         raise
     except Exception as exc:
@@ -299,6 +351,7 @@ def check_model_consumes(model: nn.Module, dataset: Dataset[Any], task: Task) ->
             f"{describe_batch(batch)} it raised {type(exc).__name__}: {exc}. Check that the "
             "model's input shape matches the dataset's items, or pass forward=/loss_fn=."
         ) from exc
+    return choice
 
 
 def labels_of(dataset: Dataset[Any], task: Task, *, limit: int = 200_000) -> list[int] | None:
@@ -363,9 +416,10 @@ def split_dataset(
 class HookRefs:
     """The task's hooks as every process of a search loads them: a reference
     (``module:name`` / ``file.py:name``) per hook, None where the default is used; ``metric``
-    is ``accuracy``, ``loss`` or a reference. ``unnamed`` lists hooks that were given as
-    callables with no reference (lambdas, functions in ``__main__``): other processes cannot
-    load those."""
+    is the builtin metric the search guards (``accuracy``, ``loss``, ``token_accuracy``:
+    ``auto`` is resolved before the references are taken) or a reference. ``unnamed`` lists
+    hooks that were given as callables with no reference (lambdas, functions in
+    ``__main__``): other processes cannot load those."""
 
     forward: str | None = None
     loss_fn: str | None = None
@@ -394,13 +448,13 @@ class Hooks:
 
     forward: ForwardFn | None = None
     loss_fn: LossFn | None = None
-    metric: str | MetricFn = "accuracy"
+    metric: str | MetricFn = AUTO
     higher_is_better: bool | None = None
     metric_name: str | None = None
     collate_fn: CollateFn | None = None
     optimizer: OptimizerFactory | None = None
 
-    def task(self) -> Task:
+    def task(self, *, causal_lm: bool = False) -> Task:
         return make_task(
             forward=self.forward,
             loss_fn=self.loss_fn,
@@ -408,12 +462,17 @@ class Hooks:
             higher_is_better=self.higher_is_better,
             collate_fn=self.collate_fn,
             metric_name=self.metric_name,
+            causal_lm=causal_lm,
         )
 
     def optimizer_factory(self) -> OptimizerFactory:
         return self.optimizer if self.optimizer is not None else default_optimizer
 
     def references(self) -> HookRefs:
+        """The references other processes load; ``metric="auto"`` must be resolved first
+        (:func:`set_up_task`), so that every process guards the metric chosen once."""
+        if self.metric == AUTO:
+            raise ValueError("metric='auto' is resolved by set_up_task() before references.")
         refs: dict[str, Any] = {}
         unnamed = []
         for name in ("forward", "loss_fn", "metric", "collate_fn", "optimizer"):

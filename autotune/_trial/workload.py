@@ -13,14 +13,14 @@ from torch import nn
 from torch.utils.data import Dataset, Subset
 
 from autotune._trial.data import DataModuleLike, unpack_data
+from autotune._trial.metrics import AUTO, MetricChoice
 from autotune._trial.task import (
     Hooks,
     OptimizerFactory,
     Task,
-    check_model_consumes,
-    checked_task,
     cpu_copy,
     default_optimizer,
+    set_up_task,
     split_dataset,
 )
 
@@ -30,6 +30,7 @@ MAX_VAL_ITEMS = 2048  # a larger validation set is evaluated on a fixed subset o
 SIZED_ITEMS = 2048  # items whose size is read to find the longest ones (all, if fewer)
 SIZING_SECONDS = 5.0  # at most this long
 LONGEST = 1024  # longest items kept: the largest batch the memory probe builds from them
+EVAL_BATCH_SIZE = 32  # validation batches of a workload made without one (TrainingConfig's)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,15 +45,27 @@ class Workload:
     # Indices of the training set's largest items (by elements), largest first: the memory
     # probe's batches are made of them, so a config that fits only short batches never wins.
     longest: tuple[int, ...] = ()
+    # Every config validates in batches of this size (a search's: its baseline's batch size),
+    # so a metric that depends on how items are batched still scores identical models alike.
+    eval_batch_size: int = EVAL_BATCH_SIZE
+
+    def __post_init__(self) -> None:
+        if self.task.metric == AUTO:
+            raise ValueError("A workload's task guards a chosen metric: use set_up_task().")
+        if self.eval_batch_size < 1:
+            raise ValueError(f"`eval_batch_size` must be >= 1, but got {self.eval_batch_size}.")
 
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
     """The workload, whether the validation split kept the label proportions, and what was
-    taken from a data module (None for plain datasets)."""
+    taken from a data module (None for plain datasets); the hooks with the metric chosen (what
+    other processes load) and why it was."""
 
     workload: Workload
     stratified: bool
+    hooks: Hooks
+    metric: MetricChoice
     note: str | None = None
 
 
@@ -64,20 +77,23 @@ def prepare_workload(
     *,
     val_fraction: float,
     seed: int,
+    eval_batch_size: int = EVAL_BATCH_SIZE,
 ) -> Prepared:
     """The task from the hooks, the datasets checked (and split, without a validation set),
-    the model checked against a batch and copied once: the caller's is never touched again.
-    ``dataset`` may be a LightningDataModule: its datasets and collate function are used."""
+    the model checked against a batch (which chooses ``metric="auto"``) and copied once: the
+    caller's is never touched again. ``dataset`` may be a LightningDataModule: its datasets and
+    collate function are used. Every config validates in batches of ``eval_batch_size`` (a
+    search's baseline's batch size; the default baseline's where no search says)."""
     data = unpack_data(dataset, val_dataset, hooks.collate_fn)
     given: Dataset[Any] = data.train
     given_val: Dataset[Any] | None = data.val
     hooks = dataclasses.replace(hooks, collate_fn=data.collate_fn)
-    task = checked_task(given, given_val, hooks)
+    setup = set_up_task(model, given, given_val, hooks)
+    task = setup.task
     if given_val is not None:
         train, val, stratified = given, given_val, False
     else:
         train, val, stratified = split_dataset(given, task, val_fraction=val_fraction, seed=seed)
-    check_model_consumes(model, train, task)
     template = cpu_copy(model)  # a model on the GPU is not copied there first
     if len(val) > MAX_VAL_ITEMS:  # type: ignore[arg-type]
         # Paired accuracy checks compare configs on the same items: a fixed subset suffices.
@@ -90,8 +106,15 @@ def prepare_workload(
         task=task,
         optimizer=hooks.optimizer_factory(),
         longest=longest_items(train, seed=seed),
+        eval_batch_size=eval_batch_size,
     )
-    return Prepared(workload=workload, stratified=stratified, note=data.note)
+    return Prepared(
+        workload=workload,
+        stratified=stratified,
+        hooks=setup.hooks,
+        metric=setup.choice,
+        note=data.note,
+    )
 
 
 def _elements(item: Any) -> int:
