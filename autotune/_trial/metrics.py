@@ -192,11 +192,11 @@ def token_accuracy_sum(
 
 
 def choose_metric(outputs: Any, targets: Any, *, default_loss: bool) -> MetricChoice:
-    """What ``metric="auto"`` guards, from one batch's outputs and targets: the model's own
-    loss where it computes one (and ``loss_fn`` is autotune's default, which uses it);
-    accuracy for (batch, classes) logits against (batch,) integer labels; the loss otherwise."""
-    if default_loss and own_loss(outputs) is not None:
-        return MetricChoice(metric="loss", higher_is_better=False, reason=OWN_LOSS)
+    """What ``metric="auto"`` guards, from one batch's outputs and targets: accuracy for
+    (batch, classes) logits against (batch,) integer labels (a classifier, whatever computes
+    its loss: the tolerance then reads as accuracy points); otherwise the model's own loss
+    where it computes one (and ``loss_fn`` is autotune's default, which uses it), as
+    Hugging Face's Trainer evaluates; the loss otherwise."""
     logits = logits_of(outputs)
     if (
         logits.dim() == 2
@@ -206,6 +206,8 @@ def choose_metric(outputs: Any, targets: Any, *, default_loss: bool) -> MetricCh
         and targets.shape == logits.shape[:1]
     ):
         return MetricChoice(metric="accuracy", higher_is_better=True, reason=CLASSES)
+    if default_loss and own_loss(outputs) is not None:
+        return MetricChoice(metric="loss", higher_is_better=False, reason=OWN_LOSS)
     if not default_loss:
         why = "the loss (your loss_fn): the outputs are not (batch, classes) logits against "
         why += "(batch,) labels"
