@@ -175,12 +175,14 @@ def test_a_causal_lm_given_labels_guards_its_own_loss_which_falls_as_it_learns()
     }
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's imports (jit)
 def test_a_causal_lm_is_told_from_its_class_and_baked_into_its_task() -> None:
     class MyGPT(transformers.GPT2LMHeadModel):
         pass
 
     gpt = hf_lm_model()
     assert is_causal_lm(gpt) and is_causal_lm(MyGPT(gpt.config))
+    assert is_causal_lm(torch.compile(gpt))  # compiles lazily: nothing is compiled here
     assert not is_causal_lm(hf_model()) and not is_causal_lm(torch.nn.Linear(2, 2))
     train, _ = hf_lm_data(16)
     hooks = Hooks(metric="token_accuracy", collate_fn=hf_lm_collate)

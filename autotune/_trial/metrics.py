@@ -111,6 +111,7 @@ def is_causal_lm(model: nn.Module) -> bool:
     each position's *next* token (and shifts the labels itself). Read from its class (or a base
     class): one of transformers' causal-LM classes, or a name ending in ``ForCausalLM`` /
     ``LMHeadModel``; encoder-decoder models (whose decoder is fed shifted labels) are not."""
+    model = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
     config = getattr(model, "config", None)
     if getattr(config, "is_encoder_decoder", False):
         return False
