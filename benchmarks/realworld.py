@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 import autotune
+from autotune._search.guard import percent
 from autotune._trial.runner import Budget, measure_throughput, train_for_accuracy
 from autotune._trial.task import Hooks
 from autotune._trial.workload import Workload, prepare_workload
@@ -363,7 +364,7 @@ def _fast(answers: dict[str, Any]) -> str:
         return (
             f"`{_describe(fast)}` ({_x(fast.get('speedup'))}), confirmed: mean paired drop "
             f"{c.get('drop', 0):+.4f}, upper bound {c.get('bound') or 0:+.4f} at "
-            f"{c.get('confidence') or 0:.1%} confidence over {len(c.get('runs', []))} seeds"
+            f"{percent(c.get('confidence') or 0.0)} confidence over {len(c.get('runs', []))} seeds"
         )
     if pending:
         c = pending.get("confirmation") or {}

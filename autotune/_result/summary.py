@@ -7,6 +7,7 @@ from typing import Any
 
 from autotune._config import TrainingConfig
 from autotune._errors import ConfigError
+from autotune._search.guard import percent
 
 __all__ = ["render_summary", "summary_parts"]
 
@@ -120,7 +121,7 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
             f"  fast answer (numerics changed): trial #{fast['trial']}, "
             f"{_x(fast.get('speedup'))}; {name} confirmed over {len(c.get('runs', []))} paired "
             f"seeds: mean drop {c.get('drop', 0):+.4f}, upper bound {c.get('bound') or 0:+.4f} "
-            f"<= tolerance {data.get('tolerance'):g} at {c.get('confidence') or 0:.1%} "
+            f"<= tolerance {data.get('tolerance'):g} at {percent(c.get('confidence') or 0.0)} "
             f"confidence ({c.get('looks', 1)} look(s), sequential)"
         )
     lines.append(f"  chosen: the {answers.get('chosen', 'safe')} answer")

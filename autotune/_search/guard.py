@@ -46,6 +46,7 @@ __all__ = [
     "Confirmation",
     "Verdict",
     "look_alpha",
+    "percent",
     "plan_accuracy_budget",
     "spent_alpha",
 ]
@@ -62,6 +63,11 @@ MAX_NEED = 10_000  # seeds beyond which an unresolved check counts as unsettleab
 @functools.lru_cache(maxsize=4096)
 def _t_quantile(q: float, dof: int) -> float:
     return float(stats.t.ppf(q, dof))
+
+
+def percent(confidence: float) -> str:
+    """A confidence as a percentage that never rounds up to a certainty: ">99.9%"."""
+    return ">99.9%" if confidence > 0.999 else f"{confidence:.1%}"
 
 
 def look_alpha(look: int) -> float:
@@ -195,7 +201,7 @@ class Confirmation:
         if self.tolerance is not None:
             text += f" against tolerance {self.tolerance:g}"
         if self.confidence is not None:
-            text += f": within it at {self.confidence:.1%} confidence"
+            text += f": within it at {percent(self.confidence)} confidence"
         elif self.verdict is Verdict.REJECTED:
             text += f"; lower bound {self.lower:+.4f}, beyond it"
         return text
