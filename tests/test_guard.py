@@ -165,6 +165,17 @@ def test_a_baseline_that_did_not_learn_confirms_nothing() -> None:
     assert learned.learned and learned.advice() is None
 
 
+def test_a_baseline_that_learned_on_some_seeds_has_learned() -> None:
+    """BERT at 61% of an epoch: two data orders took off (0.90), one not yet (0.49, the
+    untrained model's 0.4875). The mean moved by 1.3 spreads only, yet the seeds that learned
+    carry a paired test: the guard counts it as learned, and a candidate that tracks the
+    baseline seed for seed is confirmed. One seed that took off is not enough."""
+    g = guard([0.90, 0.90, 0.49], initial=0.4875)
+    assert g.learned and not g.wrong_way
+    assert g.confirm([0.90, 0.895, 0.49]).passed
+    assert not guard([0.90, 0.49, 0.49], initial=0.4875).learned
+
+
 def test_lower_is_better_metrics() -> None:
     g = guard([1.0, 1.0, 1.0], tolerance=0.1, higher=False, initial=2.0)
     assert g.learned

@@ -57,6 +57,7 @@ ACCURACY_SHARE = 0.25  # of the whole budget, the most the baseline's accuracy r
 TARGET_EPOCHS = 3  # the accuracy budget when time allows: three epochs (and >= 64 steps)
 MIN_STEPS = 8  # baseline steps an accuracy run takes at the least
 LEARNED = 2.0  # the baseline must move its metric by this many of its own spreads (std) to learn
+MIN_LEARNED_SEEDS = 2  # ... or this many of its seeds must each move it by more than the tolerance
 MAX_NEED = 10_000  # seeds beyond which an unresolved check counts as unsettleable
 
 
@@ -250,17 +251,31 @@ class AccuracyGuard:
 
     @property
     def learned(self) -> bool:
-        """Whether the baseline's metric moved from the untrained model's by more than twice
-        its own seed-to-seed spread: only then do its accuracy runs tell a config that trains
-        from one that does not (a budget too short to learn leaves every config at the
-        untrained metric, and every check would pass)."""
-        return self._moved() > LEARNED
+        """Whether the baseline learned in its accuracy budget: its mean metric moved from the
+        untrained model's by more than twice its own seed-to-seed spread, or at least two of
+        its seeds each moved by more than the tolerance (a horizon where some data orders
+        have taken off and others not yet: the seeds that learned carry the paired test).
+        Only then do its runs tell a config that trains from one that does not (a budget too
+        short to learn leaves every config at the untrained metric, and every check would
+        pass)."""
+        if self._moved() > LEARNED:
+            return True
+        if self.initial_metric is None or self.wrong_way:
+            return False
+        floor = max(self.tolerance, 1e-6 * max(1.0, abs(self.initial_metric)))
+        initial = self.initial_metric
+        took_off = sum(1 for run in self.baseline_runs if self._paired_gain(run, initial) > floor)
+        return took_off >= MIN_LEARNED_SEEDS
 
     @property
     def wrong_way(self) -> bool:
         """Whether training made the baseline's metric clearly *worse* than the untrained
         model's: a metric that cannot be right for the task (while the loss falls)."""
         return self._moved() < -LEARNED
+
+    def _paired_gain(self, run: float, initial: float) -> float:
+        """How much better ``run`` is than ``initial`` (negative: worse)."""
+        return run - initial if self.higher_is_better else initial - run
 
     def drop(self, metric: float) -> float:
         """How much worse than the baseline's mean ``metric`` is (negative: better)."""
