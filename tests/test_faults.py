@@ -296,7 +296,10 @@ def test_kill_9_then_the_same_command_resumes_and_loses_nothing(tmp_path: Path) 
         assert after[number].value == trial.value
     assert after[running[0]].state is TrialState.FAIL
     retries = [t for t in after.values() if t.user_attrs.get("autotune_retry_of") == running[0]]
-    assert len(retries) == 1 and retries[0].params == after[running[0]].params
+    # The retry runs the killed trial's config: every parameter it had chosen (a kill that lands
+    # while the trial is still choosing leaves the rest to the sampler, as for a new trial).
+    assert len(retries) == 1
+    assert retries[0].params.items() >= after[running[0]].params.items()
     assert retries[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
     saved = json.loads((tmp_path / "best.json").read_text())
     finished = (TrialState.COMPLETE, TrialState.PRUNED)
