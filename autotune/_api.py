@@ -26,6 +26,7 @@ from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
 from autotune._progress import Progress
 from autotune._result.result import SearchResult
+from autotune._search import coverage
 from autotune._search.loop import DEFAULT_TIMEOUT, Search
 from autotune._search.settings import SearchSettings
 from autotune._search.storage import open_study, redact
@@ -221,6 +222,7 @@ def _search(
         seconds=time.time() - started,
         interrupted=interrupted,
         memory=search.memory,
+        skipped=coverage.read_skipped(study),
     )
 
 

@@ -41,6 +41,7 @@ class Model:
     metric: Callable[[TrainingConfig, int], float] = lambda cfg, seed: 0.85
     initial: float = 0.5  # the untrained model's metric
     learns_after: int = 0  # runs of fewer samples score the untrained metric (plus seed noise)
+    compile_seconds: float = 0.0  # a compiled config's first step, on top of its set-up
 
 
 class SimulatedExecutor:
@@ -72,6 +73,8 @@ class SimulatedExecutor:
             raise KeyboardInterrupt
         tp = self.model.throughput * self.model.speed(cfg)
         cost = self.model.overhead
+        if cfg.compile_mode.value != "none":
+            cost += self.model.compile_seconds
         m = measured
         if m is None:
             step = cfg.batch_size / tp

@@ -157,3 +157,44 @@ def test_the_side_by_side_rounds_use_the_time_left() -> None:
     # measurement before them had the search's own budget.
     assert [b.timed_samples for b in budgets[-7:]] == [searched] + [4 * searched] * 6
     assert len(run.ledger().rounds) == 3
+
+
+COMPILE = {"batch_size": [32], "num_workers": [0, 1], "compile_mode": ["none", "default"]}
+
+
+def test_a_first_compile_is_measured_not_skipped_on_a_guess() -> None:
+    """A digits MLP compiles in seconds: with timeout=60 the listed compile mode is measured
+    (a guessed 90 s first compile skipped it, and the search ended at 7 s of 60 saying every
+    config had been measured)."""
+    model = Model(throughput=2000.0, overhead=0.5, compile_seconds=4.0)
+    run, clock, lines = search(model, knobs=COMPILE, timeout=60.0)
+    ledger = _ledger(run)
+    compiled = [e for e in ledger.entries if e.config.compile_mode.value == "default"]
+    assert compiled and all(e.record.ok for e in compiled), "\n".join(lines)
+    assert any("every listed value of the space has been measured" in line for line in lines)
+    assert clock.now - run.settings.started <= 60 * 1.05
+
+
+def test_a_compile_longer_than_the_budget_runs_with_what_is_left_and_says_why() -> None:
+    """A first compile of a large model takes longer than the whole budget: it runs with what
+    is left as its limit, is stopped there, the search still ends within its budget (its
+    side-by-side rounds kept), and the result names the compile mode as not measured, with
+    why."""
+    from autotune._result.result import SearchResult
+    from autotune._search.coverage import read_skipped
+
+    model = Model(throughput=2000.0, overhead=0.5, compile_seconds=500.0)
+    run, clock, lines = search(model, knobs=COMPILE, timeout=60.0)
+    assert clock.now - run.settings.started <= 60 * 1.05, "\n".join(lines)
+    ledger = _ledger(run)
+    compiled = [e for e in ledger.entries if e.config.compile_mode.value == "default"]
+    assert compiled and compiled[0].record.failure is not None, "\n".join(lines)
+    result = SearchResult.from_ledger(
+        ledger, run.settings, study_name="s", storage=None, seconds=60.0, interrupted=False,
+        memory=None, skipped=read_skipped(run.bench.study),
+    )  # fmt: skip
+    missing = result.to_dict()["search"]["unmeasured"]
+    assert [(u["knob"], u["value"]) for u in missing] == [("compile_mode", "default")]
+    assert missing[0]["why"].startswith(f"trial #{compiled[0].number}: timeout")
+    assert "not measured: compile_mode=default (trial #" in result.summary()
+    assert any("nothing left to try; not measured: compile_mode=default" in x for x in lines)

@@ -331,3 +331,94 @@ def test_gpu_memory_probe_reads_capacity_in_the_worker_and_fits_reserved_memory(
     # between the listed sizes (208, a multiple of 8), which fits.
     assert gpu.asked == [16, 16, 32, 64, 256, 208]
     assert limits.limits == {"fp32/ckpt0": 208}
+
+
+class ColdOnce(torch.utils.data.Dataset):
+    """The built-in data, whose very first item (across processes: a marker file) takes a
+    second, as a first read from a cold disk or a first import in a worker does."""
+
+    def __init__(self, marker: str) -> None:
+        from autotune.examples import tiny_data
+
+        self.data, self.marker = tiny_data(), marker
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):  # type: ignore[no-untyped-def]
+        import os
+
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            time.sleep(1.0)
+        return self.data[i]
+
+
+def test_an_epoch_restart_is_measured_warm_not_from_the_cold_first_batch(tmp_path) -> None:
+    """Non-persistent workers pay their start-up each epoch: that cost is measured on a fresh
+    iterator after the timed region, not taken from the trial's cold first batch (which made a
+    baseline measured first in a cold process look 7x slower over ten epochs)."""
+    from autotune import Budget, TrainingConfig
+    from autotune._trial.runner import measure_throughput
+
+    workload = dataclasses.replace(_tiny_workload(), train=ColdOnce(str(tmp_path / "cold")))
+    budget = Budget(warmup_steps=2, timed_samples=192, min_timed_steps=3, chunks=3)
+    cfg = TrainingConfig(device="cpu", num_workers=1, persistent_workers=False)
+    m = measure_throughput(cfg, workload, budget)
+    assert m.epoch_restart and m.first_batch_time >= 1.0
+    assert m.restart_seconds is not None and m.restart_seconds < 0.5
+    assert m.restart_cost == m.restart_seconds
+    steady = 1000 / m.throughput + m.one_time_cost
+    assert m.projected_time(1000, epochs=10) == pytest.approx(steady + 9 * m.restart_seconds)
+    persistent = measure_throughput(cfg.replace(persistent_workers=True), workload, budget)
+    assert not persistent.epoch_restart and persistent.restart_cost == 0.0
+    assert persistent.projected_time(1000, 10) == pytest.approx(
+        1000 / persistent.throughput + persistent.one_time_cost
+    )
+
+
+def test_nothing_but_training_steps_runs_inside_a_timed_chunk(monkeypatch) -> None:
+    """Progress is told between chunks (once per chunk, after its time was taken), and memory
+    is read by a thread and at chunk boundaries, never per step: a listener that takes 50 ms
+    does not slow the measured steps."""
+    from autotune import Budget, TrainingConfig
+    from autotune._trial import measure, runner
+
+    reads = {"rss": 0}
+    real = measure.MemoryTracker.sample
+
+    def counted(self):  # type: ignore[no-untyped-def]
+        reads["rss"] += 1
+        real(self)
+
+    monkeypatch.setattr(measure.MemoryTracker, "sample", counted)
+    told: list[tuple[str, int, int]] = []
+
+    def slow_listener(phase: str, done: int, total: int) -> None:
+        told.append((phase, done, total))
+        time.sleep(0.05)
+
+    cfg = TrainingConfig(device="cpu")
+    budget = Budget(
+        warmup_steps=2, timed_samples=32 * 30, min_timed_steps=3, chunks=3, min_timed_seconds=0
+    )
+    with runner.reporting_steps(slow_listener):
+        m = runner.measure_throughput(cfg, _tiny_workload(), budget)
+    timed = [t for t in told if t[0] == "timed"]
+    assert timed == [("timed", 10, 30), ("timed", 20, 30), ("timed", 30, 30)]
+    assert max(m.chunk_times) < 10 * 0.05  # ten steps, none of them waited for the listener
+    assert reads["rss"] < m.timed_steps  # the thread's reads plus one per chunk, not per step
+
+
+def test_cpu_peak_memory_is_the_rise_over_the_trials_start() -> None:
+    """What a reused worker already holds (here 400 MB) is not charged to the next trial."""
+    from autotune import Budget, TrainingConfig
+    from autotune._trial.runner import measure_throughput
+
+    held = torch.ones(100 * 2**20)  # 400 MiB, resident
+    cfg = TrainingConfig(device="cpu")
+    budget = Budget(warmup_steps=2, timed_samples=96, min_timed_steps=3, chunks=3)
+    m = measure_throughput(cfg, _tiny_workload(), budget)
+    assert m.memory_kind == "process_rss_rise"
+    assert m.peak_memory_bytes is not None and 0 <= m.peak_memory_bytes < 100 * 2**20
+    del held

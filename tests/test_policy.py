@@ -187,9 +187,10 @@ def test_the_deadline_keeps_a_grace_for_the_last_steps() -> None:
 
 def test_a_trial_is_stopped_not_far_past_the_deadline() -> None:
     clock = Clock()
-    d = Deadline(start=0.0, end=1010.0, clock=clock)  # 10 s left
-    assert d.trial_limit(None) == 40.0  # 10 s + 30 s of overrun
-    assert d.trial_limit(15.0) == 15.0
+    d = Deadline(start=910.0, end=1010.0, clock=clock)  # 10 s left of 100: grace 5 s
+    assert d.trial_limit(None) == 15.0  # 10 s + the grace
+    assert d.trial_limit(12.0) == 12.0
+    assert d.trial_limit(None, keep=4.0) == 11.0  # never into the time kept for pending work
     clock.now = 1100.0
     assert d.trial_limit(15.0) == 5.0  # never below 5 s
     assert Deadline(start=0.0, end=None, clock=clock).trial_limit(None) is None

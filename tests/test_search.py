@@ -640,7 +640,7 @@ def test_a_small_space_measures_every_listed_value(fast_kwargs, compile_capable)
     assert compile_capable and set(compile_capable) == {None}  # torch.compile's default mode
     assert not any(t.reused for t in result.trials)  # no measured config proposed again
     assert any(", late]" in line and "compile=default" in line for line in lines)
-    assert "every config of the space has been measured" in lines
+    assert "every listed value of the space has been measured: nothing left to try" in lines
 
 
 def test_a_model_that_cannot_be_compiled_fails_that_trial_only(

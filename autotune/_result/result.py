@@ -13,6 +13,7 @@ import math
 import os
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from autotune._errors import ConfigError, StorageError
 from autotune._result.files import write_text_atomic
 from autotune._result.report import write_report
 from autotune._result.summary import render_summary
+from autotune._search import coverage
 from autotune._search import storage as stored
 from autotune._search.guard import AccuracyGuard, Verdict
 from autotune._search.ledger import Ledger, TrialRecord
@@ -43,7 +45,8 @@ class SearchResult:
     when nothing beat it). ``pending`` is a faster candidate whose check could not settle, with
     what would settle it. ``speedup`` is the baseline's projected training time over the
     chosen config's, measured side by side in alternating rounds where there was time
-    (``speedup_range``), from the trials' own measurements otherwise.
+    (``speedup_range``); where there was not, only the ratio of the two configs' steady-state
+    throughputs (no projection with one-time costs measured in different processes).
     """
 
     winner: TrialRecord
@@ -76,8 +79,10 @@ class SearchResult:
         seconds: float,
         interrupted: bool,
         memory: MemoryLimits | None,
+        skipped: Sequence[coverage.Skipped] = (),
     ) -> SearchResult:
-        """The result a study's ledger amounts to: the ledger's best trial wins."""
+        """The result a study's ledger amounts to: the ledger's best trial wins. ``skipped``:
+        the trials failed before they ran (why a listed value was not measured)."""
         base = ledger.baseline
         if base is None:
             raise StorageError(
@@ -108,6 +113,10 @@ class SearchResult:
             "first_win_seconds": None if first_win is None else first_win - settings.started,
             "accuracy_samples": ledger.guard.accuracy_samples if ledger.guard else None,
             "accuracy_note": ledger.baseline_accuracy.note if ledger.baseline_accuracy else None,
+            "unmeasured": [
+                u.to_dict()
+                for u in coverage.unmeasured(ledger, settings.space, settings.baseline, skipped)
+            ],
         }
         if memory is not None:
             search["memory_probe"] = memory.to_dict()
@@ -174,6 +183,7 @@ class SearchResult:
             seconds=_span(study),
             interrupted=False,
             memory=stored.read_memory(study),
+            skipped=coverage.read_skipped(study),
         )
 
     @property
@@ -207,11 +217,11 @@ class SearchResult:
 
     @property
     def speedup(self) -> float:
-        """Side by side (the median over rounds) where measured so, else projected."""
+        """Side by side (the median over rounds) where measured so, else the ratio of the
+        steady-state throughputs (and says so: ``speedup_range`` is None)."""
         if len(self.round_speedups) >= 2:
             return float(statistics.median(self.round_speedups))
-        base, best = self.baseline_trial.projected_time, self.winner.projected_time
-        return base / best if base and best else 1.0
+        return self.throughput_ratio
 
     @property
     def speedup_range(self) -> tuple[float, float] | None:

@@ -92,14 +92,16 @@ def _headline(data: dict[str, Any]) -> str:
             "baseline's settings"
         )
     span = data.get("speedup_range")
-    how = (
-        f"side by side over {data.get('speedup_rounds')} rounds: {span[0]:.2f}-{span[1]:.2f}x"
-        if span
-        else "from the trials' measurements, not re-measured side by side"
-    )
+    if not span:
+        return (
+            f"autotune result: NOT measured side by side (no time was left for it): "
+            f"{data['speedup']:.2f}x the baseline's steady-state throughput, from the trials' "
+            "own measurements, one-time costs left out"
+        )
     return (
-        f"autotune result: {data['speedup']:.2f}x faster than the baseline ({how}; projected "
-        f"for {m.get('planned_samples', 0):,} training samples)"
+        f"autotune result: {data['speedup']:.2f}x faster than the baseline (side by side over "
+        f"{data.get('speedup_rounds')} rounds: {span[0]:.2f}-{span[1]:.2f}x; projected for "
+        f"{m.get('planned_samples', 0):,} training samples)"
     )
 
 
@@ -192,6 +194,11 @@ def _search_lines(data: dict[str, Any]) -> list[str]:
         f"{'none' if first is None else f'after {first:.0f} s'}; failures: {failed}; study "
         f"{search.get('study_name')!r}"
     ]
+    missing = search.get("unmeasured") or []
+    if missing:
+        values = "; ".join(f"{u['knob']}={u['value']} ({u['why']})" for u in missing[:8])
+        more = f"; and {len(missing) - 8} more" if len(missing) > 8 else ""
+        lines.append(f"  not measured: {values}{more}")
     if search.get("interrupted"):
         lines.append("  (interrupted: this is the best answer found before the stop)")
     if env:

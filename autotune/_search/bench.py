@@ -72,11 +72,15 @@ class Bench:
         measured: Measurement | None = None,
         expected: float | None = None,
         budget: Budget | None = None,
+        keep: float = 0.0,
+        limit: float | None = None,
     ) -> TrialOutcome:
-        """Run ``cfg`` within its wall-clock limit: the user's ``trial_timeout``, or 5x what
-        the run is ``expected`` to take in steady state (at least a minute) plus, for a
-        compiled config, its mode's compile allowance; never far past the search's deadline."""
-        limit = self.settings.trial_timeout
+        """Run ``cfg`` within its wall-clock limit: ``limit``, the user's ``trial_timeout``, or
+        5x what the run is ``expected`` to take in steady state (at least a minute) plus, for
+        a compiled config, its mode's compile allowance; never past the search's deadline by
+        more than its grace, nor into the ``keep`` seconds held for pending work."""
+        explicit = limit
+        limit = self.settings.trial_timeout if explicit is None else explicit
         if limit is None and expected is not None:
             limit = max(MIN_TRIAL_LIMIT, TRIAL_LIMIT_FACTOR * expected)
             limit += COMPILE_ALLOWANCE.get(cfg.compile_mode, 0.0)
@@ -90,7 +94,7 @@ class Bench:
             budget or self.settings.budget,
             accuracy=accuracy,
             measured=measured,
-            time_limit=self.deadline.trial_limit(limit),
+            time_limit=self.deadline.trial_limit(limit, keep),
             # Steps from an isolated worker made a fault test's baseline time out (unexplained,
             # see issue 12's closing note): the panel shows only their elapsed time for now.
             progress=None if self.executor.isolated else self.report.step,

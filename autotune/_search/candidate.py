@@ -26,9 +26,7 @@ from autotune._trial.failures import FailureReason
 from autotune._trial.probe import MemoryLimits
 from autotune._trial.runner import Budget, TrialOutcome
 
-__all__ = ["COMPILE_GUESS", "CandidateRun", "expected_seconds", "run_candidate"]
-
-COMPILE_GUESS = 90.0  # seconds a first compiled trial is expected to take, before any was seen
+__all__ = ["CandidateRun", "expected_seconds", "first_compile", "run_candidate"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +44,9 @@ def expected_seconds(
     """How long measuring ``cfg``'s throughput is expected to take: its warm-up and timed
     steps at the baseline's speed, plus the baseline's fixed overhead (a bigger batch does
     fewer, larger steps of the same samples); for a compiled config, as long as the slowest
-    compiled trial so far (a first one: :data:`COMPILE_GUESS`)."""
+    compiled trial so far (one stopped at its limit: at least that long). Before any compiled
+    trial, a compile's cost is unknown (seconds for an MLP, minutes for a large model): the
+    steady-state part is returned, and :func:`first_compile` says how the first one runs."""
     typical = baseline.measure_seconds
     m = baseline.record.measurement
     if m is not None:
@@ -58,12 +58,29 @@ def expected_seconds(
         typical = SLACK * steps
     if cfg.compile_mode is CompileMode.NONE:
         return typical
-    compiled = [
-        e.record.measure_seconds
-        for e in ledger.entries
-        if e.config.compile_mode is not CompileMode.NONE and e.record.measure_seconds > 0
-    ]
-    return max(compiled) if compiled else max(COMPILE_GUESS, 3 * typical)
+    compiled = _compiled_seconds(ledger)
+    return max(max(compiled), typical) if compiled else typical
+
+
+def _compiled_seconds(ledger: Ledger) -> list[float]:
+    """How long each compiled trial ran: measured, or stopped at its limit (a lower bound)."""
+    out = []
+    for e in ledger.entries:
+        if e.config.compile_mode is CompileMode.NONE or e.record.reused:
+            continue
+        seconds = e.record.measure_seconds or (
+            e.record.seconds if e.record.failure is FailureReason.TIMEOUT else 0.0
+        )
+        if seconds:
+            out.append(float(seconds))
+    return out
+
+
+def first_compile(cfg: TrainingConfig, ledger: Ledger) -> bool:
+    """Whether ``cfg`` is the study's first compiled trial: its compile cost is measured by
+    running it, with what is left of the budget (less the time kept for pending work) as its
+    limit, rather than skipped on a guess."""
+    return cfg.compile_mode is not CompileMode.NONE and not _compiled_seconds(ledger)
 
 
 def run_candidate(
@@ -130,9 +147,12 @@ def _run(
         return _finish(bench, trial, bench.record(predicted, role=Role.CANDIDATE), baseline, step)
     expected = expected_seconds(cfg, ledger, baseline, bench.settings.budget)
     if not bench.deadline.fits(expected + reserve):
-        bench.fail(trial, f"not started: expected to take ~{expected:.0f} s, more than is left")
+        why = f"expected to take ~{expected:.0f} s"
+        if cfg.compile_mode is not CompileMode.NONE and not first_compile(cfg, ledger):
+            why += " (as long as the longest compiled trial so far)"
+        bench.fail(trial, f"not started: {why}, more than was left")
         bench.report(
-            f"skipped {cfg.describe()}: expected to take ~{expected:.0f} s, and "
+            f"skipped {cfg.describe()}: {why}, and "
             f"{bench.deadline.describe()} with {reserve:.0f} s kept for pending work"
         )
         return CandidateRun()
@@ -151,9 +171,11 @@ def _measure(
     """Throughput first; then, where the numerics change, an accuracy run (seed 0) unless the
     candidate cannot win or there is no time for it."""
     budget = bench.settings.budget
-    # The limit is on the steady-state part; compilation has its own allowance (Bench).
+    # The limit is on the steady-state part; compilation has its own allowance (Bench). No run
+    # eats into the time kept for pending work: a first compile runs with what is left.
     eager = cfg.replace(compile_mode=CompileMode.NONE, compile_dynamic=False)
-    outcome = bench.execute(cfg, expected=expected_seconds(eager, ledger, baseline, budget))
+    expected = expected_seconds(eager, ledger, baseline, budget)
+    outcome = bench.execute(cfg, expected=expected, keep=reserve)
     measured = outcome.seconds
     if not outcome.ok or ledger.same_numerics(cfg, baseline.record.config):
         return bench.record(outcome, role=Role.CANDIDATE, measure_seconds=measured)
@@ -181,6 +203,7 @@ def _measure(
         accuracy=check,
         measured=outcome.measurement,
         expected=baseline.run_seconds(outcome.measurement.throughput),
+        keep=reserve,
     )
     outcome = dataclasses.replace(outcome, seconds=outcome.seconds + measured)
     return bench.record(

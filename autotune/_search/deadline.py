@@ -10,7 +10,6 @@ __all__ = ["Deadline"]
 
 GRACE_SHARE = 0.05  # of the time budget, re-measuring and confirming may run past it
 GRACE_MIN = 2.0  # seconds, at least
-TRIAL_OVERRUN = 30.0  # seconds a trial may run past the deadline before it is stopped
 MIN_TRIAL_LIMIT = 5.0  # seconds: no trial is cut off sooner than this
 
 
@@ -48,10 +47,11 @@ class Deadline:
         for want of a second, nor a rejected leader's successor overrun."""
         return self.end is not None and self.clock() + expected >= self.end + self.grace
 
-    def trial_limit(self, limit: float | None) -> float | None:
-        """A trial's wall-clock limit: ``limit``, and never far past the deadline."""
+    def trial_limit(self, limit: float | None, keep: float = 0.0) -> float | None:
+        """A trial's wall-clock limit: ``limit``, and never past the deadline by more than the
+        grace, nor into the ``keep`` seconds held for pending work (the side-by-side rounds)."""
         if self.end is not None:
-            remaining = self.end - self.clock() + TRIAL_OVERRUN
+            remaining = self.end - keep - self.clock() + self.grace
             limit = remaining if limit is None else min(limit, remaining)
         return None if limit is None else max(limit, MIN_TRIAL_LIMIT)
 

@@ -22,7 +22,7 @@ import optuna
 
 from autotune._device import describe_device
 from autotune._errors import AutotuneError
-from autotune._search import storage
+from autotune._search import coverage, storage
 from autotune._search.baseline import (
     Baseline,
     accuracy_plan_seconds,
@@ -215,7 +215,11 @@ class Search:
                     self._reconcile()
                     continue
                 if next_step is None:
-                    self.bench.report("every config of the space has been measured")
+                    self.bench.report(
+                        coverage.nothing_left(
+                            ledger, self.space, self.settings.baseline, self.bench.study
+                        )
+                    )
                     return
                 step = next_step
                 if step.needs_checks:
@@ -362,7 +366,9 @@ class Search:
                 # On a GPU the trial worker reads it, its own CUDA context already made.
                 capacity=None if cuda else usable_memory(s.baseline.device),
                 report=self.bench.report,
-                time_limit=s.trial_timeout or PROBE_LIMIT,
+                # A probe run ends by the search's deadline too (on a loaded machine a few
+                # steps of a large model can take longer than the whole budget).
+                time_limit=self.bench.deadline.trial_limit(s.trial_timeout or PROBE_LIMIT),
                 seconds=None if s.timeout is None else PROBE_SHARE * s.timeout,
                 # On a GPU a step is fast and an out-of-memory error is clean: check the
                 # prediction. On a CPU the process's memory already shows what fits.

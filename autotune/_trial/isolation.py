@@ -114,11 +114,14 @@ def unpicklable_parts(workload: Workload) -> list[str]:
     return bad
 
 
-def _timeout_outcome(cfg: TrainingConfig, limit: float, seconds: float) -> TrialOutcome:
+def _timeout_outcome(
+    cfg: TrainingConfig, limit: float, seconds: float, during: str | None = None
+) -> TrialOutcome:
+    where = f" while {during}" if during else ""
     return TrialOutcome(
         config=cfg,
         failure=FailureReason.TIMEOUT,
-        message=f"timeout: the trial ran past its {limit:.0f} s limit and was stopped",
+        message=f"timeout: the trial ran past its {limit:.0f} s limit{where} and was stopped",
         seconds=seconds,
     )
 
@@ -264,7 +267,7 @@ class ProcessExecutor:
         self._last: TrainingConfig | None = None  # the last trial the current worker ran
         self.started = 0  # workers started so far
 
-    def _start(self) -> None:
+    def _start(self, timeout: float = START_TIMEOUT) -> None:
         ours, theirs = socket.socketpair()
         # An empty compile cache per worker: a compiled trial pays the cold compile cost, as a
         # user's first real run does, whatever earlier trials compiled.
@@ -289,10 +292,8 @@ class ProcessExecutor:
         conn = multiprocessing.connection.Connection(ours.detach())
         try:
             conn.send((self._preload, self._payload))
-            if not conn.poll(START_TIMEOUT):
-                raise WorkerStartError(
-                    f"the trial worker did not start within {START_TIMEOUT:.0f} s"
-                )
+            if not conn.poll(timeout):
+                raise WorkerStartError(f"the trial worker did not start within {timeout:.0f} s")
             kind, detail = conn.recv()
         except (EOFError, OSError):
             process.kill()
@@ -336,11 +337,12 @@ class ProcessExecutor:
             shutil.rmtree(self._cache, ignore_errors=True)
             self._cache = None
 
-    def ensure_started(self) -> None:
-        """Start a worker now (raises WorkerStartError when the workload cannot reach one)."""
+    def ensure_started(self, timeout: float | None = None) -> None:
+        """Start a worker now, within ``timeout`` seconds (raises WorkerStartError when the
+        workload cannot reach one, or it did not start in time)."""
         if self._process is None or self._process.poll() is not None:
             self._stop(kill=True)
-            self._start()
+            self._start(START_TIMEOUT if timeout is None else min(timeout, START_TIMEOUT))
 
     def run(
         self,
@@ -357,23 +359,22 @@ class ProcessExecutor:
             (self._fresh_each and self._last is not None) or needs_fresh_worker(self._last, cfg)
         ):
             self._stop(kill=False)
+        # The limit holds from here: a fresh worker's start-up (importing torch, seconds on a
+        # busy machine) is inside it, so the search's deadline holds under load too.
+        deadline = None if time_limit is None else start + time_limit
         try:
-            self.ensure_started()
+            self.ensure_started(None if time_limit is None else time_limit)
         except WorkerStartError as exc:
+            seconds = time.perf_counter() - start
+            if time_limit is not None and seconds >= time_limit:
+                return _timeout_outcome(cfg, time_limit, seconds, during="starting its worker")
             return TrialOutcome(
-                config=cfg,
-                failure=FailureReason.CRASH,
-                message=str(exc),
-                seconds=time.perf_counter() - start,
+                config=cfg, failure=FailureReason.CRASH, message=str(exc), seconds=seconds
             )
         assert self._conn is not None and self._process is not None
         conn, process = self._conn, self._process
         try:
             conn.send((cfg, budget, accuracy, measured, progress is not None))
-            # The limit is the trial's own: a fresh worker's start-up (importing torch, seconds
-            # on a busy machine) is not the config's fault.
-            sent = time.perf_counter()
-            deadline = None if time_limit is None else sent + time_limit
             while True:
                 left = 1.0 if deadline is None else deadline - time.perf_counter()
                 if conn.poll(min(1.0, max(0.0, left))):

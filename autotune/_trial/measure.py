@@ -37,10 +37,16 @@ class Measurement:
     data_wait: float
     warmup_steps: int
     warmup_time: float
-    first_batch_time: float
+    first_batch_time: float  # the first batch of the trial's process: cold (kept as measured)
     epoch_restart: bool = False  # workers are started again each epoch (not persistent)
+    # What an epoch's restart costs, measured warm after the timed region: a fresh iterator's
+    # first batch (its workers started again) beyond the steady state's wait for a batch.
+    # None in records written before it was measured: their cold first batch stands in.
+    restart_seconds: float | None = None
     peak_memory_bytes: int | None = None
-    memory_kind: str = "process_rss"
+    # "process_rss_rise": on a CPU, the rise of the process's resident memory over its level
+    # when the trial started (what earlier trials of a reused worker hold is not charged).
+    memory_kind: str = "process_rss_rise"
     # On a GPU: the allocator's reserved peak (fragmentation and CUDA-graph pools included), and
     # the memory this process could use when the trial started, read in the process that ran it
     # (its own CUDA context already subtracted).
@@ -87,10 +93,18 @@ class Measurement:
         (compilation, cuDNN autotuning, worker start-up)."""
         return max(0.0, self.warmup_time - self.warmup_steps * self.step_time)
 
+    @property
+    def restart_cost(self) -> float:
+        """Seconds each epoch after the first pays to start its workers again: zero where
+        they persist (or where there are none)."""
+        if not self.epoch_restart:
+            return 0.0
+        return self.first_batch_time if self.restart_seconds is None else self.restart_seconds
+
     def projected_time(self, planned_samples: int, epochs: float) -> float:
         """Seconds to train ``planned_samples`` samples over ``epochs`` epochs, one-time costs
         amortised in: a 60-second compile does not win a 2-minute job."""
-        restarts = max(0.0, epochs - 1) * self.first_batch_time if self.epoch_restart else 0.0
+        restarts = max(0.0, epochs - 1) * self.restart_cost
         return planned_samples / self.throughput + self.one_time_cost + restarts
 
     @property
@@ -127,6 +141,7 @@ class Measurement:
             "step_time": self.step_time,
             "data_wait_fraction": self.data_wait_fraction,
             "one_time_cost": self.one_time_cost,
+            "restart_cost": self.restart_cost,
             "peak_memory_bytes": self.peak_memory_bytes,
             "peak_reserved_bytes": self.peak_reserved_bytes,
             "memory_kind": self.memory_kind,
@@ -146,29 +161,52 @@ class Measurement:
 
 
 class MemoryTracker:
-    """Peak memory during a trial: the CUDA caching allocator's peak on a GPU, the process's
-    resident set size (sampled) on a CPU."""
+    """Peak memory during a trial: the CUDA caching allocator's peak on a GPU (reset at the
+    start); on a CPU, the rise of the process's resident set size over its level at the start,
+    read by a background thread (as :class:`UtilizationSampler` reads the GPU), so the timed
+    steps carry no memory reads. Use as a context manager around the trial's steps."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, interval: float = 0.02) -> None:
         self.cuda = torch.device(device).type == "cuda"
         self.device = device
+        self.interval = interval
         self._process = psutil.Process()
+        self._start_rss = 0
         self.peak = 0
         self.free_at_start: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     @property
     def kind(self) -> str:
-        return "cuda_allocator" if self.cuda else "process_rss"
+        return "cuda_allocator" if self.cuda else "process_rss_rise"
 
-    def start(self) -> None:
+    def __enter__(self) -> MemoryTracker:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
             free, _ = torch.cuda.mem_get_info(self.device)
             self.free_at_start = int(free + torch.cuda.memory_reserved(self.device))
-        self.peak = 0
+            return self
+        self._start_rss = self._process.memory_info().rss
+        self.peak = self._start_rss
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="autotune-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+            self._thread = None
         self.sample()
 
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
     def sample(self) -> None:
+        """Read the resident set size now (on a CPU; between the timed chunks too)."""
         if not self.cuda:
             self.peak = max(self.peak, self._process.memory_info().rss)
 
@@ -176,7 +214,7 @@ class MemoryTracker:
         if self.cuda:
             return int(torch.cuda.max_memory_allocated(self.device))
         self.sample()
-        return self.peak
+        return max(0, self.peak - self._start_rss)
 
     def reserved(self) -> int | None:
         """The caching allocator's reserved peak on a GPU (what the process held from it)."""

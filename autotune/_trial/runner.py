@@ -19,7 +19,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -205,7 +205,7 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def _endless(loader: DataLoader[Any]) -> Iterator[Any]:
+def _endless(loader: DataLoader[Any]) -> Generator[Any, None, None]:
     while True:
         yielded = False
         for batch in loader:
@@ -341,7 +341,18 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
     """Warm-up, then ``budget.chunks`` synchronised chunks of steady-state training steps,
     stretched to last ``budget.min_timed_seconds`` where the warm-up shows steps are short.
     A step is a micro-batch; with gradient accumulation the warm-up and every chunk hold whole
-    optimizer steps, so each chunk's time includes its share of optimizer updates."""
+    optimizer steps, so each chunk's time includes its share of optimizer updates.
+
+    Nothing but the training steps runs inside a timed chunk: memory is read by a background
+    thread (and at chunk boundaries), progress is told between chunks, so in-process and
+    isolated trials are timed by the same code and a small batch pays no per-step overhead."""
+    with MemoryTracker(cfg.device) as memory:
+        return _measure(cfg, workload, budget, memory)
+
+
+def _measure(
+    cfg: TrainingConfig, workload: Workload, budget: Budget, memory: MemoryTracker
+) -> Measurement:
     unit = budget.chunks * cfg.gradient_accumulation_steps
     warmup, timed = budget.steps(cfg.batch_size, cfg.gradient_accumulation_steps)
     trainer = Trainer(cfg, workload, warmup + timed)
@@ -357,26 +368,23 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
         generator=torch.Generator().manual_seed(0),
     )
     graphs = _graphs_compiled()
-    memory = MemoryTracker(cfg.device)
-    memory.start()
     device = cfg.device
     _synchronize(device)
+    _tell("warm-up", 0, warmup)
     start = time.perf_counter()
     batches = _endless(loader)
     batch = next(batches)
     first_batch_time = time.perf_counter() - start
-    _tell("warm-up", 0, warmup)
     losses = [trainer.step(batch)]
     _synchronize(device)
     first_step_done = time.perf_counter()
     first_step = first_step_done - start - first_batch_time
     first_graphs = _graphs_compiled()
-    _tell("warm-up", 1, warmup)
-    for i in range(warmup - 1):
+    for _ in range(warmup - 1):
         losses.append(trainer.step(next(batches)))
-        _tell("warm-up", i + 2, warmup)
     _synchronize(device)
     warmup_time = time.perf_counter() - start
+    _tell("warm-up", warmup, warmup)
     trainer.check(losses)
     timed = _fitted(timed, budget, warmup_time - (first_step_done - start), warmup, unit)
     chunk_steps = timed // budget.chunks
@@ -388,21 +396,27 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
         for chunk in range(budget.chunks):
             losses = []
             chunk_start = time.perf_counter()
-            for i in range(chunk_steps):
+            for _ in range(chunk_steps):
                 t = time.perf_counter()
                 batch = next(batches)
                 data_wait += time.perf_counter() - t
                 losses.append(trainer.step(batch))
-                memory.sample()
-                _tell("timed", chunk * chunk_steps + i + 1, total)
             _synchronize(device)
             chunk_times.append(time.perf_counter() - chunk_start)
+            # Between chunks, outside their timing: the loss check, a memory read, progress.
             trainer.check(losses)
+            memory.sample()
+            _tell("timed", (chunk + 1) * chunk_steps, total)
     _until_optimizer_state(trainer, batches, memory)
     if budget.eval_peak:
         # A validation batch of the same size: its peak counts too (after the timed region).
         _eval_batch(trainer, cfg, workload)
         memory.sample()
+    epoch_restart = cfg.num_workers > 0 and not cfg.persistent_workers
+    restart = None
+    if epoch_restart and not budget.longest:
+        batches.close()  # this epoch's workers shut down, as at the end of an epoch
+        restart = _restart_seconds(loader, data_wait / max(1, total))
     return Measurement(
         batch_size=cfg.batch_size,
         chunk_steps=chunk_steps,
@@ -411,7 +425,8 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
         warmup_steps=warmup,
         warmup_time=warmup_time,
         first_batch_time=first_batch_time,
-        epoch_restart=cfg.num_workers > 0 and not cfg.persistent_workers,
+        epoch_restart=epoch_restart,
+        restart_seconds=restart,
         peak_memory_bytes=memory.result(),
         memory_kind=memory.kind,
         peak_reserved_bytes=memory.reserved(),
@@ -426,6 +441,22 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
             else None
         ),
     )
+
+
+def _restart_seconds(loader: DataLoader[Any], steady_wait: float) -> float:
+    """What a new epoch costs a loader whose workers do not persist, measured warm (this
+    process has loaded batches already; the cold first batch of a trial also pays imports and
+    first reads): the first batch of a fresh iterator, its workers started again, beyond the
+    steady state's wait for a batch."""
+    start = time.perf_counter()
+    iterator = iter(loader)
+    try:
+        next(iterator)
+    except StopIteration:
+        return 0.0
+    seconds = time.perf_counter() - start
+    del iterator  # its workers shut down
+    return max(0.0, seconds - steady_wait)
 
 
 MAX_SKIPPED_STEPS = 16  # steps the GradScaler may skip in a row before the peak is read
