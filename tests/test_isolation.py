@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from autotune import TrainingConfig
+from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import (
     InProcessExecutor,
     ProcessExecutor,
@@ -88,3 +89,23 @@ def test_a_compiled_trial_compiles_without_the_on_disk_caches() -> None:
     assert inductor_config.fx_graph_cache == before
     with cold_compile(False):
         assert inductor_config.fx_graph_cache == before
+
+
+def test_a_workers_start_up_counts_inside_the_trials_limit(tmp_path) -> None:
+    """On a busy machine a fresh worker's start-up (importing torch) can take seconds: it is
+    inside the trial's limit, so a trial started near the deadline cannot overrun it there."""
+    import time
+
+    slow = tmp_path / "slow_start.py"
+    slow.write_text("import time\ntime.sleep(30)\n")
+    executor = ProcessExecutor(_workload(), env=worker_env(), preload=(("slow_start", str(slow)),))
+    start = time.perf_counter()
+    try:
+        outcome = executor.run(TrainingConfig(), FAST_BUDGET, time_limit=3.0)
+    finally:
+        executor.close()
+    assert time.perf_counter() - start < 10.0
+    assert outcome.failure is FailureReason.TIMEOUT
+    assert outcome.message == (
+        "timeout: the trial ran past its 3 s limit while starting its worker and was stopped"
+    )
