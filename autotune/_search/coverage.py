@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 
 from autotune import _knobs
 from autotune._config import TrainingConfig
+from autotune._search.bench import Bench
 from autotune._search.ledger import Ledger
 from autotune._space import Choice, SearchSpace
 
@@ -99,12 +100,10 @@ def unmeasured(
     return out
 
 
-def nothing_left(
-    ledger: Ledger, space: SearchSpace, baseline: TrainingConfig, study: optuna.Study
-) -> str:
+def nothing_left(ledger: Ledger, space: SearchSpace, bench: Bench) -> str:
     """What a search says when it has nothing left to try: "every listed value measured"
     only where that is true."""
-    missing = unmeasured(ledger, space, baseline, read_skipped(study))
+    missing = unmeasured(ledger, space, bench.settings.baseline, read_skipped(bench.study))
     if not missing:
         return "every listed value of the space has been measured: nothing left to try"
     return f"nothing left to try; not measured: {describe(missing)}"

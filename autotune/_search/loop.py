@@ -215,11 +215,7 @@ class Search:
                     self._reconcile()
                     continue
                 if next_step is None:
-                    self.bench.report(
-                        coverage.nothing_left(
-                            ledger, self.space, self.settings.baseline, self.bench.study
-                        )
-                    )
+                    self.bench.report(coverage.nothing_left(ledger, self.space, self.bench))
                     return
                 step = next_step
                 if step.needs_checks:
@@ -366,8 +362,7 @@ class Search:
                 # On a GPU the trial worker reads it, its own CUDA context already made.
                 capacity=None if cuda else usable_memory(s.baseline.device),
                 report=self.bench.report,
-                # A probe run ends by the search's deadline too (on a loaded machine a few
-                # steps of a large model can take longer than the whole budget).
+                # Each probe run ends by the search's deadline too (a loaded machine).
                 time_limit=self.bench.deadline.trial_limit(s.trial_timeout or PROBE_LIMIT),
                 seconds=None if s.timeout is None else PROBE_SHARE * s.timeout,
                 # On a GPU a step is fast and an out-of-memory error is clean: check the
