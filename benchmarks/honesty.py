@@ -60,9 +60,7 @@ WORKLOADS = ("mlp", "cnn", "bert_ds")
 @contextlib.contextmanager
 def load(n: int) -> Iterator[None]:
     """``n`` busy-loop processes, each keeping one core busy, for the block's duration."""
-    hogs = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(0, n))
-    ]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(0, n))]
     try:
         yield
     finally:
@@ -99,9 +97,12 @@ def workload(name: str) -> tuple[nn.Module, Any, Any, dict[str, Any]]:
         train, val = examples.cnn_data()
         return examples.cnn_model(), train, val, {}
     if name == "bert_ds":
-        return w.bert_model(), bert_dataset(2000, 0), bert_dataset(400, 1), {
-            "collate_fn": w.bert_collate
-        }
+        return (
+            w.bert_model(),
+            bert_dataset(2000, 0),
+            bert_dataset(400, 1),
+            {"collate_fn": w.bert_collate},
+        )
     raise ValueError(name)
 
 

@@ -301,3 +301,28 @@ def test_a_config_remeasured_side_by_side_is_remeasured_for_its_twins() -> None:
     best = ledger.best()
     assert best is not None and best.config == cl
     assert ledger.round_speedups(best) == pytest.approx([200 / 160, 200 / 165])
+
+
+def test_between_equals_the_answer_is_one_measured_side_by_side() -> None:
+    """The CNN on a loaded machine: trial 1 (workers=1) led at 50 s and was measured side by
+    side at 60 and 66 s (noisy under load); trial 2 (workers=0, simpler) measured 53 s once. Within
+    the noise, the answer is trial 1, whose speedup was measured side by side, not trial 2
+    (simpler, but its one figure may have been a lucky draw, and the result then said "NOT
+    measured side by side" although rounds had run)."""
+    one = BASE.replace(num_workers=1, persistent_workers=True, channels_last=True)
+    two = BASE.replace(channels_last=True)
+    study = _study_with(
+        [_base(), _candidate(one, 50.0), _candidate(two, 53.0)],
+        rounds=[{0: 200.0, 1: 60.0}, {0: 210.0, 1: 66.0}],
+    )
+    ledger = Ledger.read(study, settings())
+    best = ledger.best()
+    assert best is not None and best.number == 1
+    assert ledger.round_speedups(best) == pytest.approx([200 / 60, 210 / 66])
+    # Beyond the noise, a faster config still wins, measured side by side or not.
+    study = _study_with(
+        [_base(), _candidate(one, 50.0), _candidate(two, 30.0)],
+        rounds=[{0: 200.0, 1: 60.0}, {0: 210.0, 1: 66.0}],
+    )
+    best = Ledger.read(study, settings()).best()
+    assert best is not None and best.number == 2

@@ -272,6 +272,7 @@ class Ledger:
             time=lambda e: float(self.projected(e) or 0.0),
             noise=self.noise,
             complexity=lambda e: _knobs.complexity(e.config, base.config),
+            settled=lambda e: bool(self.remeasured(e)),
         )
 
     def best_safe(self) -> Entry | None:

@@ -33,12 +33,15 @@ def best(
     time: Callable[[T], float],
     noise: Callable[[T], float],
     complexity: Callable[[T], tuple[float, ...]],
+    settled: Callable[[T], bool] = lambda item: False,
 ) -> T | None:
-    """The fastest item; between items whose difference is within their noise, the simplest
-    (then the faster). None when ``items`` is empty."""
+    """The fastest item; between items whose difference is within their noise, one that was
+    ``settled`` (measured again side by side: its speedup is a measured one, not a single
+    draw that may have been lucky), then the simplest, then the faster. None when ``items``
+    is empty."""
     if not items:
         return None
     fastest = min(items, key=time)
     floor = time(fastest)
     equals = [i for i in items if time(i) <= floor * (1 + max(noise(fastest), noise(i)))]
-    return min(equals, key=lambda i: (complexity(i), time(i)))
+    return min(equals, key=lambda i: (not settled(i), complexity(i), time(i)))

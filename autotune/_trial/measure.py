@@ -7,7 +7,9 @@ training time and warnings are derived properties (``torch.utils.benchmark``'s i
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
+import gc
 import statistics
 import threading
 from collections.abc import Mapping
@@ -187,6 +189,7 @@ class MemoryTracker:
             free, _ = torch.cuda.mem_get_info(self.device)
             self.free_at_start = int(free + torch.cuda.memory_reserved(self.device))
             return self
+        _release_freed_memory()
         self._start_rss = self._process.memory_info().rss
         self.peak = self._start_rss
         self._stop.clear()
@@ -219,6 +222,15 @@ class MemoryTracker:
     def reserved(self) -> int | None:
         """The caching allocator's reserved peak on a GPU (what the process held from it)."""
         return int(torch.cuda.max_memory_reserved(self.device)) if self.cuda else None
+
+
+def _release_freed_memory() -> None:
+    """Hand what earlier trials freed back to the OS (glibc keeps small freed blocks in its
+    arenas), so the rise of the resident set over this level is what this trial allocates,
+    not only what it allocates beyond the blocks an earlier trial left for reuse."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)  # Linux (glibc); elsewhere there is nothing to trim
 
 
 def nvml_handle(nvml: Any, device: torch.device) -> tuple[Any, str | None]:
