@@ -257,6 +257,14 @@ def loaded(name: str, args: argparse.Namespace) -> dict[str, Any]:
     epochs = float(data["search"]["planned_epochs"])
     pairs = list(zip(measured["baseline"], measured["chosen"], strict=True))
     row["throughput_ratio"] = statistics.median(c.throughput / b.throughput for b, c in pairs)
+    row["range"] = (
+        min(
+            b.projected_time(samples, epochs) / c.projected_time(samples, epochs) for b, c in pairs
+        ),
+        max(
+            b.projected_time(samples, epochs) / c.projected_time(samples, epochs) for b, c in pairs
+        ),
+    )
     row["projected_ratio"] = statistics.median(
         b.projected_time(samples, epochs) / c.projected_time(samples, epochs) for b, c in pairs
     )
@@ -279,11 +287,16 @@ def render(par: dict[str, Any] | None, rows: list[dict[str, Any]], args: argpars
     ]
     if par is not None:
         med = {k: statistics.median(v) for k, v in par["speed"].items()}
-        iso = med["isolated"] / med["in-process"] - 1
-        bare = med["in-process"] / med["bare loop"] - 1
+        sp = par["speed"]
+        # Paired, round by round (the machine drifts between rounds), then the median.
+        pairs = zip(sp["isolated"], sp["in-process"], sp["bare loop"], strict=True)
+        iso = statistics.median(i / p for i, p, _ in pairs) - 1
+        pairs = zip(sp["isolated"], sp["in-process"], sp["bare loop"], strict=True)
+        bare = statistics.median(p / b for _, p, b in pairs) - 1
         lines += [
             f"**Timing parity** (idle; digits MLP, batch 8, {par['steps']} timed steps, "
-            f"{len(par['speed']['bare loop'])} alternated rounds, median samples/s):",
+            f"{len(par['speed']['bare loop'])} alternated rounds; median samples/s, and the "
+            "median of the per-round ratios):",
             "",
             "| autotune in-process | autotune isolated | bare loop | isolated vs in-process "
             "| in-process vs bare loop |",
@@ -324,7 +337,8 @@ def _row(r: dict[str, Any], timeout: float) -> str:
     ok = abs(ratio - 1) <= 0.10
     return (
         f"| {r['workload']} | {budget} | {r['chosen']} | {r['reported']:.2f}x ({how}) "
-        f"| {again:.2f}x (throughput {r['throughput_ratio']:.2f}x) | {ratio:.2f} "
+        f"| {again:.2f}x (rounds {r['range'][0]:.2f}-{r['range'][1]:.2f}x; throughput "
+        f"{r['throughput_ratio']:.2f}x) | {ratio:.2f} "
         f"| speedup {'ok' if ok else 'MISSED'}, budget {'ok' if within else 'MISSED'} |"
     )
 
@@ -336,10 +350,11 @@ def main() -> int:
     parser.add_argument("--load", type=int, default=1, help="busy-loop processes")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per run")
+    parser.add_argument("--parity-rounds", type=int, default=12)
     parser.add_argument("--no-parity", action="store_true")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    par = None if args.no_parity else parity(args.rounds + 1, args.seconds)
+    par = None if args.no_parity else parity(args.parity_rounds, args.seconds / 2)
     rows = [loaded(name, args) for name in args.workloads]
     text = render(par, rows, args)
     print(text)
