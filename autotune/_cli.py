@@ -34,6 +34,7 @@ from autotune._search.distributed import (
     restricted_to,
     visible_devices,
 )
+from autotune._search.storage import redact
 from autotune._space import builtin_spaces, load_space
 from autotune._trial.data import is_datamodule
 from autotune._trial.task import METRIC_CHOICES
@@ -135,6 +136,10 @@ def _default_study(args: argparse.Namespace) -> str:
     given = (args.collate, args.forward, args.loss, args.metric_name)
     if any(given) or args.metric != "accuracy" or args.lower_is_better:
         parts += [*map(str, given), args.metric, str(args.lower_is_better)]
+    # So do the planned run's length and a kept global batch (where not the defaults): a study
+    # ranks and judges its trials under them, and refuses to resume under others.
+    if args.planned_epochs != 10.0 or args.keep_global_batch:
+        parts += [f"epochs={args.planned_epochs:g}", f"keep_global_batch={args.keep_global_batch}"]
     key = "|".join(parts)
     short = hashlib.sha1(key.encode()).hexdigest()[:8]
     model_name = args.model.rpartition(":")[2]
@@ -179,7 +184,7 @@ def _search(
 ) -> int:
     devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
     quiet = args.quiet
-    progress(f"study {study!r} in {storage}; results will be written to {args.out}")
+    progress(f"study {study!r} in {redact(storage)}; results will be written to {args.out}")
     launcher = None
     pinned: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if args.workers > 1 or devices:
@@ -239,7 +244,7 @@ def _search(
     if result.interrupted:
         print(
             "Interrupted. Run the same command again to resume the study "
-            f"({study!r} in {storage}).",
+            f"({study!r} in {redact(storage)}).",
             file=sys.stderr,
         )
         return 130

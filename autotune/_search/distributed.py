@@ -28,7 +28,14 @@ from autotune._display import reporter
 from autotune._errors import ArgumentError, AutotuneError
 from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
-from autotune._search.storage import FINISHED, OWNER, open_study, read_settings
+from autotune._search.storage import (
+    FINISHED,
+    OWNER,
+    open_study,
+    read_settings,
+    redact,
+    resolve,
+)
 from autotune._trial.data import DataModuleLike
 from autotune._trial.isolation import make_executor, worker_env
 from autotune._trial.task import Hooks
@@ -236,9 +243,10 @@ def _wait_for_settings(
     storage: str, study_name: str, wait: float, seed_offset: int
 ) -> tuple[optuna.Study, SearchSettings]:
     deadline = time.time() + wait
+    backend = resolve(storage)  # one resolver: journal:// files too
     while True:
         try:
-            study = optuna.load_study(study_name=study_name, storage=storage)
+            study = optuna.load_study(study_name=study_name, storage=backend)
         except KeyError:
             study = None
         settings = read_settings(study) if study is not None else None
@@ -247,7 +255,7 @@ def _wait_for_settings(
             return open_study(storage, study_name, settings.seed + seed_offset), settings
         if time.time() >= deadline:
             raise AutotuneError(
-                f"Study {study_name!r} in {storage!r} has no measured baseline after "
+                f"Study {study_name!r} in {redact(storage)!r} has no measured baseline after "
                 f"{wait:.0f} s: start it with `autotune search` first (it measures the baseline "
                 "and publishes the settings workers need)."
             )

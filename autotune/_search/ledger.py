@@ -122,6 +122,20 @@ def make_guard(settings: SearchSettings, accuracy: BaselineAccuracy) -> Accuracy
     )
 
 
+def rejudged(
+    confirmations: Mapping[str, Confirmation], guard: AccuracyGuard
+) -> dict[str, Confirmation]:
+    """The confirmations, each judged under ``guard``'s tolerance: one filed under another
+    tolerance (a report that asks for a different one) is judged again from its stored runs,
+    paired with the baseline's, at the look it was filed at; its verdict is not carried over."""
+    out = {}
+    for key, c in confirmations.items():
+        if c.failure is None and c.tolerance is not None and c.tolerance != guard.tolerance:
+            c = guard.confirm(c.runs, looks=c.looks, trial=c.trial, at=c.at)
+        out[key] = c
+    return out
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Ledger:
     """A snapshot of the study; every verdict on a trial is a method of it."""
@@ -140,6 +154,7 @@ class Ledger:
         guard = None
         if accuracy is not None:
             guard = make_guard(settings, accuracy).with_pairs(list(confirmations.values()))
+            confirmations = rejudged(confirmations, guard)
         return cls(
             entries=tuple(Entry(t.number, rec) for t, rec in storage.read_records(study)),
             rounds=tuple(storage.read_rounds(study)),

@@ -98,6 +98,7 @@ class Search:
         try:
             # Before any trial enters the study: Optuna's categorical distributions are fixed
             # once used, so the batch sizes that cannot fit are removed first.
+            storage.refuse_other_settings(study, self.settings)  # before anything runs
             self._probe_memory()
             self._adopt_stored_settings()
             asked = self.settings.baseline

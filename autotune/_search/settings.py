@@ -16,7 +16,7 @@ from autotune._space import SearchSpace, parse_space
 from autotune._trial.runner import Budget
 from autotune._trial.task import HookRefs
 
-__all__ = ["SearchSettings"]
+__all__ = ["SearchSettings", "differences"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -97,3 +97,25 @@ class SearchSettings:
         values["baseline"] = TrainingConfig.from_dict(values["baseline"])
         values["budget"] = Budget(**values["budget"])
         return cls(**values)
+
+
+def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
+    """The settings that change what a study's stored facts mean, where a resumed search asks
+    for other values than the study was measured under: "planned epochs: 10 stored, 100
+    asked". Projected times are ranked for the planned run, accuracy runs are of one metric in
+    one direction, verdicts are judged at one tolerance, and the global batch is kept or not:
+    mixing them would rank and judge trials under different rules."""
+    pairs = {
+        "planned epochs (--planned-epochs)": (stored.planned_epochs, asked.planned_epochs),
+        "tolerance (--tolerance)": (stored.tolerance, asked.tolerance),
+        "metric (--metric)": (stored.metric_name, asked.metric_name),
+        "direction (--lower-is-better)": (
+            "higher is better" if stored.higher_is_better else "lower is better",
+            "higher is better" if asked.higher_is_better else "lower is better",
+        ),
+        "keep the global batch (--keep-global-batch)": (
+            stored.space.global_batch_size is not None,
+            asked.space.global_batch_size is not None,
+        ),
+    }
+    return [f"{name}: {a!r} stored, {b!r} asked" for name, (a, b) in pairs.items() if a != b]

@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune._errors import StorageError
 from autotune._search.guard import Confirmation
 from autotune._search.record import BaselineAccuracy, Record
-from autotune._search.settings import SearchSettings
+from autotune._search.settings import SearchSettings, differences
 from autotune._trial.probe import MemoryLimits
 
 __all__ = [
@@ -49,6 +49,8 @@ __all__ = [
     "read_settings",
     "reconcile_stale_trials",
     "redact",
+    "refuse_other_settings",
+    "resolve",
     "retry_waiting",
     "running_elsewhere",
     "store_record",
@@ -92,6 +94,20 @@ def store_record(trial: optuna.Trial, record: Record) -> None:
 def read_settings(study: optuna.Study) -> SearchSettings | None:
     data = study.user_attrs.get(SETTINGS)
     return SearchSettings.from_dict(data) if isinstance(data, dict) else None
+
+
+def refuse_other_settings(study: optuna.Study, settings: SearchSettings) -> None:
+    """Raise when a study is resumed with settings that change what its stored facts mean
+    (see :func:`autotune._search.settings.differences`), naming them and the two ways out."""
+    stored = read_settings(study)
+    changed = [] if stored is None else differences(stored, settings)
+    if changed:
+        raise StorageError(
+            f"Study {study.study_name!r} was measured under other settings "
+            f"({'; '.join(changed)}): its trials would be ranked and judged under rules they "
+            "were not measured for. Resume it with the stored settings, or start a new study "
+            "(--study / study_name) for the new ones."
+        )
 
 
 def publish_settings(study: optuna.Study, settings: SearchSettings) -> None:
@@ -170,7 +186,11 @@ def retry_once(study: optuna.Study, trial: FrozenTrial) -> None:
     log.info("trial %d failed with its process; it will be retried once", trial.number)
 
 
-def _storage(storage: str | optuna.storages.BaseStorage | None) -> Any:
+def resolve(storage: str | optuna.storages.BaseStorage | None) -> Any:
+    """The one place a storage URL becomes an Optuna storage, for the search, the workers, the
+    reports and ``from_study`` alike: ``journal:///path`` is a file journal, any other URL a
+    database (SQLite, PostgreSQL, MySQL) with heartbeats, so a process that dies has its trial
+    failed and retried; a storage object is used as it is."""
     if storage is None or isinstance(storage, optuna.storages.BaseStorage):
         return storage
     if not isinstance(storage, str):
@@ -191,7 +211,8 @@ def _storage(storage: str | optuna.storages.BaseStorage | None) -> Any:
     if "://" not in storage:
         raise StorageError(
             f"`storage` must be a database URL such as 'sqlite:///autotune.db' or "
-            f"'postgresql://user@host/db' (or journal:///path/to/file), but got {storage!r}."
+            f"'postgresql://user@host/db' (or journal:///path/to/file), but got "
+            f"{redact(storage)!r}."
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -221,7 +242,7 @@ def open_study(
                 n_startup_trials=6,
             )
     try:
-        backend = _storage(storage)
+        backend = resolve(storage)
         return optuna.create_study(
             storage=backend,
             study_name=study_name,
@@ -236,9 +257,8 @@ def open_study(
     except (StorageError, TypeError):
         raise
     except Exception as exc:  # SQLAlchemy's errors for unreachable or malformed databases
-        first = str(exc).splitlines()[0] if str(exc) else ""
         raise StorageError(
-            f"Cannot open the study in storage {redact(storage)!r}: {type(exc).__name__}: {first}"
+            f"Cannot open the study in storage {redact(storage)!r}: {_first_line(exc, storage)}"
         ) from exc
 
 
@@ -333,37 +353,58 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
 
 def load_study(storage: str | optuna.storages.BaseStorage, study_name: str | None) -> optuna.Study:
     """Open an existing study for reading; the error lists the studies that do exist."""
-    if isinstance(storage, str) and "://" not in storage:
-        raise StorageError(
-            f"`storage` must be a database URL such as 'sqlite:///autotune.db', but got "
-            f"{storage!r}."
-        )
+    shown = redact(storage)
     if isinstance(storage, str) and storage.startswith("sqlite:///"):
         # SQLAlchemy would create an empty database file at a mistyped path.
         path = Path(storage.removeprefix("sqlite:///"))
         if not path.is_file():
             raise StorageError(
-                f"No SQLite database at {str(path)!r} (from storage {storage!r}). Run the command "
+                f"No SQLite database at {str(path)!r} (from storage {shown!r}). Run the command "
+                "where the search ran, or pass the storage URL it used."
+            )
+    if isinstance(storage, str) and storage.startswith("journal://"):
+        path = Path(storage.removeprefix("journal://"))
+        if not path.is_file():
+            raise StorageError(
+                f"No journal file at {str(path)!r} (from storage {shown!r}). Run the command "
                 "where the search ran, or pass the storage URL it used."
             )
     try:
-        names = optuna.get_all_study_names(storage=storage)
+        backend = resolve(storage)
+        names = optuna.get_all_study_names(storage=backend)
+    except StorageError:
+        raise
     except Exception as exc:  # SQLAlchemy's errors for unreachable or malformed databases
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise StorageError(
-            f"Cannot read storage {storage!r}: {type(exc).__name__}: {first}"
-        ) from exc
+        raise StorageError(f"Cannot read storage {shown!r}: {_first_line(exc, storage)}") from exc
     if study_name is None:
         if len(names) == 1:
             study_name = names[0]
         else:
             raise StorageError(
-                f"Storage {storage!r} holds {len(names)} studies; name one with --study / "
+                f"Storage {shown!r} holds {len(names)} studies; name one with --study / "
                 f"study_name. Studies there: {', '.join(names) or 'none'}."
             )
     if study_name not in names:
         raise StorageError(
-            f"No study {study_name!r} in storage {storage!r}. Studies there: "
+            f"No study {study_name!r} in storage {shown!r}. Studies there: "
             f"{', '.join(names) or 'none'}."
         )
-    return optuna.load_study(study_name=study_name, storage=storage)
+    return optuna.load_study(study_name=study_name, storage=backend)
+
+
+def _first_line(exc: BaseException, storage: Any) -> str:
+    """An error's type and first line, with the storage's password (which drivers may echo)
+    replaced by ***."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    password = _password(storage)
+    if password:
+        first = first.replace(password, "***")
+    return f"{type(exc).__name__}: {first}"
+
+
+def _password(storage: Any) -> str | None:
+    if not isinstance(storage, str):
+        return None
+    _, sep, rest = storage.partition("://")
+    creds = rest.rpartition("@")[0] if sep and "@" in rest else ""
+    return creds.split(":", 1)[1] if ":" in creds else None

@@ -1,0 +1,149 @@
+"""The study as stored facts: resumed only under the settings its facts were measured under,
+re-judged (not re-read) under a report's tolerance, opened by one resolver (journal files too),
+its password never shown."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import optuna
+import pytest
+from test_ledger import _base, _candidate, _study_with, settings
+
+import autotune
+from autotune._errors import StorageError
+from autotune._search import storage
+from autotune._search.guard import Verdict
+from autotune._search.ledger import Ledger
+from autotune._search.record import BaselineAccuracy
+from autotune._trial.runner import AccuracyRun
+from autotune.examples import tiny_data, tiny_model
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"planned_epochs": 100.0}, "planned epochs (--planned-epochs): 10.0 stored, 100.0 asked"),
+        ({"tolerance": 0.05}, "tolerance (--tolerance): 0.01 stored, 0.05 asked"),
+        ({"metric": "loss"}, "metric (--metric): 'accuracy' stored, 'loss' asked"),
+    ],
+)
+def test_a_study_is_not_resumed_under_settings_that_change_its_facts(
+    tmp_path, fast_kwargs, change, named
+) -> None:
+    """`--planned-epochs 10` then `--planned-epochs 100` on one study ranked trials projected
+    for 14,389 and 144,850 samples together (new candidates showed 0.14x-0.17x): refused now,
+    before anything runs, with the setting and the two ways out."""
+    kwargs = dict(space="quick", storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
+    autotune.find_best(tiny_model(), tiny_data(), n_trials=1, **kwargs, **fast_kwargs)
+    before = len(storage.load_study(kwargs["storage"], "s").trials)
+    with pytest.raises(StorageError) as err:
+        autotune.find_best(
+            tiny_model(), tiny_data(), n_trials=2, **kwargs, **{**fast_kwargs, **change}
+        )
+    message = str(err.value)
+    assert named in message
+    assert "Resume it with the stored settings, or start a new study" in message
+    assert len(storage.load_study(kwargs["storage"], "s").trials) == before  # nothing ran
+
+
+def test_keep_global_batch_is_a_setting_of_the_study(tmp_path, fast_kwargs) -> None:
+    kwargs = dict(space="quick", storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
+    autotune.find_best(tiny_model(), tiny_data(), n_trials=1, **kwargs, **fast_kwargs)
+    with pytest.raises(StorageError, match=r"keep the global batch .*False stored, True asked"):
+        autotune.find_best(
+            tiny_model(), tiny_data(), n_trials=2, keep_global_batch=True, **kwargs, **fast_kwargs
+        )
+
+
+def test_the_cli_default_study_name_includes_the_planned_run_and_the_kept_global_batch() -> None:
+    from autotune._cli import _default_study, build_parser
+
+    def name(*extra: str) -> str:
+        args = build_parser().parse_args(
+            ["search", "--model", "m:f", "--data", "d:g", "--out", "o.json", *extra]
+        )
+        return _default_study(args)
+
+    assert name() == name("--planned-epochs", "10")  # earlier studies keep their names
+    assert name("--planned-epochs", "100") not in (name(), name("--keep-global-batch"))
+
+
+def _confirmed_study():
+    """A bf16 candidate confirmed at tolerance 0.01: paired drops 0.004-0.006 over 4 seeds."""
+    from autotune import TrainingConfig
+
+    study = _study_with([_base(), _candidate(TrainingConfig(precision="bf16"), 100.0)])
+    base = (0.90, 0.91, 0.89, 0.90)
+    runs = tuple(
+        AccuracyRun(seed=i, metric=m, final_loss=0.5, samples=256, seconds=1.0)
+        for i, m in enumerate(base)
+    )
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=runs, samples=256, seconds=4.0, initial_metric=0.5)
+    )
+    ledger = Ledger.read(study, settings())
+    entry = ledger.entries[1]
+    c = ledger.guard.confirm([0.895, 0.905, 0.885, 0.894], looks=1, trial=1)
+    storage.file_confirmation(study, ledger.numerics_id(entry.config), c)
+    return study, entry
+
+
+def test_a_confirmation_is_judged_again_under_another_tolerance_not_read_back() -> None:
+    study, entry = _confirmed_study()
+    at_01 = Ledger.read(study, settings())
+    assert at_01.confirmation(entry).verdict is Verdict.CONFIRMED
+    stored = at_01.confirmation(entry)
+    strict = Ledger.read(study, settings(tolerance=0.001)).confirmation(entry)
+    assert strict.verdict is not Verdict.CONFIRMED  # its bound is above 0.001
+    assert strict.tolerance == 0.001 and strict.bound == pytest.approx(stored.bound)
+    assert Ledger.read(study, settings(tolerance=0.001)).best().number == 0
+
+
+def test_one_resolver_opens_journal_files_for_the_search_and_the_report(
+    tmp_path, fast_kwargs
+) -> None:
+    journal = f"journal://{tmp_path / 'study.log'}"
+    result = autotune.find_best(
+        tiny_model(), tiny_data(), n_trials=1, space="quick", storage=journal, study_name="j",
+        **fast_kwargs,
+    )  # fmt: skip
+    again = autotune.SearchResult.from_study(journal, "j")
+    assert again.config == result.config
+    out = tmp_path / "report.html"
+    report = subprocess.run(
+        [sys.executable, "-m", "autotune", "report", "--storage", journal, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert report.returncode == 0, report.stderr
+    assert out.stat().st_size > 0 and "<html" in out.read_text()[:2000].lower()
+    with pytest.raises(StorageError, match="No journal file at"):
+        storage.load_study(f"journal://{tmp_path / 'missing.log'}", None)
+
+
+def test_a_password_in_a_storage_url_is_never_shown(tmp_path) -> None:
+    url = "postgresql://autotune:s3cret-pw@127.0.0.1:1/nowhere"
+    with pytest.raises(StorageError) as err:
+        storage.load_study(url, None)
+    assert "s3cret-pw" not in str(err.value) and "autotune:***@127.0.0.1" in str(err.value)
+    with pytest.raises(StorageError) as err:
+        storage.open_study(url, "s", seed=0)
+    assert "s3cret-pw" not in str(err.value) and "***" in str(err.value)
+    report = subprocess.run(
+        [sys.executable, "-m", "autotune", "report", "--storage", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert report.returncode != 0
+    assert "s3cret-pw" not in report.stdout + report.stderr
+    assert "***" in report.stderr
+
+
+def test_an_in_memory_study_cannot_be_resumed_and_nothing_breaks() -> None:
+    assert storage.resolve(None) is None
+    memory = optuna.storages.InMemoryStorage()
+    assert storage.resolve(memory) is memory
