@@ -370,6 +370,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         device=args.device,
         accuracy_seeds=args.accuracy_seeds,
         progress=progress,
+        time_limit=args.trial_timeout,
         **hooks,
     )
     if args.json:
@@ -550,6 +551,12 @@ def _verify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="also train both on the search's accuracy budget over this many seeds (0)",
     )
     v.add_argument("--device", default=None, help="measure here instead of the result's device")
+    v.add_argument(
+        "--trial-timeout",
+        type=float,
+        default=None,
+        help="seconds before a run is stopped (default: the search's trial limit, else 600)",
+    )
     v.add_argument("--json", action="store_true", help="print the comparison as JSON")
     v.add_argument("--quiet", action="store_true", help="no progress lines")
     _hook_arguments(v)

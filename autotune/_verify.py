@@ -22,17 +22,18 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from autotune._checks import check_int
+from autotune._checks import check_int, check_number
 from autotune._config import TrainingConfig
 from autotune._device import environment, resolve_device
 from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
 from autotune._result.result import SearchResult
 from autotune._trial.data import DataModuleLike
+from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import InProcessExecutor, TrialExecutor, make_executor, worker_env
 from autotune._trial.measure import Measurement
 from autotune._trial.metrics import AUTO, BUILTIN_METRICS
-from autotune._trial.runner import AccuracyCheck, Budget
+from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
 from autotune._trial.task import (
     CollateFn,
     ForwardFn,
@@ -301,6 +302,7 @@ def verify(
     optimizer: OptimizerFactory | None = None,
     accuracy_seeds: int = 0,
     progress: bool | Callable[[str], None] = False,
+    time_limit: float | None = None,
 ) -> VerifyReport:
     """Re-measure ``result``'s winner against its baseline on this machine, side by side.
 
@@ -313,9 +315,14 @@ def verify(
     a callable metric of the search's must be passed again).
     ``device`` overrides the result's device (e.g. to check a GPU result on this CPU). The
     environment the result was measured in is compared with this one: see ``report.warnings``.
+    Every run is stopped at ``time_limit`` seconds (by default the search's own trial limit,
+    else :data:`RUN_LIMIT`); a run stopped there is a failure that names the config and the
+    limit, and verify goes on to its report.
     """
     started = time.monotonic()
     data = _load(result)
+    if time_limit is not None:
+        check_number("time_limit", time_limit, rule="> 0", ok=lambda v: v > 0)
     check_int("rounds", rounds, rule="an int >= 1", ok=lambda v: v >= 1)
     check_int("accuracy_seeds", accuracy_seeds, rule="an int >= 0", ok=lambda v: v >= 0)
     if not isinstance(model, nn.Module):
@@ -356,7 +363,8 @@ def verify(
     workload = prepared.workload
     pair = {"baseline": baseline, "winner": winner}
     measure_budget = budget or DEFAULT_BUDGET
-    executor = _executor(workload, here, report)
+    limit = time_limit or float(search.get("trial_limit") or RUN_LIMIT)
+    executor = _Limited(_executor(workload, here, report), limit)
     try:
         measured, failures = _measure_rounds(pair, executor, measure_budget, rounds, report)
         accuracy = _accuracy(data, pair, workload, executor, measure_budget, measured, failures,
@@ -383,6 +391,31 @@ def verify(
     )
 
 
+RUN_LIMIT = 600.0  # seconds a verify run may take, where neither the user nor the search said
+
+
+class _Limited:
+    """An executor whose every run is stopped at ``limit`` seconds, its failure message naming
+    the config and the limit."""
+
+    def __init__(self, executor: TrialExecutor, limit: float) -> None:
+        self.executor, self.limit = executor, limit
+        self.isolated = executor.isolated
+
+    def run(self, cfg: TrainingConfig, budget: Budget, **kwargs: Any) -> TrialOutcome:
+        outcome = self.executor.run(cfg, budget, time_limit=self.limit, **kwargs)
+        if outcome.failure is FailureReason.TIMEOUT:
+            message = (
+                f"{cfg.describe()} ran past the {self.limit:g} s limit of a verify run and was "
+                "stopped (time_limit= / --trial-timeout sets it)"
+            )
+            outcome = dataclasses.replace(outcome, message=message)
+        return outcome
+
+    def close(self) -> None:
+        self.executor.close()
+
+
 def _executor(workload: Workload, device: str, report: Callable[[str], None]) -> TrialExecutor:
     """On CUDA, every run in a fresh worker process: cuDNN's plans, compiled kernels and
     CUDA-graph pools from one round would otherwise carry into the next (and a CUDA error
@@ -399,7 +432,7 @@ def _accuracy(
     data: Mapping[str, Any],
     pair: dict[str, TrainingConfig],
     workload: Workload,
-    executor: TrialExecutor,
+    executor: _Limited,
     budget: Budget,
     measured: dict[str, list[Measurement]],
     failures: dict[str, str],
@@ -448,7 +481,7 @@ def _configs_here(
 
 def _measure_rounds(
     pair: dict[str, TrainingConfig],
-    executor: TrialExecutor,
+    executor: _Limited,
     budget: Budget,
     rounds: int,
     report: Callable[[str], None],
@@ -461,7 +494,11 @@ def _measure_rounds(
     # A first, discarded pass of each: thread pools, allocator caches and lazy imports warm
     # up in whichever config runs first, and would otherwise flatter the other one.
     for name in ("baseline", "winner"):
-        executor.run(pair[name], budget)
+        outcome = executor.run(pair[name], budget)
+        if outcome.failure is FailureReason.TIMEOUT:
+            failures[name] = f"{outcome.failure}: {outcome.message}"
+            report(f"warm-up: {name} failed ({failures[name]})")
+            return measured, failures
     for r in range(rounds):
         order = ["baseline", "winner"] if r % 2 == 0 else ["winner", "baseline"]
         for name in order:

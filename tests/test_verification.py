@@ -180,3 +180,35 @@ def test_the_accuracy_check_validates_on_the_searchs_own_split(monkeypatch, tmp_
     monkeypatch.setattr(workload_module, "split_dataset", spy)
     autotune.verify(str(path), PerStepCost(), tiny_data(), rounds=1, budget=FAST_BUDGET)
     assert asked == [(0.3, 5)]
+
+
+class HangsAbove(torch.nn.Module):
+    """The per-step model, whose forward hangs for batches larger than ``above`` (a deadlock in
+    a user's layer, a stuck collective)."""
+
+    def __init__(self, above: int) -> None:
+        super().__init__()
+        self.inner, self.above = PerStepCost(), above
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > self.above:
+            import time
+
+            time.sleep(3600)
+        return self.inner(x)  # type: ignore[no-any-return]
+
+
+def test_a_hanging_run_ends_at_its_limit_with_the_config_named(result_file):
+    """verify gave no answer in 400 s on a model whose forward hangs: every run has a limit."""
+    import time
+
+    start = time.monotonic()
+    report = autotune.verify(
+        result_file, HangsAbove(64), tiny_data(), rounds=2, budget=FAST_BUDGET, time_limit=3.0
+    )
+    assert time.monotonic() - start < 30
+    winner = json.loads(Path(result_file).read_text())["config"]
+    failure = report.failures["winner"]
+    assert f"batch={winner['batch_size']}" in failure
+    assert "ran past the 3 s limit of a verify run and was stopped" in failure
+    assert not report.faster_here
