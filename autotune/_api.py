@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import logging
 import multiprocessing
-import os
 import pickle
 import time
 from collections.abc import Callable, Mapping
@@ -379,17 +378,21 @@ def restrict_space(
     return restricted
 
 
+def start_method() -> str:
+    """The start method DataLoader workers will use: the one set, else the platform's
+    default (fork on Linux up to Python 3.13, forkserver from 3.14, spawn on macOS and
+    Windows), read without fixing it (``get_context().get_start_method()`` would)."""
+    chosen = multiprocessing.get_start_method(allow_none=True)
+    return chosen or multiprocessing.get_all_start_methods()[0]
+
+
 def _restrict_workers(space: SearchSpace, workload: Workload) -> SearchSpace:
     """DataLoader workers started by 'spawn' or 'forkserver' (the default off Linux) need a
     picklable dataset and collate_fn: without one, search workers=0 only, and say why."""
     workers = space.knobs.get("num_workers")
     if not isinstance(workers, Choice) or workers.values == (0,):
         return space
-    methods = (
-        torch.multiprocessing.get_start_method(allow_none=True),
-        multiprocessing.get_start_method(allow_none=True),
-    )
-    if all(m in (None, "fork") for m in methods) and hasattr(os, "fork"):
+    if start_method() == "fork":
         return space  # forked workers inherit the dataset: nothing is pickled
     bad = []
     for name, value in (("dataset", workload.train), ("collate_fn", workload.task.collate_fn)):

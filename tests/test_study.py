@@ -9,6 +9,7 @@ import sys
 
 import optuna
 import pytest
+import torch
 from test_ledger import _base, _candidate, _study_with, settings
 
 import autotune
@@ -147,3 +148,86 @@ def test_an_in_memory_study_cannot_be_resumed_and_nothing_breaks() -> None:
     assert storage.resolve(None) is None
     memory = optuna.storages.InMemoryStorage()
     assert storage.resolve(memory) is memory
+
+
+class Unpicklable(torch.utils.data.Dataset):
+    """A dataset holding a lambda (as a transform often is): it cannot be pickled."""
+
+    def __init__(self) -> None:
+        self.data, self.transform = tiny_data(), lambda x: x
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):  # type: ignore[no-untyped-def]
+        x, y = self.data[i]
+        return self.transform(x), y
+
+
+@pytest.mark.parametrize(
+    ("chosen", "methods", "pickled"),
+    [
+        (None, ["fork", "spawn", "forkserver"], False),  # Linux, Python <= 3.13
+        (None, ["forkserver", "fork", "spawn"], True),  # Linux from Python 3.14: not fork
+        (None, ["spawn", "fork", "forkserver"], True),  # macOS
+        ("spawn", ["fork", "spawn", "forkserver"], True),  # set by the user
+    ],
+)
+def test_dataloader_workers_follow_the_start_method_really_in_force(
+    monkeypatch, chosen, methods, pickled
+) -> None:
+    """An unset start method was taken for fork: on Python 3.14 Linux starts DataLoader workers
+    with forkserver, which pickles the dataset; one that cannot be pickled then fails every
+    trial with workers. The method in force (set, else the platform's default) decides."""
+    import multiprocessing
+
+    from autotune import _api
+    from autotune._space import load_space
+
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: chosen)
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: methods)
+    assert _api.start_method() == (chosen or methods[0])
+    space = load_space({"knobs": {"num_workers": [0, 1, 2]}})
+    workload = _workload(Unpicklable())
+    restricted = _api._restrict_workers(space, workload)
+    values = restricted.knobs["num_workers"].values
+    assert values == ((0,) if pickled else (0, 1, 2))
+    if pickled:
+        assert "DataLoader workers need to pickle dataset" in restricted.notes[-1]
+
+
+def test_a_search_runs_with_forkserver_dataloader_workers(tmp_path) -> None:
+    """A real search whose DataLoader workers start by forkserver (Python 3.14's default on
+    Linux): trials with workers run, none fails."""
+    script = tmp_path / "search.py"
+    script.write_text(
+        "import multiprocessing, autotune\n"
+        "from autotune.examples import tiny_model, tiny_data\n"
+        "from conftest import FAST_BUDGET\n"
+        "if __name__ == '__main__':\n"
+        "    multiprocessing.set_start_method('forkserver')\n"
+        "    r = autotune.find_best(tiny_model(), tiny_data(), n_trials=2, device='cpu',\n"
+        "        space={'knobs': {'num_workers': [0, 1]}}, budget=FAST_BUDGET,\n"
+        "        isolation='none', accuracy_samples=512)\n"
+        "    workers = [t for t in r.trials if t.config.num_workers]\n"
+        "    assert workers and all(t.failure is None for t in workers), r.trials\n"
+        "    print('ok')\n"
+    )
+    import os
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def _workload(data):  # type: ignore[no-untyped-def]
+    from autotune._trial.task import make_task
+    from autotune._trial.workload import Workload
+
+    task = make_task(
+        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
+    )
+    return Workload(model=tiny_model(), train=data, val=tiny_data(64), task=task)
