@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import optuna
 import psutil
 import pytest
 
@@ -74,12 +73,14 @@ def test_a_worker_guards_the_coordinators_metric_with_its_hooks(tmp_path) -> Non
 
 @pytest.mark.slow
 def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_path) -> None:
-    """`autotune search --workers 2 --metric loss --loss steady:offset_loss`: two `autotune
-    worker` processes run the candidates, and every accuracy run they make reports the
+    """`autotune search --workers 2 --metric loss --loss steady:offset_loss` on a journal file:
+    two `autotune worker` processes run the candidates, and every accuracy run they make reports the
     coordinator's loss (cross-entropy + 100), not the default one."""
     space = tmp_path / "space.yaml"
     space.write_text("knobs:\n  batch_size: [16, 32, 64]\n  lr_schedule: [constant, cosine]\n")
-    url = f"sqlite:///{tmp_path / 'study.db'}"
+    # A journal file: the workers (`autotune worker`, started by --workers) open it with the
+    # search's resolver; they used to hand the URL to Optuna as a database URL and fail.
+    url = f"journal://{tmp_path / 'study.log'}"
     out = tmp_path / "best.json"
     tests = str(Path(__file__).parent)
     proc = subprocess.run(
@@ -94,7 +95,7 @@ def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_pat
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    study = optuna.load_study(study_name="loss", storage=url)
+    study = storage.load_study(url, "loss")
     records = storage.read_records(study)
     owner = {t.number: t.user_attrs["autotune_owner"]["pid"] for t, _ in records}
     baseline = next(t.number for t, r in records if r.role.value == "baseline")

@@ -28,7 +28,7 @@ from torch import nn
 from torch._dynamo.utils import counters as dynamo_counters
 from torch.utils.data import DataLoader, Dataset
 
-from autotune._choices import CompileMode
+from autotune._choices import CompileMode, ScheduleKind
 from autotune._config import TrainingConfig
 from autotune._errors import DataError
 from autotune._trial import apply
@@ -238,13 +238,23 @@ class Trainer:
         # CUDA graphs (reduce-overhead, max-autotune) replay into the same output memory: each
         # step is marked as a new iteration, and the loss kept past it is a copy.
         self.graphs = apply.uses_cuda_graphs(cfg)
+        # What a plain loop would skip, skipped too (a small batch's step is a few hundred
+        # microseconds, and a fixed cost per step would penalise it): moving a CPU batch to the
+        # CPU, and stepping a schedule whose LR never changes (constant, no warm-up).
+        self.moves = torch.device(cfg.device).type != "cpu" or cfg.channels_last
+        schedule = cfg.lr_schedule
+        self.schedules = not (
+            schedule.kind is ScheduleKind.CONSTANT
+            and round(schedule.warmup_fraction * total_steps) == 0
+        )
 
     def step(self, batch: Any) -> torch.Tensor:
         """Forward and backward one micro-batch, its loss scaled by 1/k (so k micro-batches
         add up to the gradient of their global batch); the optimizer steps after every k-th."""
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        batch = self.cfg.to_device(batch)
+        if self.moves:
+            batch = self.cfg.to_device(batch)
         if self.pending == 0:
             self.optimizer.zero_grad(set_to_none=True)
         with self.cfg.autocast():
@@ -264,7 +274,7 @@ class Trainer:
             return
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        if self.step_count < self.scheduler_total():
+        if self.schedules and self.step_count < self.scheduler_total():
             self.scheduler.step()
         self.step_count += 1
         self.pending = 0
