@@ -191,8 +191,11 @@ def test_a_trial_is_stopped_not_far_past_the_deadline() -> None:
     assert d.trial_limit(None) == 15.0  # 10 s + the grace
     assert d.trial_limit(12.0) == 12.0
     assert d.trial_limit(None, keep=4.0) == 11.0  # never into the time kept for pending work
+    assert d.trial_limit(1.0) == 5.0  # never below 5 s where the deadline allows
+    clock.now = 1013.0  # 3 s past the deadline: 2 s of grace left
+    assert d.trial_limit(15.0) == 2.0  # the floor does not reach past the grace
     clock.now = 1100.0
-    assert d.trial_limit(15.0) == 5.0  # never below 5 s
+    assert d.trial_limit(15.0) == 1.0  # a run started after the grace: cut short
     assert Deadline(start=0.0, end=None, clock=clock).trial_limit(None) is None
     assert Deadline(start=0.0, end=None, clock=clock).describe() == "no time limit"
     assert d.describe() == "0 s left"

@@ -10,7 +10,8 @@ __all__ = ["Deadline"]
 
 GRACE_SHARE = 0.05  # of the time budget, re-measuring and confirming may run past it
 GRACE_MIN = 2.0  # seconds, at least
-MIN_TRIAL_LIMIT = 5.0  # seconds: no trial is cut off sooner than this
+MIN_TRIAL_LIMIT = 5.0  # seconds: no trial is cut off sooner than this, but by the deadline
+LAST_RUN_LIMIT = 1.0  # seconds a run started at the end of the grace may still take
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +51,13 @@ class Deadline:
     def trial_limit(self, limit: float | None, keep: float = 0.0) -> float | None:
         """A trial's wall-clock limit: ``limit``, and never past the deadline by more than the
         grace, nor into the ``keep`` seconds held for pending work (the side-by-side rounds)."""
+        if limit is not None:
+            limit = max(limit, MIN_TRIAL_LIMIT)
         if self.end is not None:
-            remaining = self.end - keep - self.clock() + self.grace
+            # Never past the grace, the floor included: a run started late is cut short.
+            remaining = max(LAST_RUN_LIMIT, self.end - keep - self.clock() + self.grace)
             limit = remaining if limit is None else min(limit, remaining)
-        return None if limit is None else max(limit, MIN_TRIAL_LIMIT)
+        return limit
 
     def describe(self) -> str:
         left = self.left()

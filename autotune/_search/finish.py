@@ -156,4 +156,9 @@ def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry]) -> int:
                 measured[entry.number] = projected
         storage.add_round(bench.study, measured)
         done += 1
+        if len(measured) < len(order):
+            # A contender failed (stopped at the deadline on a loaded machine): the next round
+            # would fail the same way, only later.
+            bench.report("side by side: a measurement failed; no more rounds")
+            break
     return done
