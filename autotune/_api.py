@@ -307,6 +307,7 @@ def _settings(args: Mapping[str, Any], *, task: Task, **facts: Any) -> SearchSet
         trial_timeout=args["trial_timeout"],
         isolation=args["isolation"],
         guided=args["guided"],
+        space_asked=facts.get("space"),
         **facts,
     )
 

@@ -184,6 +184,40 @@ def parity(rounds: int, seconds: float) -> dict[str, Any]:
     return {"steps": steps, "speed": speed}
 
 
+def step_overhead(alternations: int = 40, steps: int = 200) -> list[float]:
+    """autotune's training step (``Trainer.step``) against the same model, optimizer, loss
+    and batches stepped by hand, alternated every ``steps`` steps (the machine's drift hits
+    both alike): the per-alternation ratios of autotune's time to the bare loop's."""
+    from autotune._trial.runner import Trainer
+
+    work = prepared("mlp")
+    cfg = autotune.TrainingConfig(batch_size=8)
+    trainer = Trainer(cfg, work, 10**7)
+    model = copy.deepcopy(work.model).train()
+    opt = work.optimizer(model.parameters(), cfg.lr_schedule.peak_lr)
+    loss_fn = nn.CrossEntropyLoss()
+    loader = cfg.dataloader(work.train, shuffle=True, drop_last=True, collate_fn=None)
+    batches = [b for _, b in zip(range(steps), loader, strict=False)]
+
+    def bare(batch: Any) -> None:
+        x, y = batch
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    ratios = []
+    for r in range(alternations):
+        took: dict[str, float] = {}
+        pair = (("auto", trainer.step), ("bare", bare))
+        for name, step in pair if r % 2 else pair[::-1]:
+            start = time.perf_counter()
+            for batch in batches:
+                step(batch)
+            took[name] = time.perf_counter() - start
+        ratios.append(took["auto"] / took["bare"])
+    return ratios
+
+
 # -- 2. Searches on a loaded machine ------------------------------------------------------------
 
 
@@ -306,6 +340,15 @@ def render(par: dict[str, Any] | None, rows: list[dict[str, Any]], args: argpars
             f"| {bare:+.1%} {'(within 3%)' if bare >= -0.03 else '(NOT within 3%)'} |",
             "",
         ]
+        if par.get("step"):
+            q = statistics.quantiles(par["step"], n=4)
+            lines += [
+                f"Step overhead, finely interleaved ({len(par['step'])} alternations of 200 "
+                "steps, `Trainer.step` against the same model, optimizer, loss and batches "
+                f"by hand): autotune's step takes {q[1] - 1:+.1%} the bare loop's time "
+                f"(quartiles {q[0] - 1:+.1%} to {q[2] - 1:+.1%}).",
+                "",
+            ]
     if rows:
         lines += [
             f"**Searches on a loaded machine** ({args.load} busy-loop process(es) on "
@@ -355,6 +398,8 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     par = None if args.no_parity else parity(args.parity_rounds, args.seconds / 2)
+    if par is not None:
+        par["step"] = step_overhead()
     rows = [loaded(name, args) for name in args.workloads]
     text = render(par, rows, args)
     print(text)

@@ -28,6 +28,7 @@ from autotune.examples import tiny_data, tiny_model
         ({"planned_epochs": 100.0}, "planned epochs (--planned-epochs): 10.0 stored, 100.0 asked"),
         ({"tolerance": 0.05}, "tolerance (--tolerance): 0.01 stored, 0.05 asked"),
         ({"metric": "loss"}, "metric (--metric): 'accuracy' stored, 'loss' asked"),
+        ({"space": "default"}, "space (--space), "),
     ],
 )
 def test_a_study_is_not_resumed_under_settings_that_change_its_facts(
@@ -36,13 +37,12 @@ def test_a_study_is_not_resumed_under_settings_that_change_its_facts(
     """`--planned-epochs 10` then `--planned-epochs 100` on one study ranked trials projected
     for 14,389 and 144,850 samples together (new candidates showed 0.14x-0.17x): refused now,
     before anything runs, with the setting and the two ways out."""
-    kwargs = dict(space="quick", storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
-    autotune.find_best(tiny_model(), tiny_data(), n_trials=1, **kwargs, **fast_kwargs)
+    kwargs = dict(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
+    first = {"space": "quick", **fast_kwargs}
+    autotune.find_best(tiny_model(), tiny_data(), n_trials=1, **kwargs, **first)
     before = len(storage.load_study(kwargs["storage"], "s").trials)
     with pytest.raises(StorageError) as err:
-        autotune.find_best(
-            tiny_model(), tiny_data(), n_trials=2, **kwargs, **{**fast_kwargs, **change}
-        )
+        autotune.find_best(tiny_model(), tiny_data(), n_trials=2, **kwargs, **{**first, **change})
     message = str(err.value)
     assert named in message
     assert "Resume it with the stored settings, or start a new study" in message

@@ -54,6 +54,10 @@ class SearchSettings:
     # in a study written before it was fixed, whose configs validated in their own batches.
     eval_batch_size: int | None = None
     environment: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # The space as the search was asked for it (restricted to the device and model, before
+    # the memory probe and the calibration narrowed it): what a resumed search is compared to.
+    # None in a study written before it was stored.
+    space_asked: SearchSpace | None = None
 
     @property
     def planned_samples(self) -> int:
@@ -94,6 +98,12 @@ class SearchSettings:
         notes = tuple(space.pop("notes", ()))
         parsed = parse_space(space, name=str(space.get("name", "space")))
         values["space"] = dataclasses.replace(parsed, notes=notes)
+        asked = values.get("space_asked")
+        if asked is not None:
+            asked = dict(asked)
+            asked_notes = tuple(asked.pop("notes", ()))
+            parsed = parse_space(asked, name=str(asked.get("name", "space")))
+            values["space_asked"] = dataclasses.replace(parsed, notes=asked_notes)
         values["baseline"] = TrainingConfig.from_dict(values["baseline"])
         values["budget"] = Budget(**values["budget"])
         return cls(**values)
@@ -103,8 +113,9 @@ def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
     """The settings that change what a study's stored facts mean, where a resumed search asks
     for other values than the study was measured under: "planned epochs: 10 stored, 100
     asked". Projected times are ranked for the planned run, accuracy runs are of one metric in
-    one direction, verdicts are judged at one tolerance, and the global batch is kept or not:
-    mixing them would rank and judge trials under different rules."""
+    one direction, verdicts are judged at one tolerance, the global batch is kept or not, and
+    the space says what was searched: mixing them would rank and judge trials under different
+    rules."""
     pairs = {
         "planned epochs (--planned-epochs)": (stored.planned_epochs, asked.planned_epochs),
         "tolerance (--tolerance)": (stored.tolerance, asked.tolerance),
@@ -118,4 +129,12 @@ def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
             asked.space.global_batch_size is not None,
         ),
     }
-    return [f"{name}: {a!r} stored, {b!r} asked" for name, (a, b) in pairs.items() if a != b]
+    out = [f"{name}: {a!r} stored, {b!r} asked" for name, (a, b) in pairs.items() if a != b]
+    if stored.space_asked is not None:
+        before = stored.space_asked.to_dict()["knobs"]
+        now = (asked.space_asked or asked.space).to_dict()["knobs"]
+        changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+        out += [
+            f"space (--space), {k}: {before.get(k)!r} stored, {now.get(k)!r} asked" for k in changed
+        ]
+    return out

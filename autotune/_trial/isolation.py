@@ -359,9 +359,8 @@ class ProcessExecutor:
             (self._fresh_each and self._last is not None) or needs_fresh_worker(self._last, cfg)
         ):
             self._stop(kill=False)
-        # The limit holds from here: a fresh worker's start-up (importing torch, seconds on a
-        # busy machine) is inside it, so the search's deadline holds under load too.
-        deadline = None if time_limit is None else start + time_limit
+        # A fresh worker's start-up (importing torch, seconds on a busy machine) is bounded by
+        # the trial's limit too, but not charged to the config: its own limit starts after it.
         try:
             self.ensure_started(None if time_limit is None else time_limit)
         except WorkerStartError as exc:
@@ -375,6 +374,7 @@ class ProcessExecutor:
         conn, process = self._conn, self._process
         try:
             conn.send((cfg, budget, accuracy, measured, progress is not None))
+            deadline = None if time_limit is None else time.perf_counter() + time_limit
             while True:
                 left = 1.0 if deadline is None else deadline - time.perf_counter()
                 if conn.poll(min(1.0, max(0.0, left))):
