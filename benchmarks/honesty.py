@@ -305,6 +305,31 @@ def loaded(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
+def compile_check(timeout: float) -> dict[str, Any]:
+    """The digits MLP with a user's small space listing compile: is compile measured (or its
+    failure recorded), and does the search end early only with every listed value measured?"""
+    from autotune.examples import mlp_data, mlp_model
+
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        result = autotune.find_best(
+            mlp_model(),
+            mlp_data(),
+            timeout=timeout,
+            space={"knobs": {"batch_size": [32, 64], "compile_mode": ["none", "default"]}},
+            storage=f"sqlite:///{tmp}/study.db",
+            progress=lambda line: print(f"  {time.monotonic() - start:6.1f}  {line}", flush=True),
+        )
+    data = result.to_dict()
+    compiled = [t for t in result.trials if t.config.compile_mode.value != "none"]
+    return {
+        "ended": data["search"]["seconds"],
+        "timeout": timeout,
+        "compiled": [(t.number, t.failure or "measured") for t in compiled],
+        "unmeasured": data["search"]["unmeasured"],
+    }
+
+
 # -- Report -------------------------------------------------------------------------------------
 
 
@@ -396,7 +421,13 @@ def main() -> int:
     parser.add_argument("--parity-rounds", type=int, default=12)
     parser.add_argument("--no-parity", action="store_true")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument(
+        "--compile-check", action="store_true", help="only the digits compile check (timeout 60)"
+    )
     args = parser.parse_args()
+    if args.compile_check:
+        print(compile_check(60.0))
+        return 0
     par = None if args.no_parity else parity(args.parity_rounds, args.seconds / 2)
     if par is not None:
         par["step"] = step_overhead()
