@@ -121,7 +121,8 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
         if not _rounds(bench, baseline, contenders):
             if not measured:
                 bench.report("no time left to measure the answers again side by side")
-            return
+                return
+            break
         measured |= {n for e in contenders for n in bench.ledger().twins(e)}
     ledger = bench.ledger()
     best, base = ledger.best(), ledger.baseline
