@@ -94,19 +94,20 @@ class SearchSettings:
     def from_dict(cls, data: Mapping[str, Any]) -> SearchSettings:
         values = dict(data)
         values["hooks"] = HookRefs.from_dict(values["hooks"])
-        space = dict(values["space"])
-        notes = tuple(space.pop("notes", ()))
-        parsed = parse_space(space, name=str(space.get("name", "space")))
-        values["space"] = dataclasses.replace(parsed, notes=notes)
-        asked = values.get("space_asked")
-        if asked is not None:
-            asked = dict(asked)
-            asked_notes = tuple(asked.pop("notes", ()))
-            parsed = parse_space(asked, name=str(asked.get("name", "space")))
-            values["space_asked"] = dataclasses.replace(parsed, notes=asked_notes)
+        values["space"] = _space_from(values["space"])
+        if values.get("space_asked") is not None:
+            values["space_asked"] = _space_from(values["space_asked"])
         values["baseline"] = TrainingConfig.from_dict(values["baseline"])
         values["budget"] = Budget(**values["budget"])
         return cls(**values)
+
+
+def _space_from(data: Mapping[str, Any]) -> SearchSpace:
+    """A space as ``to_dict`` wrote it, with its notes."""
+    space = dict(data)
+    notes = tuple(space.pop("notes", ()))
+    parsed = parse_space(space, name=str(space.get("name", "space")))
+    return dataclasses.replace(parsed, notes=notes)
 
 
 def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
