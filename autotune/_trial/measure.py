@@ -12,7 +12,7 @@ import dataclasses
 import gc
 import statistics
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psutil
@@ -162,6 +162,26 @@ class Measurement:
         )
 
 
+class _Poller:
+    """A daemon thread calling ``fn`` every ``interval`` seconds until stopped (the samplers
+    that read memory and GPU utilisation outside the timed steps)."""
+
+    def __init__(self, fn: Callable[[], bool | None], interval: float) -> None:
+        self._fn, self._interval = fn, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="autotune-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            if self._fn() is False:
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+
+
 class MemoryTracker:
     """Peak memory during a trial: the CUDA caching allocator's peak on a GPU (reset at the
     start); on a CPU, the rise of the process's resident set size over its level at the start,
@@ -176,8 +196,7 @@ class MemoryTracker:
         self._start_rss = 0
         self.peak = 0
         self.free_at_start: int | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller: _Poller | None = None
 
     @property
     def kind(self) -> str:
@@ -192,21 +211,14 @@ class MemoryTracker:
         _release_freed_memory()
         self._start_rss = self._process.memory_info().rss
         self.peak = self._start_rss
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="autotune-memory", daemon=True)
-        self._thread.start()
+        self._poller = _Poller(self.sample, self.interval)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=1.0)
-            self._thread = None
+        if self._poller is not None:
+            self._poller.stop()
+            self._poller = None
         self.sample()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
 
     def sample(self) -> None:
         """Read the resident set size now (on a CPU; between the timed chunks too)."""
@@ -268,8 +280,7 @@ class UtilizationSampler:
         self.interval = interval
         self.samples: list[float] = []
         self.note: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller: _Poller | None = None
         self._handle: Any = None
         self._nvml: Any = None
         dev = torch.device(device)
@@ -290,26 +301,25 @@ class UtilizationSampler:
 
     def __enter__(self) -> UtilizationSampler:
         if self._handle is not None:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
+            self._poller = _Poller(self._read, self.interval)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=1.0)
+        if self._poller is not None:
+            self._poller.stop()
         if self._nvml is not None:
             with contextlib.suppress(Exception):
                 self._nvml.nvmlShutdown()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                rates = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
-                self.samples.append(float(rates.gpu))
-            except Exception as exc:
-                self.note = f"not available: {type(exc).__name__}"
-                return
+    def _read(self) -> bool:
+        """One reading; False (stop reading) once NVML fails."""
+        try:
+            rates = self._nvml.nvmlDeviceGetUtilizationRates(self._handle)
+            self.samples.append(float(rates.gpu))
+        except Exception as exc:
+            self.note = f"not available: {type(exc).__name__}"
+            return False
+        return True
 
     @property
     def mean(self) -> float | None:
