@@ -3,6 +3,8 @@ validation accuracy.
 
     import autotune
     result = autotune.find_best(model, train_dataset, tolerance=0.01, timeout=600)
+    result = autotune.tune(trainer, lightning_module, datamodule=dm)  # your Lightning Trainer
+    result = autotune.tune(hf_trainer)  # your Hugging Face Trainer
     result.save("best.json")
     cfg = autotune.load_config("best.json")
     report = autotune.train(model, train_dataset, cfg, epochs=10, val_dataset=val_dataset)
@@ -34,14 +36,17 @@ from autotune._errors import (
     StorageError,
 )
 from autotune._integrations import LightningSettings
+from autotune._options import SearchOptions
 from autotune._result.result import SearchResult, load_config
 from autotune._search.distributed import join_search
 from autotune._search.guard import AccuracyGuard, Confirmation
 from autotune._search.ledger import TrialRecord
 from autotune._space import SearchSpace, builtin_spaces, load_space
+from autotune._task import Task
 from autotune._train import EpochStats, TrainReport, train
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import Budget
+from autotune._tune import tune
 from autotune._verify import VerifyReport, verify
 
 __version__ = "0.1.0"
@@ -65,10 +70,12 @@ __all__ = [
     "OptimizerImpl",
     "Precision",
     "ScheduleKind",
+    "SearchOptions",
     "SearchResult",
     "SearchSpace",
     "SearchSpaceError",
     "StorageError",
+    "Task",
     "TrainReport",
     "TrainingConfig",
     "TrialRecord",
@@ -80,5 +87,6 @@ __all__ = [
     "load_config",
     "load_space",
     "train",
+    "tune",
     "verify",
 ]

@@ -75,6 +75,10 @@ class ScheduleKind(str, enum.Enum):
     CONSTANT = "constant"
     COSINE = "cosine"  # linear warm-up, then cosine decay to zero
     ONE_CYCLE = "one_cycle"  # torch.optim.lr_scheduler.OneCycleLR
+    # The user's own trainer's optimizer and schedule (autotune.tune): its shape is theirs;
+    # peak_lr is their first parameter group's learning rate, which a candidate scales (every
+    # group alike). Never a value of a search space.
+    TRAINER = "trainer"
 
     def __str__(self) -> str:
         return self.value

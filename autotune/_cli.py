@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from autotune import _refs
 from autotune._device import environment, resolve_device
 from autotune._display import console_progress, print_summary
 from autotune._errors import AutotuneError
+from autotune._options import PLANNED_EPOCHS, TIMEOUT, TOLERANCE, VERIFY_ROUNDS, SearchOptions
 from autotune._progress import Lines, Progress
 from autotune._search.distributed import (
     cpu_shares,
@@ -37,6 +38,8 @@ from autotune._search.distributed import (
 from autotune._search.storage import redact
 from autotune._space import builtin_spaces, load_space
 from autotune._trial.data import is_datamodule
+from autotune._trial.isolation import ISOLATION_MODES
+from autotune._trial.metrics import AUTO
 from autotune._trial.task import METRIC_CHOICES
 from autotune._verify import DEFAULT_BUDGET
 
@@ -44,6 +47,11 @@ __all__ = ["main"]
 
 EXIT_USAGE = 2
 DEFAULT_STORAGE = "sqlite:///autotune.db"
+
+
+def _default(option: str) -> Any:
+    """The library's default of a search option: the CLI states none of its own."""
+    return SearchOptions.default(option)
 
 
 class CLIError(Exception):
@@ -58,40 +66,30 @@ def load_factory(spec: str, option: str) -> Callable[..., Any]:
         raise CLIError(f"{option}: {exc}") from exc
 
 
-def _hooks(args: argparse.Namespace) -> dict[str, Any]:
-    """find_best's hook arguments from --collate, --forward, --loss, --metric, --metric-name
-    and --lower-is-better."""
-    hooks: dict[str, Any] = {}
-    for option, name in (
-        ("--collate", "collate_fn"),
-        ("--forward", "forward"),
-        ("--loss", "loss_fn"),
-    ):
-        spec = getattr(args, option[2:])
-        hooks[name] = None if spec is None else load_factory(spec, option)
-    metric: Any = args.metric
-    if metric not in METRIC_CHOICES:
-        if ":" not in metric:
-            raise CLIError(
-                f"--metric: must be {', '.join(METRIC_CHOICES)}, or MODULE:FUNCTION / "
-                f"file.py:FUNCTION naming a metric(outputs, targets) -> float, but got {metric!r}."
-            )
-        metric = load_factory(metric, "--metric")
-    if args.lower_is_better and args.metric in ("accuracy", "token_accuracy"):
-        raise CLIError(
-            f"--lower-is-better: {args.metric} is better when higher; pass --metric loss, or "
-            "--metric MODULE:FUNCTION for a metric that is better when lower."
-        )
-    if args.lower_is_better and args.metric == "auto":
-        raise CLIError(
-            "--lower-is-better: --metric auto (the default) chooses the metric and its "
-            "direction together; pass --metric loss, or --metric MODULE:FUNCTION for a metric "
-            "that is better when lower."
-        )
-    hooks["metric"] = metric
-    hooks["metric_name"] = args.metric_name
-    hooks["higher_is_better"] = False if args.lower_is_better else None
-    return hooks
+def _task(args: argparse.Namespace) -> autotune.Task:
+    """The task from the hook options (--forward, --loss, --metric, ...), each a reference
+    loaded here; the options are the fields of :class:`autotune.Task`."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(autotune.Task):
+        option, given = f.metadata["cli"], getattr(args, f.name)
+        if f.metadata["hook"]:
+            values[f.name] = None if given is None else load_factory(given, option)
+        elif f.name == "metric" and given not in METRIC_CHOICES:
+            if ":" not in given:
+                raise CLIError(
+                    f"--metric: must be {', '.join(METRIC_CHOICES)}, or MODULE:FUNCTION / "
+                    f"file.py:FUNCTION naming a metric(outputs, targets) -> float, but got "
+                    f"{given!r}."
+                )
+            values[f.name] = load_factory(given, option)
+        elif f.name == "higher_is_better":
+            values[f.name] = False if given else None
+        else:
+            values[f.name] = given
+    try:
+        return autotune.Task(**values)
+    except autotune.ArgumentError as exc:
+        raise CLIError(f"--lower-is-better: {exc}" if args.higher_is_better else str(exc)) from None
 
 
 def _call_factory(fn: Callable[[], Any], spec: str, option: str) -> Any:
@@ -130,18 +128,24 @@ def _model_and_data(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
 def _default_study(args: argparse.Namespace) -> str:
     # Same command, same study: running it again continues the search.
-    parts = [args.model, args.data, str(args.space), str(args.device), str(args.tolerance)]
+    sources = [args.model, args.data] if not args.trainer else [f"trainer={args.trainer}"]
+    parts = [*sources, str(args.space), str(args.device), str(args.tolerance)]
     # Hooks join the key only where given, so that earlier commands keep their studies
     # (accuracy was the default metric before "auto": a study of another metric is another).
-    given = (args.collate, args.forward, args.loss, args.metric_name)
-    if any(given) or args.metric != "accuracy" or args.lower_is_better:
-        parts += [*map(str, given), args.metric, str(args.lower_is_better)]
+    given = (args.collate_fn, args.forward, args.loss_fn, args.metric_name)
+    if any(given) or args.metric != "accuracy" or args.higher_is_better:
+        parts += [*map(str, given), args.metric, str(args.higher_is_better)]
+    if args.optimizer:
+        parts.append(f"optimizer={args.optimizer}")
     # So do the planned run's length and a kept global batch (where not the defaults): a study
     # ranks and judges its trials under them, and refuses to resume under others.
-    if args.planned_epochs != 10.0 or args.keep_global_batch:
-        parts += [f"epochs={args.planned_epochs:g}", f"keep_global_batch={args.keep_global_batch}"]
+    epochs = args.planned_epochs or PLANNED_EPOCHS
+    if epochs != PLANNED_EPOCHS or args.keep_global_batch:
+        parts += [f"epochs={epochs:g}", f"keep_global_batch={args.keep_global_batch}"]
     key = "|".join(parts)
     short = hashlib.sha1(key.encode()).hexdigest()[:8]
+    if args.trainer:
+        return f"{args.trainer.rpartition(':')[2]}-{short}"
     model_name = args.model.rpartition(":")[2]
     data_name = args.data.rpartition(":")[2]
     return f"{model_name}-{data_name}-{short}"
@@ -150,7 +154,31 @@ def _default_study(args: argparse.Namespace) -> str:
 def cmd_search(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise CLIError(f"--workers must be >= 1, but got {args.workers}.")
-    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    run = _trainer_search(args) if args.trainer else _model_search(args)
+    storage = args.storage or DEFAULT_STORAGE
+    study = args.study or _default_study(args)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet = args.quiet
+    # A live panel on a terminal; each line once where stderr is a pipe or a log.
+    progress: Progress = Lines(lambda line: None) if quiet else console_progress(sys.stderr)
+    try:
+        return _search(args, run, storage, study, progress)
+    finally:
+        progress.close()
+
+
+# What a search runs, given its options and where its progress goes.
+Run = Callable[[autotune.SearchOptions, Progress], autotune.SearchResult]
+
+
+def _model_search(args: argparse.Namespace) -> Run:
+    """``find_best`` on the model and data the factories return, with the hooks given."""
+    if not args.model or not args.data:
+        raise CLIError(
+            "--model and --data name the model and data factories (or --trainer names a "
+            "factory of the trainer you already have)."
+        )
+    devices = _devices(args)
     if devices:
         # Through what a scheduler made visible, not over it.
         devices = visible_devices(devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -159,30 +187,97 @@ def cmd_search(args: argparse.Namespace) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices[0]
         args.device = "cuda:0"
     model, train, val = _model_and_data(args)
-    hooks = _hooks(args)
-    storage = args.storage or DEFAULT_STORAGE
-    study = args.study or _default_study(args)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    quiet = args.quiet
-    # A live panel on a terminal; each line once where stderr is a pipe or a log.
-    progress: Progress = Lines(lambda line: None) if quiet else console_progress(sys.stderr)
-    try:
-        return _search(args, model, train, val, hooks, storage, study, progress)
-    finally:
-        progress.close()
+    task = _task(args)
+
+    def run(options: autotune.SearchOptions, progress: Progress) -> autotune.SearchResult:
+        return autotune.find_best(
+            model,
+            train,
+            val_dataset=val,
+            task=task,
+            tolerance=args.tolerance,
+            timeout=args.timeout,
+            space=args.space,
+            device=args.device,
+            progress=progress,
+            options=options,
+        )
+
+    return run
+
+
+def _trainer_search(args: argparse.Namespace) -> Run:
+    """``tune`` on what the --trainer factory returns: a Hugging Face Trainer; or a Lightning
+    Trainer with its module and data, as a (trainer, module, datamodule) or (trainer, module,
+    train_loader, val_loader) tuple, or a dict of tune's arguments."""
+    given = [
+        option for option, value in (("--model", args.model), ("--data", args.data),
+        ("--device", args.device), ("--devices", args.devices))
+        if value
+    ]  # fmt: skip
+    given += [
+        f.metadata["cli"]
+        for f in dataclasses.fields(autotune.Task)
+        if f.metadata["hook"] and getattr(args, f.name)
+    ]
+    if args.workers > 1:
+        given.append("--workers")
+    if given:
+        raise CLIError(
+            f"--trainer: {', '.join(given)} do not apply; the trainer holds its model, data, "
+            "device and training step (--metric names a metric its evaluation logs)."
+        )
+    made = _call_factory(load_factory(args.trainer, "--trainer"), args.trainer, "--trainer")
+    arguments = _trainer_arguments(made, args.trainer)
+
+    def run(options: autotune.SearchOptions, progress: Progress) -> autotune.SearchResult:
+        return autotune.tune(
+            **arguments,
+            metric=None if args.metric == AUTO else args.metric,
+            higher_is_better=False if args.higher_is_better else None,
+            tolerance=args.tolerance,
+            timeout=args.timeout,
+            space=args.space,
+            progress=progress,
+            options=options,
+        )
+
+    return run
+
+
+def _trainer_arguments(made: Any, spec: str) -> dict[str, Any]:
+    if isinstance(made, Mapping):
+        return dict(made)
+    if not isinstance(made, tuple | list):
+        return {"trainer": made}
+    if len(made) == 3:
+        return {"trainer": made[0], "model": made[1], "datamodule": made[2]}
+    if len(made) == 4:
+        return {
+            "trainer": made[0],
+            "model": made[1],
+            "train_dataloaders": made[2],
+            "val_dataloaders": made[3],
+        }
+    raise CLIError(
+        f"--trainer: {spec} must return a Hugging Face Trainer, a (trainer, module, "
+        "datamodule) or (trainer, module, train_loader, val_loader) tuple, or a dict of "
+        f"autotune.tune's arguments, but returned a {type(made).__name__} of {len(made)}."
+    )
+
+
+def _devices(args: argparse.Namespace) -> list[str] | None:
+    return [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
 
 
 def _search(
     args: argparse.Namespace,
-    model: nn.Module,
-    train: Any,
-    val: Any,
-    hooks: dict[str, Any],
+    run: Run,
     storage: str,
     study: str,
     progress: Progress,
 ) -> int:
-    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    devices = _devices(args)
     quiet = args.quiet
     progress(f"study {study!r} in {redact(storage)}; results will be written to {args.out}")
     launcher = None
@@ -209,27 +304,7 @@ def _search(
         )
     try:
         with pinned:
-            result = autotune.find_best(
-                model,
-                train,
-                val_dataset=val,
-                tolerance=args.tolerance,
-                space=args.space,
-                n_trials=args.trials,
-                timeout=args.timeout,
-                device=args.device,
-                storage=storage,
-                study_name=study,
-                seed=args.seed,
-                planned_epochs=args.planned_epochs,
-                accuracy_samples=args.accuracy_samples,
-                isolation=args.isolation,
-                trial_timeout=args.trial_timeout,
-                progress=progress,
-                launcher=launcher,
-                keep_global_batch=args.keep_global_batch,
-                **hooks,
-            )
+            result = run(_options(args, storage=storage, study=study, launcher=launcher), progress)
     except KeyboardInterrupt:
         print(
             "Interrupted before the baseline was measured: nothing to write. Run the same "
@@ -249,6 +324,24 @@ def _search(
         )
         return 130
     return 0
+
+
+def _options(
+    args: argparse.Namespace, *, storage: str, study: str, launcher: Any = None
+) -> autotune.SearchOptions:
+    """The search's options from the command line (the rest keep their defaults)."""
+    return autotune.SearchOptions(
+        n_trials=args.trials,
+        planned_epochs=args.planned_epochs,
+        storage=storage,
+        study_name=study,
+        seed=args.seed,
+        accuracy_samples=args.accuracy_samples,
+        isolation=args.isolation,
+        trial_timeout=args.trial_timeout,
+        launcher=launcher,
+        keep_global_batch=args.keep_global_batch,
+    )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -350,7 +443,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     model, train, val = _model_and_data(args)
-    hooks = _hooks(args)
+    task = _task(args)
     quiet = args.quiet or args.json
 
     def progress(line: str) -> None:
@@ -365,13 +458,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         model,
         train,
         val_dataset=val,
+        task=task,
         rounds=args.rounds,
         budget=budget,
         device=args.device,
         accuracy_seeds=args.accuracy_seeds,
         progress=progress,
         time_limit=args.trial_timeout,
-        **hooks,
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -423,44 +516,51 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _search_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("search", help="search for the fastest config and write it as JSON")
+    s.add_argument("--model", help="MODULE:FUNCTION or file.py:FUNCTION -> nn.Module")
     s.add_argument(
-        "--model", required=True, help="MODULE:FUNCTION or file.py:FUNCTION -> nn.Module"
+        "--data", help="MODULE:FUNCTION or file.py:FUNCTION -> dataset, or (train, val) datasets"
     )
     s.add_argument(
-        "--data",
-        required=True,
-        help="MODULE:FUNCTION or file.py:FUNCTION -> dataset, or (train, val) datasets",
+        "--trainer",
+        help="MODULE:FUNCTION or file.py:FUNCTION -> the trainer you already have, measured by "
+        "its own loop (instead of --model/--data): a Hugging Face Trainer, or a Lightning "
+        "(trainer, module, datamodule) / (trainer, module, train_loader, val_loader)",
     )
-    s.add_argument("--timeout", type=float, default=None, help="seconds (default 600)")
-    s.add_argument("--trials", type=int, default=None, help="candidate trials in the study")
-    s.add_argument("--tolerance", type=float, default=0.01, help="allowed metric drop (0.01)")
+    s.add_argument("--timeout", type=float, default=None, help=f"seconds (default {TIMEOUT:g})")
+    s.add_argument(
+        "--trials", type=int, default=_default("n_trials"), help="candidate trials in the study"
+    )
+    s.add_argument(
+        "--tolerance", type=float, default=TOLERANCE, help=f"allowed metric drop ({TOLERANCE:g})"
+    )
     s.add_argument("--space", default="default", help="built-in space name or a space file")
     s.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: best available)")
     s.add_argument("--storage", default=None, help=f"Optuna storage URL ({DEFAULT_STORAGE})")
     s.add_argument("--study", default=None, help="study name (default: derived from the command)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=_default("seed"))
     s.add_argument(
         "--planned-epochs",
         type=float,
-        default=10.0,
-        help="length of the real training run, for ranking (10 epochs)",
+        default=_default("planned_epochs"),
+        help=f"length of the real training run, for ranking ({PLANNED_EPOCHS:g} epochs; with "
+        "--trainer: its max_epochs / num_train_epochs)",
     )
     s.add_argument(
         "--accuracy-samples",
         type=int,
-        default=None,
+        default=_default("accuracy_samples"),
         help="samples per accuracy-check run (default: from the time budget)",
     )
     s.add_argument(
         "--isolation",
-        default="auto",
-        choices=["auto", "process", "none"],
+        default=_default("isolation"),
+        choices=ISOLATION_MODES,
         help="run trials in a worker process (auto: wherever the model and data allow)",
     )
     s.add_argument(
         "--trial-timeout",
         type=float,
-        default=None,
+        default=_default("trial_timeout"),
         help="seconds before a trial is stopped (default: 5x the baseline's trial)",
     )
     s.add_argument(
@@ -473,6 +573,7 @@ def _search_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     s.add_argument(
         "--keep-global-batch",
         action="store_true",
+        default=_default("keep_global_batch"),
         help="candidates keep the baseline's global batch (batch size x accumulation steps) "
         "and only split it differently: no accuracy runs (except with batch norm)",
     )
@@ -483,6 +584,7 @@ def _search_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _hook_arguments(parser: argparse.ArgumentParser) -> None:
+    """One option per field of :class:`autotune.Task`, as the Task declares it."""
     g = parser.add_argument_group(
         "hooks",
         "How a batch becomes a loss and a metric, each MODULE:NAME or file.py:NAME. By "
@@ -491,25 +593,12 @@ def _hook_arguments(parser: argparse.ArgumentParser) -> None:
         "model's own or cross-entropy (MSE for float targets); the metric is chosen from a "
         "batch (--metric auto). Workers of the search load the same hooks from the study.",
     )
-    g.add_argument("--collate", default=None, help="collate_fn(items) -> batch")
-    g.add_argument("--forward", default=None, help="forward(model, batch) -> (outputs, targets)")
-    g.add_argument("--loss", default=None, help="loss(outputs, targets) -> scalar tensor")
-    g.add_argument(
-        "--metric",
-        default="auto",
-        help="auto (default): the model's own loss where it computes one from `labels` (lower "
-        "is better, as Hugging Face's Trainer evaluates), accuracy for (batch, classes) logits "
-        "against (batch,) labels, the loss otherwise; accuracy; token_accuracy (labels -100 "
-        "skipped, shifted for a causal LM); loss; or MODULE:FUNCTION naming "
-        "metric(outputs, targets) -> float",
-    )
-    g.add_argument("--metric-name", default=None, help="the metric's name in progress and reports")
-    g.add_argument(
-        "--lower-is-better",
-        action="store_true",
-        help="a --metric MODULE:FUNCTION is better when lower (a callable metric is taken as "
-        "higher-is-better; builtin metrics know their direction)",
-    )
+    for f in dataclasses.fields(autotune.Task):
+        option, help_text = f.metadata["cli"], f.metadata["help"]
+        if f.name == "higher_is_better":
+            g.add_argument(option, dest=f.name, action="store_true", help=help_text)
+        else:
+            g.add_argument(option, dest=f.name, default=f.default, help=help_text)
 
 
 def _worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -519,7 +608,7 @@ def _worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     w.add_argument("--model", required=True, help="MODULE:FUNCTION or file.py:FUNCTION")
     w.add_argument("--data", required=True, help="MODULE:FUNCTION or file.py:FUNCTION")
     w.add_argument("--device", default=None)
-    w.add_argument("--isolation", default=None, choices=["auto", "process", "none"])
+    w.add_argument("--isolation", default=None, choices=ISOLATION_MODES)
     w.add_argument("--seed-offset", type=int, default=1, help="distinct per worker")
     w.add_argument("--quiet", action="store_true")
     w.add_argument("--plain", action="store_true", help="plain progress lines, even on a terminal")
@@ -537,7 +626,9 @@ def _verify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     v.add_argument("path", help="result JSON written by `autotune search` / result.save()")
     v.add_argument("--model", required=True, help="the model factory the search used")
     v.add_argument("--data", required=True, help="the data factory the search used")
-    v.add_argument("--rounds", type=int, default=6, help="alternating rounds (6)")
+    v.add_argument(
+        "--rounds", type=int, default=VERIFY_ROUNDS, help=f"alternating rounds ({VERIFY_ROUNDS})"
+    )
     v.add_argument(
         "--timed-samples",
         type=int,

@@ -131,7 +131,9 @@ def hf_schedule(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str,
     schedule = cfg.lr_schedule
     out: dict[str, Any] = {"learning_rate": schedule.peak_lr}
     warmup = schedule.warmup_fraction
-    if schedule.kind is ScheduleKind.CONSTANT:
+    if schedule.kind is ScheduleKind.TRAINER:
+        pass  # the trainer's own lr_scheduler_type, at this peak and warm-up
+    elif schedule.kind is ScheduleKind.CONSTANT:
         out["lr_scheduler_type"] = "constant_with_warmup" if warmup > 0 else "constant"
     elif schedule.kind is ScheduleKind.COSINE:
         out["lr_scheduler_type"] = "cosine"
@@ -266,6 +268,15 @@ def pl_threads(cfg: TrainingConfig) -> LightningPart:
 
 def pl_schedule(cfg: TrainingConfig) -> LightningPart:
     s = cfg.lr_schedule
+    if s.kind is ScheduleKind.TRAINER:
+        return LightningPart(
+            notes=(
+                f"LR: your configure_optimizers' own optimizer and schedule, its first "
+                f"parameter group's learning rate at {s.peak_lr:.4g} (scale every group "
+                "alike: autotune.tune's trials multiplied each group's LR by the same "
+                "factor).",
+            )
+        )
     return LightningPart(
         notes=(
             f"LR schedule ({s.kind.value}, peak {s.peak_lr:.3g}, warm-up "

@@ -20,7 +20,7 @@ from autotune import _knobs
 if TYPE_CHECKING:
     from autotune._config import TrainingConfig
 
-__all__ = ["LightningSettings", "lightning_settings", "transformers_kwargs"]
+__all__ = ["LightningSettings", "lightning_settings", "trainer_settings", "transformers_kwargs"]
 
 
 def _training_arguments_names() -> frozenset[str] | None:
@@ -110,3 +110,26 @@ def lightning_settings(cfg: TrainingConfig) -> LightningSettings:
             "`with cfg.backends(): trainer.fit(...)`."
         )
     return LightningSettings(trainer=trainer, dataloader=loader, notes=(*notes, *own))
+
+
+def trainer_settings(kind: str, cfg: TrainingConfig, baseline: TrainingConfig) -> dict[str, Any]:
+    """What to change in the trainer ``autotune.tune`` measured, to train as ``cfg`` did: for a
+    Hugging Face ``Trainer`` the ``TrainingArguments`` that differ from the baseline's (your
+    own), for Lightning the ``Trainer`` and ``DataLoader`` arguments and the notes, with the
+    factor the trials multiplied your learning rates by. Both come from the mappings the trials
+    applied, so they reproduce what was measured."""
+    if kind == "transformers":
+        tuned, yours = transformers_kwargs(cfg), transformers_kwargs(baseline)
+        return {
+            "training_arguments": {k: v for k, v in tuned.items() if yours.get(k) != v},
+            "backends": "with cfg.backends(): trainer.train()  # cuDNN benchmark, TF32, threads",
+        }
+    settings = lightning_settings(cfg).to_dict()
+    factor = cfg.lr_schedule.peak_lr / baseline.lr_schedule.peak_lr
+    if abs(factor - 1.0) > 1e-12:
+        settings["notes"].append(
+            f"LR: multiply every learning rate configure_optimizers sets by {factor:.4g} (the "
+            "trials scaled your optimizer's parameter groups and schedulers by it)."
+        )
+    settings["lr_factor"] = factor
+    return settings

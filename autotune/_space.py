@@ -173,6 +173,13 @@ class SearchSpace:
             self, knobs={k: v for k, v in self.knobs.items() if k not in names}
         )
 
+    def not_searching(self, why: Mapping[str, str]) -> SearchSpace:
+        """The space without the knobs ``why`` names, each said in a note with its reason (a
+        trainer that cannot apply them)."""
+        present = [name for name in why if name in self.knobs]
+        notes = tuple(f"{name}: not searched ({why[name]})" for name in present)
+        return dataclasses.replace(self.without(set(present)), notes=(*self.notes, *notes))
+
     def including(self, cfg: TrainingConfig, baseline: TrainingConfig) -> SearchSpace:
         """The space widened, where needed, so that ``cfg`` (the baseline) is one of its points:
         then every trial, the baseline's too, is a point any Optuna sampler understands."""

@@ -1,6 +1,6 @@
 """A plain reference training loop that applies every knob of a config: ``autotune.train``.
 
-It trains through the trial runner's own training step (``autotune.runner``), so the loop a
+It trains through the trial runner's own training step (``autotune._trial.runner``), so the loop a
 config was measured with is the loop it trains with here; the LR schedule spans every epoch.
 """
 
@@ -26,18 +26,11 @@ from autotune._device import resolve_device
 from autotune._display import reporter
 from autotune._errors import ArgumentError
 from autotune._result.result import load_config
+from autotune._task import MetricFn, Task, as_task, check_model
 from autotune._trial import apply
 from autotune._trial.data import DataModuleLike, unpack_data
 from autotune._trial.runner import Trainer, evaluate, seeded
-from autotune._trial.task import (
-    CollateFn,
-    ForwardFn,
-    Hooks,
-    LossFn,
-    MetricFn,
-    OptimizerFactory,
-    set_up_task,
-)
+from autotune._trial.task import default_optimizer, set_up_task
 from autotune._trial.workload import Workload
 
 __all__ = ["EpochStats", "TrainReport", "train"]
@@ -149,13 +142,8 @@ def train(
     *,
     epochs: int = 1,
     val_dataset: Dataset[Any] | None = None,
-    loss_fn: LossFn | None = None,
-    forward: ForwardFn | None = None,
-    metric: str | MetricFn = "auto",
-    higher_is_better: bool | None = None,
-    metric_name: str | None = None,
-    collate_fn: CollateFn | None = None,
-    optimizer: OptimizerFactory | None = None,
+    task: Task | None = None,
+    metric: str | MetricFn | None = None,
     drop_last: bool | None = None,
     seed: int | None = 0,
     progress: bool | Callable[[str], None] = False,
@@ -171,8 +159,7 @@ def train(
     ``model`` is not modified: a copy is trained and returned as ``report.model`` (the eager
     module, on the config's device; its weights are the trained ones whether or not it was
     compiled). ``config`` is a :class:`TrainingConfig` or the path of ``best.json``.
-    ``forward``, ``loss_fn``, ``metric``, ``metric_name``, ``collate_fn`` and
-    ``optimizer(params, lr)`` mean what they mean for :func:`autotune.find_best` (``"auto"``
+    ``task`` and ``metric`` mean what they mean for :func:`autotune.find_best` (``"auto"``
     chooses the metric from a batch as it does), and ``dataset`` may be a
     ``LightningDataModule`` there too. With ``val_dataset`` the final model's metric is
     reported (in batches of the config's batch size; builtin metrics do not depend on it).
@@ -184,34 +171,22 @@ def train(
 
     Raises ``RuntimeError`` ("diverged: ...") when the loss becomes NaN/inf.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"`model` must be a torch.nn.Module, but got {type(model).__name__}. "
-            "Pass the model instance (not its class or a factory)."
-        )
+    check_model(model)
+    task = as_task(task, metric)
     cfg = _as_config(config)
     check_int("epochs", epochs, rule=">= 1", ok=lambda v: v >= 1)
     check_int("seed", seed, rule="an int or None", ok=lambda v: True, optional=True)
     cfg = cfg.replace(device=resolve_device(cfg.device))
-    data = unpack_data(dataset, val_dataset, collate_fn)
+    data = unpack_data(dataset, val_dataset, task.collate_fn)
     train_set: Dataset[Any] = data.train
     val_set: Dataset[Any] | None = data.val
-    hooks = Hooks(
-        forward=forward,
-        loss_fn=loss_fn,
-        metric=metric,
-        higher_is_better=higher_is_better,
-        metric_name=metric_name,
-        collate_fn=data.collate_fn,
-        optimizer=optimizer,
-    )
-    task = set_up_task(model, train_set, val_set, hooks).task
+    resolved = set_up_task(model, train_set, val_set, task.replace(collate_fn=data.collate_fn))
     workload = Workload(
         model=model,
         train=train_set,
         val=val_set if val_set is not None else train_set,
-        task=task,
-        optimizer=hooks.optimizer_factory(),
+        task=resolved.resolved,
+        optimizer=task.optimizer or default_optimizer,
         eval_batch_size=cfg.batch_size,
     )
     report = reporter(progress)
@@ -224,7 +199,7 @@ def train(
             train_set,
             shuffle=True,
             drop_last=drop_last,
-            collate_fn=task.collate_fn,
+            collate_fn=workload.task.collate_fn,
             generator=torch.Generator().manual_seed(seed) if seed is not None else None,
         )
         steps_per_epoch = len(loader)
@@ -252,7 +227,7 @@ def train(
         config=cfg,
         epochs=tuple(stats),
         val_metric=metric_value,
-        metric_name=task.metric_name,
+        metric_name=workload.task.metric_name,
         seconds=time.perf_counter() - start,
     )
 

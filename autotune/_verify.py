@@ -27,21 +27,15 @@ from autotune._config import TrainingConfig
 from autotune._device import environment, resolve_device
 from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
+from autotune._options import PLANNED_EPOCHS, VERIFY_ROUNDS
 from autotune._result.result import SearchResult
+from autotune._task import Task, as_task, check_model
 from autotune._trial.data import DataModuleLike
 from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import InProcessExecutor, TrialExecutor, make_executor, worker_env
 from autotune._trial.measure import Measurement
 from autotune._trial.metrics import AUTO, BUILTIN_METRICS
 from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
-from autotune._trial.task import (
-    CollateFn,
-    ForwardFn,
-    Hooks,
-    LossFn,
-    MetricFn,
-    OptimizerFactory,
-)
 from autotune._trial.workload import Workload, prepare_workload
 
 __all__ = ["VerifyReport", "compare_environments", "verify"]
@@ -290,16 +284,10 @@ def verify(
     dataset: Dataset[Any] | DataModuleLike,
     *,
     val_dataset: Dataset[Any] | None = None,
-    rounds: int = 6,
+    task: Task | None = None,
+    rounds: int = VERIFY_ROUNDS,
     budget: Budget | None = None,
     device: str | None = None,
-    loss_fn: LossFn | None = None,
-    forward: ForwardFn | None = None,
-    metric: str | MetricFn = "auto",
-    higher_is_better: bool | None = None,
-    metric_name: str | None = None,
-    collate_fn: CollateFn | None = None,
-    optimizer: OptimizerFactory | None = None,
     accuracy_seeds: int = 0,
     progress: bool | Callable[[str], None] = False,
     time_limit: float | None = None,
@@ -311,8 +299,9 @@ def verify(
     configs' throughput (``budget``: 4,096 timed samples in 5 chunks by default), in alternating
     order. With ``accuracy_seeds`` > 0 both are also trained on the search's accuracy budget for
     that many data-order seeds and validated (on ``val_dataset``, or the split find_best makes)
-    in the search's validation batches, on the metric the search guarded (``metric="auto"``;
-    a callable metric of the search's must be passed again).
+    in the search's validation batches, on the metric the search guarded (a ``task`` whose
+    metric is ``"auto"`` guards the search's builtin metric; a callable metric of the search's
+    must be passed again, in ``task``).
     ``device`` overrides the result's device (e.g. to check a GPU result on this CPU). The
     environment the result was measured in is compared with this one: see ``report.warnings``.
     Every run is stopped at ``time_limit`` seconds (by default the search's own trial limit,
@@ -325,8 +314,8 @@ def verify(
         check_number("time_limit", time_limit, rule="> 0", ok=lambda v: v > 0)
     check_int("rounds", rounds, rule="an int >= 1", ok=lambda v: v >= 1)
     check_int("accuracy_seeds", accuracy_seeds, rule="an int >= 0", ok=lambda v: v >= 0)
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"`model` must be a torch.nn.Module, but got {type(model).__name__}.")
+    check_model(model)
+    task = as_task(task)
     winner, baseline, here = _configs_here(data, device)
     report = reporter(progress)
     env_warnings = compare_environments(data.get("environment"), environment(here))
@@ -334,23 +323,14 @@ def verify(
         report(f"warning: {line}")
     search = data.get("search") or {}
     recorded = (search.get("hooks") or {}).get("metric")
-    if metric == AUTO and recorded in BUILTIN_METRICS:
-        metric = recorded  # the metric the search chose and guarded
-    hooks = Hooks(
-        forward=forward,
-        loss_fn=loss_fn,
-        metric=metric,
-        higher_is_better=higher_is_better,
-        metric_name=metric_name,
-        collate_fn=collate_fn,
-        optimizer=optimizer,
-    )
+    if task.metric == AUTO and recorded in BUILTIN_METRICS:
+        task = task.replace(metric=recorded)  # the metric the search chose and guarded
     # The split find_best made, so an accuracy check validates on the same items.
     prepared = prepare_workload(
         model,
         dataset,
         val_dataset,
-        hooks,
+        task,
         val_fraction=float(search.get("val_fraction") or 0.1),
         seed=int(search.get("seed") or 0),
         # The search's validation batches (a result from before they were fixed: the baseline's).
@@ -381,7 +361,7 @@ def verify(
         recorded_speedup=_number(data.get("speedup")),
         recorded_throughput_ratio=_number(data.get("throughput_ratio")),
         planned_samples=int(metrics.get("planned_samples") or 10 * len(workload.train)),  # type: ignore[arg-type]
-        planned_epochs=float(search.get("planned_epochs") or 10.0),
+        planned_epochs=float(search.get("planned_epochs") or PLANNED_EPOCHS),
         environment_warnings=tuple(env_warnings),
         failures=failures,
         metric_name=workload.task.metric_name,

@@ -56,9 +56,7 @@ def main() -> int:
     args = parser.parse_args()
     command = "python " + " ".join(["benchmarks/ceiling.py", *sys.argv[1:]])
     train, val = cnn_data()
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     budget = Budget(timed_samples=args.timed_samples, chunks=5)
     base = autotune.TrainingConfig(device="cpu")
     cfg = base.replace(

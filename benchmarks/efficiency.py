@@ -74,8 +74,7 @@ def run(name: str, args: argparse.Namespace, **options: Any) -> tuple[dict[str, 
         val_dataset=val,
         space={"knobs": SPACES[name]},
         progress=lambda line: print(f"  {line}", flush=True),
-        accuracy_samples=args.accuracy_samples,
-        **options,
+        options=autotune.SearchOptions(accuracy_samples=args.accuracy_samples, **options),
     )
     return result.to_dict(), time.monotonic() - start
 

@@ -44,7 +44,6 @@ import autotune
 from autotune._trial.isolation import ProcessExecutor
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import Budget, measure_throughput
-from autotune._trial.task import Hooks
 from autotune._trial.workload import Workload, prepare_workload
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -108,7 +107,9 @@ def workload(name: str) -> tuple[nn.Module, Any, Any, dict[str, Any]]:
 
 def prepared(name: str) -> Workload:
     model, train, val, hooks = workload(name)
-    return prepare_workload(model, train, val, Hooks(**hooks), val_fraction=0.1, seed=0).workload
+    return prepare_workload(
+        model, train, val, autotune.Task(**hooks), val_fraction=0.1, seed=0
+    ).workload
 
 
 # -- 1. Timing parity ---------------------------------------------------------------------------
@@ -229,10 +230,10 @@ def search(name: str, timeout: float) -> tuple[autotune.SearchResult, float]:
             model,
             train,
             val_dataset=val,
+            task=autotune.Task(**hooks),
             timeout=timeout,
-            storage=f"sqlite:///{tmp}/study.db",
             progress=lambda line: print(f"  {time.monotonic() - start:6.1f}  {line}", flush=True),
-            **hooks,
+            options=autotune.SearchOptions(storage=f"sqlite:///{tmp}/study.db"),
         )
     print(result, flush=True)
     return result, time.monotonic() - start
@@ -317,8 +318,8 @@ def compile_check(timeout: float) -> dict[str, Any]:
             mlp_data(),
             timeout=timeout,
             space={"knobs": {"batch_size": [32, 64], "compile_mode": ["none", "default"]}},
-            storage=f"sqlite:///{tmp}/study.db",
             progress=lambda line: print(f"  {time.monotonic() - start:6.1f}  {line}", flush=True),
+            options=autotune.SearchOptions(storage=f"sqlite:///{tmp}/study.db"),
         )
     data = result.to_dict()
     compiled = [t for t in result.trials if t.config.compile_mode.value != "none"]

@@ -38,7 +38,6 @@ from autotune._device import environment, resolve_device
 from autotune._trial.apply import supported_optimizer_impls
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import Budget, measure_throughput
-from autotune._trial.task import Hooks
 from autotune._trial.workload import Workload, prepare_workload
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -54,12 +53,12 @@ def workload_for(name: str) -> Workload:
         from speedup import workload
 
         model, train, val = workload(name)
-        hooks = Hooks()
+        hooks = autotune.Task()
     else:
         from realworld import WORKLOADS, load
 
         model, train, val = load(name)
-        hooks = Hooks(**WORKLOADS[name]["hooks"])
+        hooks = autotune.Task(**WORKLOADS[name]["hooks"])
     return prepare_workload(model, train, val, hooks, val_fraction=0.1, seed=0).workload
 
 

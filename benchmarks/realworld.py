@@ -36,7 +36,6 @@ import torch
 import autotune
 from autotune._search.guard import percent
 from autotune._trial.runner import Budget, measure_throughput, train_for_accuracy
-from autotune._trial.task import Hooks
 from autotune._trial.workload import Workload, prepare_workload
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -91,10 +90,10 @@ def search(name: str, args: argparse.Namespace) -> tuple[dict[str, Any], float]:
             model,
             train,
             val_dataset=val,
+            task=autotune.Task(**WORKLOADS[name]["hooks"]),
             timeout=args.timeout,
-            storage=f"sqlite:///{tmp}/study.db",
             progress=lambda line: print(f"  {time.monotonic() - start:6.1f}  {line}", flush=True),
-            **WORKLOADS[name]["hooks"],
+            options=autotune.SearchOptions(storage=f"sqlite:///{tmp}/study.db"),
         )
     wall = time.monotonic() - start
     print(result, flush=True)
@@ -103,7 +102,7 @@ def search(name: str, args: argparse.Namespace) -> tuple[dict[str, Any], float]:
 
 def workload_for(name: str) -> Workload:
     model, train, val = load(name)
-    hooks = Hooks(**WORKLOADS[name]["hooks"])
+    hooks = autotune.Task(**WORKLOADS[name]["hooks"])
     return prepare_workload(model, train, val, hooks, val_fraction=0.1, seed=0).workload
 
 

@@ -70,9 +70,7 @@ def workload(name: str) -> tuple[torch.nn.Module, Any, Any]:
         from autotune._trial.task import split_dataset
 
         data = mlp_data()
-        task = make_task(
-            forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-        )
+        task = make_task(autotune.Task(metric="accuracy"))
         train, val, _ = split_dataset(data, task, val_fraction=0.2, seed=0)
         return mlp_model(), train, val
     raise SystemExit(f"unknown workload {name!r}; choose cnn, lm or mlp")
@@ -81,9 +79,7 @@ def workload(name: str) -> tuple[torch.nn.Module, Any, Any]:
 def remeasure(
     result: dict[str, Any], model: torch.nn.Module, train: Any, val: Any, args: argparse.Namespace
 ) -> dict[str, Any]:
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     work = Workload(model=model, train=train, val=val, task=task)
     base = autotune.TrainingConfig.from_dict(result["baseline"]["config"])
     best = autotune.TrainingConfig.from_dict(result["config"])

@@ -64,7 +64,8 @@ def main() -> None:
     train, val = hf_data()
     # No forward=, loss_fn= or metric=: a Hugging Face model on dict batches needs none.
     result = autotune.find_best(
-        hf_model(), train, val_dataset=val, collate_fn=hf_collate, timeout=args.timeout,
+        hf_model(), train, val_dataset=val, task=autotune.Task(collate_fn=hf_collate),
+        timeout=args.timeout,
         progress=True,
     )  # fmt: skip
     print(result)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import Any
 
 # One intra-op thread per test process (and the trial workers it starts): on a busy 2-core
 # machine OpenMP threads that spin-wait for each other make tiny steps 100x slower at random,
@@ -32,6 +34,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def tiny() -> tuple[torch.nn.Module, torch.utils.data.Dataset]:
     return tiny_model(), tiny_data()
+
+
+_OPTIONS = {f.name for f in dataclasses.fields(autotune.SearchOptions)}
+_TASK = {f.name for f in dataclasses.fields(autotune.Task)}
+
+
+def split_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A test's keywords as the entry points take them: SearchOptions' fields in ``options``,
+    Task's in ``task`` (a metric on its own stays the ``metric`` keyword)."""
+    kwargs = dict(kwargs)
+    options = {k: kwargs.pop(k) for k in list(kwargs) if k in _OPTIONS}
+    task = {k: kwargs.pop(k) for k in list(kwargs) if k in _TASK and k != "metric"}
+    if options:
+        kwargs["options"] = autotune.SearchOptions(**options)
+    if task:
+        kwargs["task"] = autotune.Task(**task, metric=kwargs.pop("metric", "auto"))
+    return kwargs
+
+
+def find(model: Any, dataset: Any, **kwargs: Any) -> autotune.SearchResult:
+    """``autotune.find_best`` with a test's keywords, split as :func:`split_keywords` says."""
+    return autotune.find_best(model, dataset, **split_keywords(kwargs))
 
 
 @pytest.fixture

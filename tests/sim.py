@@ -16,11 +16,11 @@ from autotune import TrainingConfig, load_space
 from autotune._knobs import Facts
 from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
+from autotune._task import TaskRefs
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import AccuracyCheck, AccuracyRun, Budget, TrialOutcome
-from autotune._trial.runner import _fitted as _runner_fitted
-from autotune._trial.task import HookRefs
+from autotune._trial.runner import fitted_steps as _runner_fitted
 
 
 class Clock:
@@ -140,7 +140,7 @@ def search(
         tolerance=tolerance,
         metric_name="accuracy",
         higher_is_better=True,
-        hooks=HookRefs(),
+        hooks=TaskRefs(),
         seed=0,
         val_fraction=0.1,
         stratified=True,
@@ -172,7 +172,7 @@ def search(
 
 
 def _fitted(timed: int, budget: Budget, step: float) -> int:
-    """The runner's own fitting of the timed steps to min/max seconds (see runner._fitted)."""
+    """The runner's own fitting of the timed steps to min/max seconds (see runner.fitted_steps)."""
     return _runner_fitted(timed, budget, step * max(1, budget.warmup_steps - 1))
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+import autotune
 from autotune import LRSchedule, TrainingConfig
 from autotune._trial import apply as knobs
 from autotune.examples import SmallCNN, tiny_data, tiny_model
@@ -197,9 +198,7 @@ def _workload(model: nn.Module | None = None, *, optimizer=None):
     from autotune._trial.task import default_optimizer, make_task
     from autotune._trial.workload import Workload
 
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     return Workload(
         model=model or tiny_model(),
         train=tiny_data(),

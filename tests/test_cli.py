@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune._cli import main
+from autotune._cli import build_parser, main
 
 TINY = ["--model", "autotune.examples:tiny_model", "--data", "autotune.examples:tiny_data"]
 
@@ -138,7 +138,8 @@ def test_model_factory_from_a_file(tmp_path, capsys) -> None:
         ),
         (
             ["--model", "autotune.examples:tiny_model", "--lower-is-better"],
-            "--lower-is-better: --metric auto (the default) chooses the metric and its direction",
+            "--lower-is-better: `higher_is_better` is False, but metric='auto' chooses the "
+            "metric and its direction",
         ),
         (
             [
@@ -148,7 +149,8 @@ def test_model_factory_from_a_file(tmp_path, capsys) -> None:
                 "token_accuracy",
                 "--lower-is-better",
             ],
-            "--lower-is-better: token_accuracy is better when higher; pass --metric loss",
+            "--lower-is-better: `higher_is_better` is False, but token_accuracy is better "
+            "when higher",
         ),
         (
             ["--model", "autotune.examples:hf_model", "--data", "autotune.examples:hf_data"],
@@ -211,9 +213,34 @@ def test_keep_global_batch_reaches_the_search(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(autotune, "find_best", record)
     argv = ["search", *TINY, "--out", str(tmp_path / "x.json"), "--storage", "sqlite:///:memory:"]
     assert main([*argv, "--keep-global-batch"]) == 130
-    assert seen["keep_global_batch"] is True
+    assert seen["options"].keep_global_batch is True
     assert main(argv) == 130
-    assert seen["keep_global_batch"] is False
+    assert seen["options"].keep_global_batch is False
+
+
+def test_the_cli_states_no_default_of_its_own(tmp_path, monkeypatch) -> None:
+    """Left out, every option is the library's default: the options object's, find_best's
+    tolerance and verify's rounds (the CLI reads them instead of restating them)."""
+    import inspect
+
+    import autotune
+
+    seen: dict = {}
+    signature = inspect.signature(autotune.find_best).parameters
+
+    def record(*args, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(autotune, "find_best", record)
+    storage = f"sqlite:///{tmp_path / 'd.db'}"
+    assert main(["search", *TINY, "--out", str(tmp_path / "x.json"), "--storage", storage]) == 130
+    options = seen["options"]
+    assert options == autotune.SearchOptions(storage=storage, study_name=options.study_name)
+    assert seen["tolerance"] == signature["tolerance"].default
+    assert seen["task"] == autotune.Task()
+    rounds = build_parser().parse_args(["verify", "r.json", *TINY]).rounds
+    assert rounds == inspect.signature(autotune.verify).parameters["rounds"].default
 
 
 def test_an_error_that_is_not_about_the_input_keeps_its_traceback(

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
-import autotune
 from autotune import _refs
 from autotune._cli import main
 from autotune._trial.data import unpack_data
 from autotune.examples import TokenSequences, hf_collate, hf_model
 
-from conftest import FAST_BUDGET
+from conftest import FAST_BUDGET, find
 
 pytest.importorskip("lightning")
 pytest.importorskip("transformers")
@@ -55,7 +54,7 @@ def test_an_explicit_validation_set_and_collate_function_win() -> None:
 
 def test_a_search_takes_a_data_module_from_the_api(tmp_path) -> None:
     lines: list[str] = []
-    result = autotune.find_best(
+    result = find(
         hf_model(),
         _data_module(),
         space={"knobs": {"batch_size": [16, 32]}},

@@ -27,7 +27,7 @@ from autotune._trial.workload import Workload
 from autotune.examples import tiny_data, tiny_model
 
 import faulty
-from conftest import FAST_BUDGET
+from conftest import FAST_BUDGET, find
 from faulty import FaultAbove, FaultyInWorkers
 
 ONLY_64 = {"knobs": {"batch_size": [64]}}
@@ -42,7 +42,7 @@ def search(model, data=None, **overrides):
         "device": "cpu",
         "isolation": "process",
     } | overrides
-    return autotune.find_best(model, tiny_data() if data is None else data, **options)
+    return find(model, tiny_data() if data is None else data, **options)
 
 
 def only_failure(result):
@@ -118,9 +118,7 @@ def test_cudnn_not_supported_is_memory_only_when_memory_was_nearly_full(monkeypa
 
 
 def _poison_workload() -> Workload:
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     return Workload(model=FaultAbove("poison"), train=tiny_data(), val=tiny_data(), task=task)
 
 
@@ -200,9 +198,7 @@ def test_in_process_oom_trials_give_their_memory_back() -> None:
             held.add_(1)
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 100.00 MiB")
 
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     workload = Workload(model=Hog(), train=tiny_data(), val=tiny_data(), task=task)
     process = psutil.Process()
     run_trial(autotune.TrainingConfig(), workload, FAST_BUDGET)  # warm the allocator up

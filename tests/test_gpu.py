@@ -23,11 +23,11 @@ from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import ProcessExecutor, worker_env
 from autotune._trial.probe import PROBE_BUDGET, probe_memory
 from autotune._trial.runner import AccuracyCheck, Budget, run_trial
-from autotune._trial.task import Hooks, make_task
+from autotune._trial.task import make_task
 from autotune._trial.workload import Workload, prepare_workload
 from autotune.examples import SmallCNN, tiny_data, tiny_model
 
-from conftest import FAST_BUDGET
+from conftest import FAST_BUDGET, find
 from faulty import DeviceAssert
 
 pytestmark = pytest.mark.gpu
@@ -37,9 +37,7 @@ TESTS = Path(__file__).parent
 
 
 def task():
-    return make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    return make_task(autotune.Task(metric="accuracy"))
 
 
 def workload(model: nn.Module, data=None, **kw) -> Workload:
@@ -163,9 +161,10 @@ def test_a_device_side_assert_in_process_stops_with_advice() -> None:
         "from autotune.examples import tiny_data\n"
         "try:\n"
         "    autotune.find_best(faulty.DeviceAssert(), tiny_data(), device='cuda',\n"
-        "        space={'knobs': {'batch_size': [64]}}, n_trials=1, isolation='none',\n"
+        "        space={'knobs': {'batch_size': [64]}}, options=autotune.SearchOptions(\n"
+        "        n_trials=1, isolation='none', accuracy_samples=2048,\n"
         "        budget=autotune.Budget(warmup_steps=1, timed_samples=64, min_timed_steps=3,\n"
-        "        chunks=3), accuracy_samples=2048)\n"
+        "        chunks=3)))\n"
         "except autotune.DeviceError as exc:\n"
         "    print('DEVICE-ERROR', exc)\n"
     )
@@ -248,10 +247,7 @@ def _inner_loss(outputs, targets):  # type: ignore[no-untyped-def]
 
 
 def test_reduce_overhead_with_a_loss_computed_inside_the_model() -> None:
-    t = make_task(
-        forward=_dict_batch, loss_fn=_inner_loss, metric="loss", higher_is_better=None,
-        collate_fn=None,
-    )  # fmt: skip
+    t = make_task(autotune.Task(forward=_dict_batch, loss_fn=_inner_loss, metric="loss"))
     load = Workload(model=LossInside(), train=tiny_data(), val=tiny_data(), task=t)
     cfg = autotune.TrainingConfig(device=CUDA, compile_mode="reduce-overhead")
     check = AccuracyCheck(samples=512, seeds=(0,))
@@ -274,10 +270,10 @@ def test_a_model_already_on_the_gpu_is_accepted_without_a_second_gpu_copy() -> N
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    prepared = prepare_workload(model, tiny_data(), None, Hooks(), val_fraction=0.1, seed=0)
+    prepared = prepare_workload(model, tiny_data(), None, autotune.Task(), val_fraction=0.1, seed=0)
     assert torch.cuda.max_memory_allocated() - base < size // 2  # no GPU copy was made
     assert next(prepared.workload.model.parameters()).device.type == "cpu"
-    result = autotune.find_best(
+    result = find(
         model, tiny_data(), device="cuda", space="quick", n_trials=2, accuracy_samples=1024
     )
     assert result.environment["device"] == CUDA
@@ -286,7 +282,7 @@ def test_a_model_already_on_the_gpu_is_accepted_without_a_second_gpu_copy() -> N
 def test_a_dataset_on_the_gpu_is_searched_without_pinning_or_workers() -> None:
     data = tiny_data()
     on_gpu = TensorDataset(data.tensors[0].to(CUDA), data.tensors[1].to(CUDA))
-    result = autotune.find_best(
+    result = find(
         tiny_model(), on_gpu, device="cuda", n_trials=3, accuracy_samples=1024,
         space={"knobs": {"pin_memory": [False, True], "num_workers": [0, 2],
                          "batch_size": [32, 64]}},
@@ -456,7 +452,7 @@ def test_a_trial_on_cuda_1_runs_there_with_it_current() -> None:
 
 
 def test_a_short_search_on_the_gpu_finds_a_feasible_winner() -> None:
-    result = autotune.find_best(
+    result = find(
         SmallCNN(width=8),
         images(),
         n_trials=4,
@@ -472,7 +468,7 @@ def test_a_short_search_on_the_gpu_finds_a_feasible_winner() -> None:
 
 def test_verify_on_the_gpu_measures_both_side_by_side() -> None:
     model, data = SmallCNN(width=8), images()
-    result = autotune.find_best(
+    result = find(
         model, data, n_trials=3, device="cuda", accuracy_samples=1024,
         space={"knobs": {"batch_size": [32, 128], "cudnn_benchmark": [False, True]}},
     )  # fmt: skip

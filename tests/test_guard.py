@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+import autotune
 from autotune import AccuracyGuard
 from autotune._search.guard import (
     AccuracyPlan,
@@ -186,9 +187,7 @@ def test_lower_is_better_metrics() -> None:
 
 def test_split_is_stratified() -> None:
     data = tiny_data(300)
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     train, val, stratified = split_dataset(data, task, val_fraction=0.2, seed=0)
     assert stratified and len(val) == 60 and len(train) == 240
     labels = data.targets.tolist()

@@ -14,7 +14,7 @@ import autotune
 from autotune._cli import main
 from autotune._trial.metrics import CLASSES, OWN_LOSS, MetricChoice, is_causal_lm
 from autotune._trial.runner import evaluate
-from autotune._trial.task import Hooks, make_task, set_up_task
+from autotune._trial.task import make_task, set_up_task
 from autotune._trial.workload import prepare_workload
 from autotune.examples import (
     CountingText,
@@ -26,7 +26,7 @@ from autotune.examples import (
     hf_model,
 )
 
-from conftest import FAST_BUDGET
+from conftest import FAST_BUDGET, find
 
 transformers = pytest.importorskip("transformers")
 
@@ -45,7 +45,7 @@ SPACE = {
 def test_a_sequence_classifier_is_tuned_from_the_api_with_no_forward_hook() -> None:
     train, val = hf_data(256)
     lines: list[str] = []
-    result = autotune.find_best(
+    result = find(
         hf_model(),
         train,
         val_dataset=val,
@@ -104,9 +104,7 @@ def test_the_models_own_loss_is_used_where_the_batch_has_labels() -> None:
     """What Trainer does: model(**batch), its .loss; accuracy on .logits."""
     model = hf_model().eval()
     batch = hf_collate([hf_data(16)[0][i] for i in range(4)])
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     with torch.no_grad():
         outputs, targets = task.forward(model, batch)
         own = model(**batch).loss
@@ -136,9 +134,7 @@ def test_an_output_with_no_logits_is_a_clear_error_naming_the_hooks() -> None:
         match=r"cannot interpret the model's output, a BaseModelOutputWithPoolingAndCrossAttentions"
         r" with keys \['last_hidden_state', 'pooler_output'\].*forward=.*--forward",
     ):
-        autotune.find_best(
-            Encoder(), train, val_dataset=val, collate_fn=hf_collate, n_trials=1, device="cpu"
-        )
+        find(Encoder(), train, val_dataset=val, collate_fn=hf_collate, n_trials=1, device="cpu")
 
 
 # -- The metric chosen from what the model does ---------------------------------------------
@@ -149,7 +145,7 @@ def test_a_causal_lm_given_labels_guards_its_own_loss_which_falls_as_it_learns()
     logits scored the untrained model best. The default guards the model's own loss, which
     the trained baseline clearly lowers from the untrained model's (about ln 16: uniform)."""
     train, val = hf_lm_data(256)
-    result = autotune.find_best(
+    result = find(
         hf_lm_model(),
         train,
         val_dataset=val,
@@ -185,14 +181,14 @@ def test_a_causal_lm_is_told_from_its_class_and_baked_into_its_task() -> None:
     assert is_causal_lm(torch.compile(gpt))  # compiles lazily: nothing is compiled here
     assert not is_causal_lm(hf_model()) and not is_causal_lm(torch.nn.Linear(2, 2))
     train, _ = hf_lm_data(16)
-    hooks = Hooks(metric="token_accuracy", collate_fn=hf_lm_collate)
+    hooks = autotune.Task(metric="token_accuracy", collate_fn=hf_lm_collate)
     setup = set_up_task(gpt, train, None, hooks)
-    assert setup.task.causal_lm and setup.task.metric == "token_accuracy"
+    assert setup.resolved.causal_lm and setup.resolved.metric == "token_accuracy"
     assert setup.choice == MetricChoice(
         metric="token_accuracy", higher_is_better=True, reason="given by you"
     )
-    classifier = set_up_task(hf_model(), hf_data(16)[0], None, Hooks(collate_fn=hf_collate))
-    assert not classifier.task.causal_lm
+    classifier = set_up_task(hf_model(), hf_data(16)[0], None, autotune.Task(collate_fn=hf_collate))
+    assert not classifier.resolved.causal_lm
     assert classifier.choice == MetricChoice(
         metric="accuracy", higher_is_better=True, reason=CLASSES
     )
@@ -202,7 +198,7 @@ def test_the_model_own_loss_is_weighted_by_its_shifted_tokens() -> None:
     """Summed over the items (tokens), the loss of two half-batches is the loss of the whole."""
     model = hf_lm_model().eval()
     items = [hf_lm_data(16)[0][i] for i in range(6)]
-    task = set_up_task(model, items, None, Hooks(collate_fn=hf_lm_collate)).task
+    task = set_up_task(model, items, None, autotune.Task(collate_fn=hf_lm_collate)).resolved
     halves = [hf_lm_collate(items[:2]), hf_lm_collate(items[2:])]
     whole = hf_lm_collate(items)
     with torch.no_grad():
@@ -223,11 +219,13 @@ def test_validation_does_not_depend_on_the_configs_batch_size(metric) -> None:
     """Padded per batch, a mean of per-batch means depends on how items are batched: every
     config validates in the search's batches, and builtin metrics count tokens, not batches."""
     train, val = hf_lm_data(64)
-    hooks = Hooks(metric=metric, collate_fn=hf_lm_collate)
+    hooks = autotune.Task(metric=metric, collate_fn=hf_lm_collate)
     small = autotune.TrainingConfig(device="cpu", batch_size=4)
     large = autotune.TrainingConfig(device="cpu", batch_size=64)
     # A model that has learned something: an untrained one scores every token alike.
-    model = autotune.train(hf_lm_model(), train, small, collate_fn=hf_lm_collate).model
+    model = autotune.train(
+        hf_lm_model(), train, small, task=autotune.Task(collate_fn=hf_lm_collate)
+    ).model
     work = prepare_workload(
         model, train, val, hooks, val_fraction=0.1, seed=0, eval_batch_size=8
     ).workload

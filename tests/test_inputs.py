@@ -7,8 +7,10 @@ import torch
 from torch.utils.data import TensorDataset
 
 import autotune
-from autotune import _api as api
+from autotune import _run
 from autotune.examples import tiny_data, tiny_model
+
+from conftest import split_keywords
 
 
 @pytest.fixture(autouse=True)
@@ -16,7 +18,7 @@ def no_trials(monkeypatch: pytest.MonkeyPatch) -> None:
     def forbidden(*args, **kwargs):
         raise AssertionError("a trial ran before the input was validated")
 
-    monkeypatch.setattr(api, "make_executor", forbidden)
+    monkeypatch.setattr(_run, "make_executor", forbidden)
 
 
 class Items(torch.utils.data.Dataset):
@@ -82,7 +84,7 @@ def test_bad_input(kwargs, error, message) -> None:
     args = {"model": tiny_model(), "dataset": tiny_data(), "n_trials": 1} | kwargs
     model, dataset = args.pop("model"), args.pop("dataset")
     with pytest.raises(error, match=message):
-        autotune.find_best(model, dataset, **args)
+        autotune.find_best(model, dataset, **split_keywords(args))
 
 
 def test_custom_batch_structure_through_a_forward_hook(monkeypatch) -> None:
@@ -94,4 +96,61 @@ def test_custom_batch_structure_through_a_forward_hook(monkeypatch) -> None:
 
     # Validation passes, so the (forbidden) trial runner is reached.
     with pytest.raises(AssertionError, match="a trial ran"):
-        autotune.find_best(tiny_model(), data, forward=forward, n_trials=1)
+        autotune.find_best(
+            tiny_model(),
+            data,
+            task=autotune.Task(forward=forward),
+            options=autotune.SearchOptions(n_trials=1),
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"task": {"metric": "loss"}}, TypeError, r"`task` must be an autotune.Task or None"),
+        ({"options": {"n_trials": 1}}, TypeError, r"`options` must be an autotune.SearchOptions"),
+        (
+            {"task": autotune.Task(metric="loss"), "metric": "accuracy"},
+            ValueError,
+            r"`metric` is 'accuracy', but the task already says metric='loss'\. Give the metric "
+            r"once",
+        ),
+    ],
+)
+def test_the_task_and_options_objects_are_checked(kwargs, error, message) -> None:
+    with pytest.raises(error, match=message):
+        autotune.find_best(tiny_model(), tiny_data(), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: autotune.SearchOptions(n_trials=0), ValueError, r"`n_trials` must be >= 1"),
+        (
+            lambda: autotune.SearchOptions(isolation="thread"),
+            ValueError,
+            r"`isolation` must be one of auto, process, none, but got 'thread'",
+        ),
+        (
+            lambda: autotune.Task(metric="accuracy", higher_is_better=False),
+            ValueError,
+            r"`higher_is_better` is False, but accuracy is better when higher",
+        ),
+        (lambda: autotune.Task(loss_fn="ce"), TypeError, r"`loss_fn` must be callable or None"),
+    ],
+)
+def test_options_and_tasks_are_checked_when_made(build, error, message) -> None:
+    with pytest.raises(error, match=message):
+        build()
+
+
+def test_a_lightning_module_is_sent_to_tune_not_trained_as_a_plain_module() -> None:
+    import lightning.pytorch as pl
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = tiny_model()
+
+    with pytest.raises(TypeError, match=r"is a LightningModule \(Module\).*autotune\.tune\("):
+        autotune.find_best(Module(), tiny_data())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import autotune
 from autotune import TrainingConfig
 from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import (
@@ -43,9 +44,7 @@ def test_on_cuda_trials_that_keep_state_get_a_fresh_worker(previous, cfg, fresh)
 
 
 def _workload() -> Workload:
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     return Workload(model=tiny_model(), train=tiny_data(), val=tiny_data(64), task=task)
 
 

@@ -16,10 +16,10 @@ from autotune._search.ledger import Ledger
 from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._search.settings import SearchSettings
 from autotune._space import load_space
+from autotune._task import TaskRefs
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import AccuracyRun, Budget
-from autotune._trial.task import HookRefs
 
 BASE = TrainingConfig()
 
@@ -48,7 +48,7 @@ def settings(**changes) -> SearchSettings:
         "tolerance": 0.01,
         "metric_name": "accuracy",
         "higher_is_better": True,
-        "hooks": HookRefs(),
+        "hooks": TaskRefs(),
         "seed": 0,
         "val_fraction": 0.1,
         "stratified": True,
@@ -94,7 +94,7 @@ def test_a_record_round_trips_exactly() -> None:
 
 
 def test_settings_and_confirmations_round_trip_exactly() -> None:
-    s = settings(hooks=HookRefs(metric="loss", forward="m:f"), trial_timeout=30.0)
+    s = settings(hooks=TaskRefs.from_dict({"metric": "loss", "forward": "m:f"}), trial_timeout=30.0)
     assert SearchSettings.from_dict(s.to_dict()) == s
     c = Confirmation(
         runs=(0.9, 0.91), verdict=Verdict.CONFIRMED, mean=0.905, drop=0.001, resolution=0.004,

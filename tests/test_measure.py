@@ -9,6 +9,7 @@ from typing import ClassVar
 import pytest
 import torch
 
+import autotune
 from autotune import Measurement
 from autotune._trial import failures
 from autotune._trial.failures import Diverged, FailureReason, classify, is_oom
@@ -195,9 +196,7 @@ def _tiny_workload():
     from autotune._trial.workload import Workload
     from autotune.examples import tiny_data, tiny_model
 
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     return Workload(model=tiny_model(), train=tiny_data(), val=tiny_data(64), task=task)
 
 
@@ -271,9 +270,7 @@ def test_fp16_probe_steps_on_until_the_optimizer_state_exists(monkeypatch) -> No
     from autotune._trial.workload import Workload
     from autotune.examples import tiny_data
 
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     load = Workload(
         model=OverflowsFirst(), train=tiny_data(), val=tiny_data(64), task=task,
         optimizer=watched_adam,

@@ -13,8 +13,10 @@ from torch.utils.data import TensorDataset
 
 import autotune
 from autotune._trial.metrics import MetricChoice
-from autotune._trial.task import Hooks, make_task, set_up_task
+from autotune._trial.task import make_task, set_up_task
 from autotune.examples import lm_data, lm_model, tiny_data, tiny_model
+
+from conftest import find
 
 
 def per_position_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -33,7 +35,7 @@ def _regression() -> TensorDataset:
         (
             tiny_model,
             tiny_data,
-            Hooks(),
+            autotune.Task(),
             MetricChoice(
                 metric="accuracy",
                 higher_is_better=True,
@@ -43,7 +45,7 @@ def _regression() -> TensorDataset:
         (
             lambda: nn.Linear(8, 1),
             _regression,
-            Hooks(),
+            autotune.Task(),
             MetricChoice(
                 metric="loss",
                 higher_is_better=False,
@@ -53,7 +55,7 @@ def _regression() -> TensorDataset:
         (
             lm_model,
             lambda: lm_data(64)[0],
-            Hooks(),
+            autotune.Task(),
             MetricChoice(
                 metric="loss",
                 higher_is_better=False,
@@ -64,7 +66,7 @@ def _regression() -> TensorDataset:
         (
             lm_model,
             lambda: lm_data(64)[0],
-            Hooks(loss_fn=per_position_loss),
+            autotune.Task(loss_fn=per_position_loss),
             MetricChoice(
                 metric="loss",
                 higher_is_better=False,
@@ -75,7 +77,7 @@ def _regression() -> TensorDataset:
         (
             tiny_model,
             tiny_data,
-            Hooks(metric="loss"),
+            autotune.Task(metric="loss"),
             MetricChoice(metric="loss", higher_is_better=False, reason="given by you"),
         ),
     ],
@@ -84,9 +86,9 @@ def _regression() -> TensorDataset:
 def test_auto_chooses_from_what_the_model_returns_and_says_why(model, data, hooks, expected):
     setup = set_up_task(model(), data(), None, hooks)
     assert setup.choice == expected
-    assert setup.task.metric == expected.metric == setup.hooks.metric
-    assert setup.task.higher_is_better is expected.higher_is_better
-    assert setup.hooks.references().metric == expected.metric  # what workers load
+    assert setup.resolved.metric == expected.metric == setup.task.metric
+    assert setup.resolved.higher_is_better is expected.higher_is_better
+    assert setup.task.references().metric == expected.metric  # what workers load
 
 
 def test_train_reports_the_loss_of_a_regression_model_by_default() -> None:
@@ -102,7 +104,7 @@ def test_train_reports_the_loss_of_a_regression_model_by_default() -> None:
 
 def test_auto_takes_no_direction() -> None:
     with pytest.raises(autotune.ArgumentError, match=r"metric='auto' chooses the metric and"):
-        autotune.find_best(tiny_model(), tiny_data(), higher_is_better=False, n_trials=1)
+        find(tiny_model(), tiny_data(), higher_is_better=False, n_trials=1)
 
 
 def _one_hot(predicted: list[list[int]], vocab: int = 4) -> torch.Tensor:
@@ -114,10 +116,7 @@ def test_token_accuracy_skips_padding_and_compares_a_causal_lms_next_token() -> 
     # Position t predicts: 1 2 3 0 | 2 2 0 0; labels: 0 1 2 3 | 1 2 -100 -100 (padding).
     logits = _one_hot([[1, 2, 3, 0], [2, 2, 0, 0]])
     labels = torch.tensor([[0, 1, 2, 3], [1, 2, -100, -100]])
-    causal = make_task(
-        forward=None, loss_fn=None, metric="token_accuracy", higher_is_better=None,
-        collate_fn=None, causal_lm=True,
-    )  # fmt: skip
+    causal = make_task(autotune.Task(metric="token_accuracy"), causal_lm=True)
     # Shifted: predictions 1 2 3 | 2 2 0 against labels 1 2 3 | 2 -100 -100: 4 of 4 counted.
     assert causal.metric_sum(logits, labels) == (4.0, 4)
     assert causal.higher_is_better and causal.metric_name == "token_accuracy"
@@ -128,9 +127,7 @@ def test_token_accuracy_skips_padding_and_compares_a_causal_lms_next_token() -> 
 
 
 def test_accuracy_counts_items_and_skips_labels_of_minus_100() -> None:
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     logits = _one_hot([[0, 1, 2, 3]])[0]  # four items predicting 0, 1, 2, 3
     assert task.metric_sum(logits, torch.tensor([0, 1, 0, -100])) == (2.0, 3)
 
@@ -141,4 +138,4 @@ def test_accuracy_of_float_targets_says_what_to_pass() -> None:
         match=r"metric='accuracy' compares predicted classes with integer labels, but the "
         r"targets are float tensor\(2, 1\)\. Pass metric='loss'",
     ):
-        set_up_task(nn.Linear(8, 1), _regression(), None, Hooks(metric="accuracy"))
+        set_up_task(nn.Linear(8, 1), _regression(), None, autotune.Task(metric="accuracy"))

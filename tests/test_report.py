@@ -18,7 +18,7 @@ from autotune._cli import main
 from autotune._result.report import render_report
 from autotune.examples import tiny_data
 
-from conftest import FAST_BUDGET
+from conftest import FAST_BUDGET, find
 from steady import PerStepCost
 
 SECTIONS = (
@@ -42,7 +42,7 @@ def searched(tmp_path_factory) -> tuple[autotune.SearchResult, str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.BruteForceSampler(seed=0)
-    result = autotune.find_best(
+    result = find(
         PerStepCost(oom_above=64),
         tiny_data(),
         n_trials=8,

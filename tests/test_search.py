@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import autotune
-from autotune import _api as api
+from autotune import _run as api
 from autotune._device import describe_device
 from autotune._result.summary import render_summary
 from autotune._search import baseline as baseline_module
@@ -28,7 +28,7 @@ from autotune._trial.task import make_task
 from autotune._trial.workload import Workload
 from autotune.examples import tiny_data, tiny_model
 
-from conftest import FAST_BUDGET
+from conftest import FAST_BUDGET, find
 
 
 class Recorder(nn.Module):
@@ -96,7 +96,7 @@ def bf16_capable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_faked_oom_above_a_batch_size(fast_kwargs) -> None:
     model = Recorder(oom_above=48)
-    result = autotune.find_best(
+    result = find(
         model,
         tiny_data(),
         space={"knobs": {"batch_size": [16, 32, 64, 128]}},
@@ -134,9 +134,7 @@ def test_oom_trial_releases_its_memory() -> None:
             refs.append(weakref.ref(self))
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 MiB")
 
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     data = tiny_data()
     workload = Workload(model=Hog(), train=data, val=data, task=task)
     outcome = run_trial(autotune.TrainingConfig(), workload, FAST_BUDGET)
@@ -146,7 +144,7 @@ def test_oom_trial_releases_its_memory() -> None:
 
 
 def test_nan_under_reduced_precision_keeps_fp32(fast_kwargs, bf16_capable) -> None:
-    result = autotune.find_best(
+    result = find(
         Recorder(nan_in_autocast=True),
         tiny_data(),
         space={"knobs": {"precision": ["fp32", "bf16"], "batch_size": [32, 64]}},
@@ -165,7 +163,7 @@ def test_accuracy_constraint_rejects_a_candidate_that_drops_too_much(
     fast_kwargs, bf16_capable
 ) -> None:
     storage = optuna.storages.InMemoryStorage()
-    result = autotune.find_best(
+    result = find(
         Recorder(garbage_eval_in_autocast=True, slow_fp32=True),
         tiny_data(),
         space={"knobs": {"precision": ["fp32", "bf16"]}},
@@ -190,7 +188,7 @@ def test_accuracy_constraint_rejects_a_candidate_that_drops_too_much(
 
 def test_winner_must_pass_confirmation_over_several_seeds(fast_kwargs, bf16_capable) -> None:
     """Screening sees one lucky seed; the confirmation over the baseline's seeds rejects it."""
-    result = autotune.find_best(
+    result = find(
         Recorder(garbage_eval_in_autocast=True, garbage_unless_seed0=True, slow_fp32=True),
         tiny_data(),
         space={"knobs": {"precision": ["fp32", "bf16"]}},
@@ -214,7 +212,7 @@ def test_winner_must_pass_confirmation_over_several_seeds(fast_kwargs, bf16_capa
 
 
 def test_confirmed_winner_reports_the_mean_over_seeds(fast_kwargs, bf16_capable) -> None:
-    result = autotune.find_best(
+    result = find(
         Recorder(slow_fp32=True),
         tiny_data(),
         space={"knobs": {"precision": ["bf16"]}},
@@ -234,12 +232,12 @@ def test_confirmed_winner_reports_the_mean_over_seeds(fast_kwargs, bf16_capable)
 
 
 def test_n_trials_counts_the_candidates(fast_kwargs) -> None:
-    result = autotune.find_best(tiny_model(), tiny_data(), n_trials=7, space="quick", **fast_kwargs)
+    result = find(tiny_model(), tiny_data(), n_trials=7, space="quick", **fast_kwargs)
     assert [t.role for t in result.trials].count("candidate") == 7
 
 
 def test_baseline_is_measured_first_and_reported(fast_kwargs) -> None:
-    result = autotune.find_best(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
+    result = find(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
     first = result.trials[0]
     assert first.role == "baseline" and first.number == 0
     assert result.baseline == autotune.TrainingConfig(device="cpu")
@@ -257,7 +255,7 @@ def test_baseline_is_measured_first_and_reported(fast_kwargs) -> None:
 
 def test_a_baseline_that_stays_the_winner_is_said_plainly(fast_kwargs) -> None:
     """When nothing beat the baseline, the summary says to keep it."""
-    result = autotune.find_best(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
+    result = find(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
     data = result.to_dict()
     data["config"] = data["baseline"]["config"]
     data["metrics"] = data["baseline"]["metrics"]
@@ -274,7 +272,7 @@ def test_a_candidate_that_collapses_on_one_seed_in_two_is_rejected_once_seeds_sh
     """bf16 is faster and its seed-0 run is as good, but one seed in two collapses: three
     seeds cannot bound the drop, so the search buys more until the lower bound of the drop is
     beyond the tolerance. The safe answer is chosen, and the summary shows that bound."""
-    result = autotune.find_best(
+    result = find(
         Recorder(garbage_on_odd_seeds=True, slow_fp32=True),
         tiny_data(),
         space={"knobs": {"precision": ["fp32", "bf16"]}},
@@ -294,7 +292,7 @@ def test_a_candidate_that_collapses_on_one_seed_in_two_is_rejected_once_seeds_sh
 
 
 def test_user_baseline_dict_is_used(fast_kwargs) -> None:
-    result = autotune.find_best(
+    result = find(
         tiny_model(),
         tiny_data(),
         n_trials=1,
@@ -311,7 +309,7 @@ def test_callers_model_and_rng_are_unchanged(fast_kwargs) -> None:
     before = copy.deepcopy(model.state_dict())
     rng = torch.random.get_rng_state()
     data = autotune.examples.AugmentedImages(64)
-    autotune.find_best(
+    find(
         model,
         data,
         n_trials=2,
@@ -331,7 +329,7 @@ def test_a_baseline_that_did_not_learn_is_said_plainly(fast_kwargs) -> None:
     numerics can be confirmed, the search says so, and goes on with the knobs that leave the
     numerics alone."""
     lines: list[str] = []
-    result = autotune.find_best(
+    result = find(
         tiny_model(),
         tiny_data(),
         n_trials=3,
@@ -350,7 +348,7 @@ def test_the_baseline_accuracy_plan_is_used_and_its_note_said(fast_kwargs, monke
     plan = AccuracyPlan(samples=1536, note="the accuracy check trains on 1536 samples per run")
     monkeypatch.setattr(baseline_module, "plan_accuracy_budget", lambda **kw: plan)
     lines: list[str] = []
-    result = autotune.find_best(
+    result = find(
         tiny_model(),
         tiny_data(),
         n_trials=1,
@@ -369,7 +367,7 @@ def test_unguided_search_measures_exactly_what_the_sampler_proposes(tmp_path, fa
     pruning, every config's accuracy checked where its numerics differ from the baseline's."""
     storage = f"sqlite:///{tmp_path / 'grid.db'}"
     knobs = {"batch_size": [32, 64], "lr_schedule": ["constant", "cosine"]}
-    result = autotune.find_best(
+    result = find(
         tiny_model(),
         tiny_data(),
         n_trials=10,
@@ -401,7 +399,7 @@ def test_knobs_that_leave_the_numerics_alone_come_first(fast_kwargs) -> None:
     lines: list[str] = []
     # (torch runs 1 thread in tests, so threads=1 would be the baseline's own value.)
     knobs = {"batch_size": [32, 64], "num_workers": [0, 1], "intra_op_threads": [None, 2]}
-    result = autotune.find_best(
+    result = find(
         tiny_model(),
         tiny_data(),
         # Room for a third safe trial (a worker count that measures faster gets the threads
@@ -428,15 +426,15 @@ def test_knobs_that_leave_the_numerics_alone_come_first(fast_kwargs) -> None:
 
 def test_guided_must_be_a_bool(fast_kwargs) -> None:
     with pytest.raises(TypeError, match="`guided` must be True or False"):
-        autotune.find_best(tiny_model(), tiny_data(), guided="no", **fast_kwargs)  # type: ignore[arg-type]
+        find(tiny_model(), tiny_data(), guided="no", **fast_kwargs)  # type: ignore[arg-type]
 
 
 def test_resume_continues_the_same_study(tmp_path, fast_kwargs) -> None:
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     kwargs = dict(space="quick", storage=storage, study_name="s", **fast_kwargs)
-    first = autotune.find_best(tiny_model(), tiny_data(), n_trials=2, **kwargs)
+    first = find(tiny_model(), tiny_data(), n_trials=2, **kwargs)
     assert len(first.trials) == 3
-    second = autotune.find_best(tiny_model(), tiny_data(), n_trials=4, **kwargs)
+    second = find(tiny_model(), tiny_data(), n_trials=4, **kwargs)
     assert len(second.trials) == 5
     assert [t.role for t in second.trials].count("baseline") == 1
     assert second.trials[0].measurement == first.trials[0].measurement  # not re-measured
@@ -444,7 +442,7 @@ def test_resume_continues_the_same_study(tmp_path, fast_kwargs) -> None:
 
 
 def test_save_writes_the_documented_json(tmp_path, fast_kwargs) -> None:
-    result = autotune.find_best(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
+    result = find(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
     path = result.save(tmp_path / "out" / "best.json")
     data = json.loads(path.read_text())
     for key in (
@@ -470,7 +468,7 @@ def test_save_writes_the_documented_json(tmp_path, fast_kwargs) -> None:
 
 
 def test_failed_write_keeps_the_previous_file(tmp_path, fast_kwargs, monkeypatch) -> None:
-    result = autotune.find_best(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
+    result = find(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
     path = tmp_path / "best.json"
     path.write_text("previous")
 
@@ -508,7 +506,7 @@ def test_memory_probe_limits_the_batch_sizes_trials_try(
 
     monkeypatch.setattr(probe, "_peak", fake_peak)
     monkeypatch.setattr(loop, "usable_memory", lambda device: 10**9 + 10**6 * room)
-    result = autotune.find_best(
+    result = find(
         Recorder(),
         tiny_data(),
         space={"knobs": {"batch_size": [16, 32, 64, 128]}},
@@ -533,7 +531,7 @@ def test_keep_global_batch_splits_a_baseline_batch_that_does_not_fit(fast_kwargs
     as 2 micro-batches of 32, the same global batch, and tries the other splits as safe
     candidates: the baseline's model, so no accuracy runs at all."""
     lines: list[str] = []
-    result = autotune.find_best(
+    result = find(
         Recorder(oom_above=32),
         tiny_data(),
         baseline={"batch_size": 64},
@@ -580,7 +578,7 @@ class NormedRecorder(nn.Module):
 
 
 def test_keep_global_batch_gives_a_batch_norm_model_the_accuracy_check(fast_kwargs) -> None:
-    result = autotune.find_best(
+    result = find(
         NormedRecorder(),
         tiny_data(),
         baseline={"batch_size": 64},
@@ -624,7 +622,7 @@ def test_a_small_space_measures_every_listed_value(fast_kwargs, compile_capable)
     and hands over to the late stage, which compiles the best config; then the search ends,
     every config measured, instead of proposing measured configs until it gives up."""
     lines: list[str] = []
-    result = autotune.find_best(
+    result = find(
         tiny_model(),
         tiny_data(),
         space={"knobs": SMALL},
@@ -655,9 +653,7 @@ def test_a_model_that_cannot_be_compiled_fails_that_trial_only(
             raise RuntimeError("backend='inductor' raised: CompilationError (faked)")
 
     monkeypatch.setattr(torch, "compile", lambda model, **kwargs: Uncompilable(model))
-    result = autotune.find_best(
-        tiny_model(), tiny_data(), space={"knobs": SMALL}, n_trials=10, **fast_kwargs
-    )
+    result = find(tiny_model(), tiny_data(), space={"knobs": SMALL}, n_trials=10, **fast_kwargs)
     failed = [t for t in result.trials if t.failure]
     assert [t.config.compile_mode.value for t in failed] == ["default"]
     assert failed[0].failure == "error" and "CompilationError (faked)" in failed[0].message

@@ -21,6 +21,8 @@ from autotune._search.record import BaselineAccuracy
 from autotune._trial.runner import AccuracyRun
 from autotune.examples import tiny_data, tiny_model
 
+from conftest import find
+
 
 @pytest.mark.parametrize(
     ("change", "named"),
@@ -39,10 +41,10 @@ def test_a_study_is_not_resumed_under_settings_that_change_its_facts(
     before anything runs, with the setting and the two ways out."""
     kwargs = dict(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
     first = {"space": "quick", **fast_kwargs}
-    autotune.find_best(tiny_model(), tiny_data(), n_trials=1, **kwargs, **first)
+    find(tiny_model(), tiny_data(), n_trials=1, **kwargs, **first)
     before = len(storage.load_study(kwargs["storage"], "s").trials)
     with pytest.raises(StorageError) as err:
-        autotune.find_best(tiny_model(), tiny_data(), n_trials=2, **kwargs, **{**first, **change})
+        find(tiny_model(), tiny_data(), n_trials=2, **kwargs, **{**first, **change})
     message = str(err.value)
     assert named in message
     assert "Resume it with the stored settings, or start a new study" in message
@@ -51,11 +53,9 @@ def test_a_study_is_not_resumed_under_settings_that_change_its_facts(
 
 def test_keep_global_batch_is_a_setting_of_the_study(tmp_path, fast_kwargs) -> None:
     kwargs = dict(space="quick", storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
-    autotune.find_best(tiny_model(), tiny_data(), n_trials=1, **kwargs, **fast_kwargs)
+    find(tiny_model(), tiny_data(), n_trials=1, **kwargs, **fast_kwargs)
     with pytest.raises(StorageError, match=r"keep the global batch .*False stored, True asked"):
-        autotune.find_best(
-            tiny_model(), tiny_data(), n_trials=2, keep_global_batch=True, **kwargs, **fast_kwargs
-        )
+        find(tiny_model(), tiny_data(), n_trials=2, keep_global_batch=True, **kwargs, **fast_kwargs)
 
 
 def test_the_cli_default_study_name_includes_the_planned_run_and_the_kept_global_batch() -> None:
@@ -106,7 +106,7 @@ def test_one_resolver_opens_journal_files_for_the_search_and_the_report(
     tmp_path, fast_kwargs
 ) -> None:
     journal = f"journal://{tmp_path / 'study.log'}"
-    result = autotune.find_best(
+    result = find(
         tiny_model(), tiny_data(), n_trials=1, space="quick", storage=journal, study_name="j",
         **fast_kwargs,
     )  # fmt: skip
@@ -181,7 +181,7 @@ def test_dataloader_workers_follow_the_start_method_really_in_force(
     trial with workers. The method in force (set, else the platform's default) decides."""
     import multiprocessing
 
-    from autotune import _api
+    from autotune import _run as _api
     from autotune._space import load_space
 
     monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: chosen)
@@ -203,10 +203,10 @@ def test_a_search_runs_with_forkserver_dataloader_workers(tmp_path) -> None:
     script.write_text(
         "import multiprocessing, autotune\n"
         "from autotune.examples import tiny_model, tiny_data\n"
-        "from conftest import FAST_BUDGET\n"
+        "from conftest import FAST_BUDGET, find\n"
         "if __name__ == '__main__':\n"
         "    multiprocessing.set_start_method('forkserver')\n"
-        "    r = autotune.find_best(tiny_model(), tiny_data(), n_trials=2, device='cpu',\n"
+        "    r = find(tiny_model(), tiny_data(), n_trials=2, device='cpu',\n"
         "        space={'knobs': {'num_workers': [0, 1]}}, budget=FAST_BUDGET,\n"
         "        isolation='none', accuracy_samples=512)\n"
         "    workers = [t for t in r.trials if t.config.num_workers]\n"
@@ -227,7 +227,5 @@ def _workload(data):  # type: ignore[no-untyped-def]
     from autotune._trial.task import make_task
     from autotune._trial.workload import Workload
 
-    task = make_task(
-        forward=None, loss_fn=None, metric="accuracy", higher_is_better=None, collate_fn=None
-    )
+    task = make_task(autotune.Task(metric="accuracy"))
     return Workload(model=tiny_model(), train=data, val=tiny_data(64), task=task)

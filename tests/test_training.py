@@ -61,7 +61,9 @@ def test_loader_workers_and_precision_are_applied(workers, precision, expected_w
         persistent_workers=workers > 0,
         precision=precision,
     )
-    report = autotune.train(tiny_model(), WorkerTagged(), cfg, epochs=2, forward=seen.forward)
+    report = autotune.train(
+        tiny_model(), WorkerTagged(), cfg, epochs=2, task=autotune.Task(forward=seen.forward)
+    )
     assert seen.workers == expected_workers  # batches really came from the loader's workers
     assert seen.dtypes == {dtype}  # the forward pass really ran under autocast
     assert [e.steps for e in report.epochs] == [8, 8]
@@ -128,7 +130,9 @@ def test_divergence_is_an_error_that_says_so() -> None:
         return F.cross_entropy(outputs, targets) * math.nan
 
     with pytest.raises(RuntimeError, match="diverged: loss became nan"):
-        autotune.train(tiny_model(), tiny_data(64), TrainingConfig(), loss_fn=nan_loss)
+        autotune.train(
+            tiny_model(), tiny_data(64), TrainingConfig(), task=autotune.Task(loss_fn=nan_loss)
+        )
 
 
 @pytest.mark.parametrize(
@@ -172,7 +176,10 @@ def test_train_accumulates_and_the_schedule_counts_optimizer_steps() -> None:
     assert report.epochs[0].lr == pytest.approx(0.025)  # halfway
     with pytest.raises(autotune.AutotuneError, match=r"does not take `fused=True`"):
         autotune.train(
-            tiny_model(), tiny_data(), cfg.replace(optimizer_impl="fused"), optimizer=_plain_sgd
+            tiny_model(),
+            tiny_data(),
+            cfg.replace(optimizer_impl="fused"),
+            task=autotune.Task(optimizer=_plain_sgd),
         )
 
 

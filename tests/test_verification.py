@@ -14,7 +14,7 @@ from autotune._cli import main
 from autotune._verify import compare_environments
 from autotune.examples import tiny_data, tiny_model
 
-from conftest import FAST_BUDGET
+from conftest import FAST_BUDGET, find
 from steady import PerStepCost
 
 STEADY = ["--model", "steady:per_step_model", "--data", "autotune.examples:tiny_data"]
@@ -24,7 +24,7 @@ STEADY = ["--model", "steady:per_step_model", "--data", "autotune.examples:tiny_
 def result_file(tmp_path_factory) -> str:
     """A real result from a fast search. The model costs a fixed time per step and tolerance 1.0
     takes accuracy out of it, so the winner is a bigger batch, never the baseline."""
-    result = autotune.find_best(
+    result = find(
         PerStepCost(),
         tiny_data(),
         n_trials=1,
@@ -156,7 +156,7 @@ def test_the_accuracy_check_validates_on_the_searchs_own_split(monkeypatch, tmp_
     """verify re-splits the data as the search did (its val_fraction and seed), not 10%."""
     from autotune._trial import workload as workload_module
 
-    result = autotune.find_best(
+    result = find(
         PerStepCost(),
         tiny_data(),
         n_trials=1,

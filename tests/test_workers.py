@@ -16,7 +16,7 @@ from autotune._search import storage
 from autotune._search.distributed import gpu_shares, visible_devices
 from autotune.examples import tiny_data, tiny_model
 
-from conftest import FAST_BUDGET
+from conftest import FAST_BUDGET, find
 from steady import offset_accuracy, sum_loss
 
 
@@ -40,7 +40,7 @@ def test_a_worker_guards_the_coordinators_metric_with_its_hooks(tmp_path) -> Non
             )
         )
 
-    result = autotune.find_best(
+    result = find(
         tiny_model(),
         tiny_data(),
         metric=offset_accuracy,
@@ -116,7 +116,7 @@ def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_pat
 def test_a_worker_refuses_hooks_it_cannot_load(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
     with pytest.raises(autotune.ArgumentError, match=r"Workers cannot load the metric hook"):
-        autotune.find_best(
+        find(
             tiny_model(),
             tiny_data(),
             metric=lambda outputs, targets: 0.0,
@@ -163,7 +163,7 @@ def test_the_coordinator_closes_its_trial_worker_before_launching_workers(tmp_pa
             if "autotune._trial.worker" in " ".join(child.cmdline())
         )
 
-    autotune.find_best(
+    find(
         tiny_model(),
         tiny_data(),
         space={"knobs": {"batch_size": [16, 32]}},

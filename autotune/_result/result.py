@@ -21,6 +21,7 @@ import optuna
 
 from autotune._config import SCHEMA_VERSION, TrainingConfig
 from autotune._errors import ConfigError, StorageError
+from autotune._integrations import trainer_settings
 from autotune._result.files import write_text_atomic
 from autotune._result.report import write_report
 from autotune._result.summary import render_summary
@@ -67,6 +68,7 @@ class SearchResult:
     round_speedups: tuple[float, ...] = ()  # the chosen config's, side by side, per round
     metric_reason: str = ""  # why the guarded metric is the one it is
     eval_batch_size: int | None = None  # every config validated in batches of this size
+    trainer: str | None = None  # the user's trainer whose loop ran the trials (tune)
 
     @classmethod
     def from_ledger(
@@ -148,6 +150,7 @@ class SearchResult:
             round_speedups=tuple(ledger.round_speedups(best)),
             metric_reason=settings.metric_reason,
             eval_batch_size=settings.eval_batch_size,
+            trainer=settings.trainer,
         )
 
     @classmethod
@@ -267,7 +270,19 @@ class SearchResult:
             "environment": self.environment,
             "search": search,
             "trials": [t.to_dict() for t in self.trials],
+            "trainer": None if self.trainer is None else self.trainer_settings(),
         }
+
+    def trainer_settings(self) -> dict[str, Any]:
+        """The settings of your own trainer that train as the chosen config did (``tune``):
+        ``training_arguments`` for a Hugging Face Trainer; ``trainer``, ``dataloader`` and
+        ``notes`` for Lightning. See :func:`autotune._integrations.trainer_settings`."""
+        if self.trainer is None:
+            raise ConfigError(
+                "This result was searched with find_best, not through a trainer: use "
+                "result.config.to_lightning() / to_transformers()."
+            )
+        return {"kind": self.trainer, **trainer_settings(self.trainer, self.config, self.baseline)}
 
     def _answers(self) -> dict[str, Any]:
         def answer(t: TrialRecord | None) -> dict[str, Any] | None:

@@ -38,7 +38,6 @@ from autotune._search.storage import (
 )
 from autotune._trial.data import DataModuleLike
 from autotune._trial.isolation import make_executor, worker_env
-from autotune._trial.task import Hooks
 from autotune._trial.workload import prepare_workload
 
 __all__ = [
@@ -201,13 +200,19 @@ def join_search(
     search``, which measures the baseline and publishes the settings: the worker guards the
     same metric with the same hooks (loaded by reference) and splits the data the same way."""
     study, settings = _wait_for_settings(storage, study_name, wait_for_baseline, seed_offset)
+    if settings.trainer is not None:
+        raise AutotuneError(
+            f"Study {study_name!r} tunes a {settings.trainer} trainer: its trials run that "
+            "trainer's loop in the search's own process and trial workers, and take no "
+            "`autotune worker`."
+        )
     device_str = resolve_device(device)
     report = reporter(progress)
     prepared = prepare_workload(
         model,
         dataset,
         val_dataset,
-        Hooks.load(settings.hooks),
+        settings.hooks.load(),
         val_fraction=settings.val_fraction,
         seed=settings.seed,
         eval_batch_size=settings.validation_batch_size,

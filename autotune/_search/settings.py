@@ -13,8 +13,8 @@ from typing import Any
 
 from autotune._config import TrainingConfig
 from autotune._space import SearchSpace, parse_space
+from autotune._task import TaskRefs
 from autotune._trial.runner import Budget
-from autotune._trial.task import HookRefs
 
 __all__ = ["SearchSettings", "differences"]
 
@@ -27,7 +27,7 @@ class SearchSettings:
     tolerance: float
     metric_name: str
     higher_is_better: bool
-    hooks: HookRefs
+    hooks: TaskRefs
     seed: int
     val_fraction: float
     stratified: bool  # the validation split kept the label proportions
@@ -58,6 +58,9 @@ class SearchSettings:
     # the memory probe and the calibration narrowed it): what a resumed search is compared to.
     # None in a study written before it was stored.
     space_asked: SearchSpace | None = None
+    # The kind of the user's trainer whose loop ran the trials ("lightning", "transformers");
+    # None: autotune's own loop over the task's hooks.
+    trainer: str | None = None
 
     @property
     def planned_samples(self) -> int:
@@ -81,7 +84,7 @@ class SearchSettings:
             value = getattr(self, f.name)
             if isinstance(value, SearchSpace):
                 value = {**value.to_dict(), "notes": list(value.notes)}
-            elif isinstance(value, HookRefs | TrainingConfig):
+            elif isinstance(value, TaskRefs | TrainingConfig):
                 value = value.to_dict()
             elif isinstance(value, Budget):
                 value = dataclasses.asdict(value)
@@ -93,7 +96,7 @@ class SearchSettings:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SearchSettings:
         values = dict(data)
-        values["hooks"] = HookRefs.from_dict(values["hooks"])
+        values["hooks"] = TaskRefs.from_dict(values["hooks"])
         values["space"] = _space_from(values["space"])
         if values.get("space_asked") is not None:
             values["space_asked"] = _space_from(values["space_asked"])
@@ -118,6 +121,7 @@ def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
     the space says what was searched: mixing them would rank and judge trials under different
     rules."""
     pairs = {
+        "trainer (tune / find_best)": (stored.trainer, asked.trainer),
         "planned epochs (--planned-epochs)": (stored.planned_epochs, asked.planned_epochs),
         "tolerance (--tolerance)": (stored.tolerance, asked.tolerance),
         "metric (--metric)": (stored.metric_name, asked.metric_name),

@@ -20,7 +20,7 @@ from torch.utils import checkpoint as torch_checkpoint
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
 from autotune._choices import CompileMode, LRSchedule, OptimizerImpl, Precision, ScheduleKind
-from autotune._errors import ArgumentError
+from autotune._errors import ArgumentError, ConfigError
 
 if TYPE_CHECKING:
     from autotune._config import TrainingConfig
@@ -367,6 +367,12 @@ def backend_flags(cfg: TrainingConfig) -> Iterator[None]:
 def lr_scheduler(
     schedule: LRSchedule, optimizer: torch.optim.Optimizer, total_steps: int
 ) -> torch.optim.lr_scheduler.LRScheduler:
+    if schedule.kind is ScheduleKind.TRAINER:
+        raise ConfigError(
+            "This config was tuned through your own trainer (autotune.tune): its LR schedule is "
+            f"your trainer's, at a peak of {schedule.peak_lr:.4g}. Keep your scheduler and set "
+            "that learning rate, or export it with cfg.to_lightning() / cfg.to_transformers()."
+        )
     total = max(1, int(total_steps))
     for group in optimizer.param_groups:
         group["lr"] = schedule.peak_lr

@@ -44,7 +44,8 @@ __all__ = [
 ]
 
 AUTO = "auto"
-BUILTIN_METRICS = ("accuracy", "loss", "token_accuracy")
+# The builtin metrics and their direction (True: higher is better).
+BUILTIN_METRICS = {"accuracy": True, "loss": False, "token_accuracy": True}
 IGNORE_INDEX = -100  # the label PyTorch's cross-entropy and Hugging Face's models skip
 
 # Reasons a result gives for the metric it guarded.

@@ -52,9 +52,16 @@ __all__ = [
     "Workload",
     "cold_compile",
     "evaluate",
+    "fitted_steps",
+    "graphs_compiled",
+    "initial_metric",
     "measure_throughput",
+    "measured_data",
     "reporting_steps",
+    "restart_seconds",
     "run_trial",
+    "seeded",
+    "tell",
     "train_for_accuracy",
 ]
 
@@ -74,7 +81,7 @@ def reporting_steps(listener: StepListener | None) -> Iterator[None]:
         _listener = saved
 
 
-def _tell(phase: str, done: int, total: int) -> None:
+def tell(phase: str, done: int, total: int) -> None:
     if _listener is not None:
         _listener(phase, done, total)
 
@@ -304,7 +311,7 @@ class Trainer:
 MAX_STRETCH = 16
 
 
-def _fitted(
+def fitted_steps(
     timed: int,
     budget: Budget,
     later_warmup_time: float,
@@ -329,7 +336,7 @@ def _fitted(
     return math.ceil(wanted / unit) * unit
 
 
-def _graphs_compiled() -> int:
+def graphs_compiled() -> int:
     """Graphs torch.compile has compiled in this process (dynamo's counter)."""
     return int(dynamo_counters["stats"]["unique_graphs"])
 
@@ -347,6 +354,17 @@ class _Longest(Dataset[Any]):
         return self.data[self.indices[index % len(self.indices)]]
 
 
+def measured_data(
+    cfg: TrainingConfig, workload: Workload, budget: Budget, steps: int
+) -> tuple[Dataset[Any], bool]:
+    """(the data a measurement of ``steps`` micro-batches trains on, whether to shuffle it):
+    the training set, or for the memory probe (``budget.longest``) its longest items over and
+    over, so that every batch is as big as one can be."""
+    if budget.longest and workload.longest:
+        return _Longest(workload.train, workload.longest, cfg.batch_size * steps), False
+    return workload.train, True
+
+
 def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) -> Measurement:
     """Warm-up, then ``budget.chunks`` synchronised chunks of steady-state training steps,
     stretched to last ``budget.min_timed_seconds`` where the warm-up shows steps are short.
@@ -355,7 +373,10 @@ def measure_throughput(cfg: TrainingConfig, workload: Workload, budget: Budget) 
 
     Nothing but the training steps runs inside a timed chunk: memory is read by a background
     thread (and at chunk boundaries), progress is told between chunks, so in-process and
-    isolated trials are timed by the same code and a small batch pays no per-step overhead."""
+    isolated trials are timed by the same code and a small batch pays no per-step overhead.
+    A workload trained by the user's own trainer is measured by that trainer's loop."""
+    if workload.loop is not None:
+        return workload.loop.measure(cfg, workload, budget)
     with MemoryTracker(cfg.device) as memory:
         return _measure(cfg, workload, budget, memory)
 
@@ -366,10 +387,7 @@ def _measure(
     unit = budget.chunks * cfg.gradient_accumulation_steps
     warmup, timed = budget.steps(cfg.batch_size, cfg.gradient_accumulation_steps)
     trainer = Trainer(cfg, workload, warmup + timed)
-    data, shuffle = workload.train, True
-    if budget.longest and workload.longest:
-        steps = warmup + timed * MAX_STRETCH
-        data, shuffle = _Longest(workload.train, workload.longest, cfg.batch_size * steps), False
+    data, shuffle = measured_data(cfg, workload, budget, warmup + timed * MAX_STRETCH)
     loader = cfg.dataloader(
         data,
         shuffle=shuffle,
@@ -377,10 +395,10 @@ def _measure(
         collate_fn=workload.task.collate_fn,
         generator=torch.Generator().manual_seed(0),
     )
-    graphs = _graphs_compiled()
+    graphs = graphs_compiled()
     device = cfg.device
     _synchronize(device)
-    _tell("warm-up", 0, warmup)
+    tell("warm-up", 0, warmup)
     start = time.perf_counter()
     batches = _endless(loader)
     batch = next(batches)
@@ -389,14 +407,14 @@ def _measure(
     _synchronize(device)
     first_step_done = time.perf_counter()
     first_step = first_step_done - start - first_batch_time
-    first_graphs = _graphs_compiled()
+    first_graphs = graphs_compiled()
     for _ in range(warmup - 1):
         losses.append(trainer.step(next(batches)))
     _synchronize(device)
     warmup_time = time.perf_counter() - start
-    _tell("warm-up", warmup, warmup)
+    tell("warm-up", warmup, warmup)
     trainer.check(losses)
-    timed = _fitted(timed, budget, warmup_time - (first_step_done - start), warmup, unit)
+    timed = fitted_steps(timed, budget, warmup_time - (first_step_done - start), warmup, unit)
     chunk_steps = timed // budget.chunks
 
     chunk_times: list[float] = []
@@ -416,7 +434,7 @@ def _measure(
             # Between chunks, outside their timing: the loss check, a memory read, progress.
             trainer.check(losses)
             memory.sample()
-            _tell("timed", (chunk + 1) * chunk_steps, total)
+            tell("timed", (chunk + 1) * chunk_steps, total)
     _until_optimizer_state(trainer, batches, memory)
     if budget.eval_peak:
         # A validation batch of the same size: its peak counts too (after the timed region).
@@ -426,7 +444,7 @@ def _measure(
     restart = None
     if epoch_restart and not budget.longest:
         batches.close()  # this epoch's workers shut down, as at the end of an epoch
-        restart = _restart_seconds(loader, data_wait / max(1, total))
+        restart = restart_seconds(loader, data_wait / max(1, total))
     return Measurement(
         batch_size=cfg.batch_size,
         chunk_steps=chunk_steps,
@@ -444,7 +462,7 @@ def _measure(
         gpu_utilization=utilization.mean,
         gpu_utilization_note=None if utilization.mean is not None else utilization.note,
         # Graphs compiled after the first step: the batches' shapes changed under compile.
-        recompiles=_graphs_compiled() - first_graphs if first_graphs > graphs else 0,
+        recompiles=graphs_compiled() - first_graphs if first_graphs > graphs else 0,
         compile_seconds=(
             max(0.0, first_step - statistics.median(chunk_times) / chunk_steps)
             if cfg.compile_mode is not CompileMode.NONE
@@ -453,7 +471,7 @@ def _measure(
     )
 
 
-def _restart_seconds(loader: DataLoader[Any], steady_wait: float) -> float:
+def restart_seconds(loader: DataLoader[Any], steady_wait: float) -> float:
     """What a new epoch costs a loader whose workers do not persist, measured warm (this
     process has loaded batches already; the cold first batch of a trial also pays imports and
     first reads): the first batch of a fresh iterator, its workers started again, beyond the
@@ -524,7 +542,7 @@ def evaluate(model: nn.Module, cfg: TrainingConfig, workload: Workload) -> float
     try:
         with torch.no_grad():
             for i, batch in enumerate(loader):
-                _tell("validation", i, len(loader))
+                tell("validation", i, len(loader))
                 batch = cfg.to_device(batch)
                 with cfg.autocast():
                     outputs, targets = workload.task.forward(eager, batch)
@@ -541,13 +559,23 @@ def evaluate(model: nn.Module, cfg: TrainingConfig, workload: Workload) -> float
     return total / count
 
 
+def initial_metric(cfg: TrainingConfig, workload: Workload) -> float:
+    """The untrained model's validation metric (what the guard tells learning from)."""
+    if workload.loop is not None:
+        return workload.loop.initial_metric(cfg, workload)
+    return evaluate(Trainer(cfg, workload, 1).model, cfg, workload)
+
+
 def train_for_accuracy(
     cfg: TrainingConfig, workload: Workload, samples: int, seed: int
 ) -> AccuracyRun:
     """Train from the initial weights for ``samples`` samples with data-order ``seed``, the
     config's schedule annealed over exactly that budget; then validate. With gradient
     accumulation, whole global batches: the same optimizer steps on the same samples as a
-    config that takes each global batch in one piece."""
+    config that takes each global batch in one piece. A workload trained by the user's own
+    trainer trains and validates through it."""
+    if workload.loop is not None:
+        return workload.loop.accuracy_run(cfg, workload, samples, seed)
     k = cfg.gradient_accumulation_steps
     steps = max(1, math.ceil(samples / cfg.global_batch_size)) * k  # micro-batches
     start = time.perf_counter()
@@ -566,7 +594,7 @@ def train_for_accuracy(
         phase = f"accuracy run, seed {seed}"
         for i in range(steps):
             losses.append(trainer.step(next(batches)))
-            _tell(phase, i + 1, steps)
+            tell(phase, i + 1, steps)
             if len(losses) == 32:
                 trainer.check(losses)
                 losses = losses[-1:]
@@ -615,7 +643,7 @@ def run_trial(
             if measurement is None:
                 measurement = measure_throughput(cfg, workload, budget)
             if accuracy is not None and accuracy.initial:
-                initial = evaluate(Trainer(cfg, workload, 1).model, cfg, workload)
+                initial = initial_metric(cfg, workload)
             if accuracy is not None:
                 for seed in accuracy.seeds:
                     runs.append(train_for_accuracy(cfg, workload, accuracy.samples, seed))

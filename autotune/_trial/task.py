@@ -22,8 +22,8 @@ from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.utils.data import Dataset, IterableDataset, Subset, default_collate
 
-from autotune import _refs
-from autotune._errors import ArgumentError, DataError, ModelError
+from autotune._errors import DataError, ModelError
+from autotune._task import ForwardFn, LossFn, MetricFn, Task
 from autotune._trial.apply import to_device
 from autotune._trial.metrics import (
     AUTO,
@@ -43,10 +43,8 @@ from autotune._trial.metrics import (
 
 __all__ = [
     "METRIC_CHOICES",
-    "HookRefs",
-    "Hooks",
+    "ResolvedTask",
     "SetUp",
-    "Task",
     "check_dataset",
     "check_model_consumes",
     "checked_task",
@@ -58,12 +56,7 @@ __all__ = [
     "split_dataset",
 ]
 
-ForwardFn = Callable[[nn.Module, Any], tuple[Any, Any]]
-LossFn = Callable[[Any, Any], torch.Tensor]
-MetricFn = Callable[[Any, Any], float | torch.Tensor]
-CollateFn = Callable[[list[Any]], Any]
-OptimizerFactory = Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]
-CALLABLE = "callable"  # Task.metric of a metric function of yours
+CALLABLE = "callable"  # ResolvedTask.metric of a metric function of yours
 METRIC_CHOICES = (AUTO, *BUILTIN_METRICS)
 
 
@@ -105,10 +98,11 @@ def default_loss(outputs: Any, targets: Any) -> torch.Tensor:
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
-    """How one batch is turned into a loss and a metric. ``metric`` is the builtin metric
-    (``accuracy``, ``loss``, ``token_accuracy``), ``callable`` for ``metric_fn`` (yours), or
-    ``auto`` until :func:`set_up_task` chooses from a batch."""
+class ResolvedTask:
+    """A :class:`~autotune.Task` with its defaults filled in: how one batch is turned into a
+    loss and a metric. ``metric`` is the builtin metric (``accuracy``, ``loss``,
+    ``token_accuracy``), ``callable`` for ``metric_fn`` (yours), or ``auto`` until
+    :func:`set_up_task` chooses from a batch."""
 
     forward: ForwardFn
     loss_fn: LossFn
@@ -148,58 +142,29 @@ class Task:
         return float(self.metric_fn(outputs, targets)) * n, n
 
 
-def make_task(
-    *,
-    forward: ForwardFn | None,
-    loss_fn: LossFn | None,
-    metric: str | MetricFn,
-    higher_is_better: bool | None,
-    collate_fn: Callable[[list[Any]], Any] | None,
-    metric_name: str | None = None,
-    causal_lm: bool = False,
-) -> Task:
-    if metric_name is not None and not isinstance(metric_name, str):
-        raise TypeError(f"`metric_name` must be a str or None, but got {metric_name!r}.")
-    if metric_name is not None and not metric_name.strip():
-        raise ArgumentError("`metric_name` must name the metric, but got an empty string.")
-    for name, fn in (("forward", forward), ("loss_fn", loss_fn), ("collate_fn", collate_fn)):
-        if fn is not None and not callable(fn):
-            raise TypeError(f"`{name}` must be callable or None, but got {fn!r}.")
-    known = ", ".join(repr(m) for m in METRIC_CHOICES)
+def make_task(task: Task, *, causal_lm: bool = False) -> ResolvedTask:
+    """``task`` with autotune's defaults where it leaves a hook out."""
     metric_fn: MetricFn | None = None
-    if isinstance(metric, str):
-        if metric not in METRIC_CHOICES:
-            raise ArgumentError(
-                f"`metric` must be {known} or a callable (outputs, targets) -> float, "
-                f"but got {metric!r}."
-            )
-        if metric == AUTO and higher_is_better is not None:
-            raise ArgumentError(
-                f"`higher_is_better` is {higher_is_better!r}, but metric='auto' chooses the "
-                "metric and its direction together. Pass metric='loss' or 'accuracy' (or a "
-                "callable) to say which is better."
-            )
-        higher = metric != "loss" if higher_is_better is None else higher_is_better
-        kind = name = metric
-    elif callable(metric):
-        metric_fn, kind = metric, CALLABLE
-        higher = True if higher_is_better is None else higher_is_better
-        name = "metric"  # a function's name (`<lambda>`, `loss_metric`) reads badly in a report
+    if isinstance(task.metric, str):
+        kind = name = task.metric
+        higher = BUILTIN_METRICS.get(kind, True)
     else:
-        raise TypeError(f"`metric` must be {known} or a callable, but got {metric!r}.")
-    return Task(
-        forward=forward if forward is not None else default_forward,
-        loss_fn=loss_fn if loss_fn is not None else default_loss,
+        metric_fn, kind = task.metric, CALLABLE
+        higher = True if task.higher_is_better is None else task.higher_is_better
+        name = "metric"  # a function's name (`<lambda>`, `loss_metric`) reads badly in a report
+    return ResolvedTask(
+        forward=task.forward if task.forward is not None else default_forward,
+        loss_fn=task.loss_fn if task.loss_fn is not None else default_loss,
         metric_fn=metric_fn,
-        metric_name=metric_name.strip() if metric_name else name,
+        metric_name=task.metric_name.strip() if task.metric_name else name,
         higher_is_better=higher,
-        collate_fn=collate_fn,
+        collate_fn=task.collate_fn,
         metric=kind,
         causal_lm=causal_lm,
     )
 
 
-def check_dataset(dataset: Any, task: Task, *, argument: str = "dataset") -> None:
+def check_dataset(dataset: Any, task: ResolvedTask, *, argument: str = "dataset") -> None:
     """Fail fast, naming the problem, on a dataset that no trial could use."""
     if isinstance(dataset, IterableDataset):
         raise DataError(
@@ -239,16 +204,14 @@ def check_dataset(dataset: Any, task: Task, *, argument: str = "dataset") -> Non
 
 
 def checked_task(
-    dataset: Any, val_dataset: Any | None, hooks: Hooks, *, causal_lm: bool = False
-) -> Task:
-    """The task from the user's hooks, with the dataset (and validation set) checked against it."""
-    if hooks.optimizer is not None and not callable(hooks.optimizer):
-        raise TypeError(f"`optimizer` must be callable or None, but got {hooks.optimizer!r}.")
-    task = hooks.task(causal_lm=causal_lm)
-    check_dataset(dataset, task)
+    dataset: Any, val_dataset: Any | None, task: Task, *, causal_lm: bool = False
+) -> ResolvedTask:
+    """The task resolved, with the dataset (and validation set) checked against it."""
+    resolved = make_task(task, causal_lm=causal_lm)
+    check_dataset(dataset, resolved)
     if val_dataset is not None:
-        check_dataset(val_dataset, task, argument="val_dataset")
-    return task
+        check_dataset(val_dataset, resolved, argument="val_dataset")
+    return resolved
 
 
 def describe_batch(batch: Any) -> str:
@@ -289,35 +252,38 @@ def on_accelerator(item: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class SetUp:
-    """The task a search (or a training run) uses, the hooks with ``metric="auto"`` replaced
-    by the metric chosen (what other processes load), and the choice with its reason."""
+    """The resolved task a search (or a training run) uses, the task as given with
+    ``metric="auto"`` replaced by the metric chosen (what other processes load), and the
+    choice with its reason."""
 
+    resolved: ResolvedTask
     task: Task
-    hooks: Hooks
     choice: MetricChoice
 
 
 def set_up_task(
-    model: nn.Module, dataset: Dataset[Any], val_dataset: Dataset[Any] | None, hooks: Hooks
+    model: nn.Module, dataset: Dataset[Any], val_dataset: Dataset[Any] | None, task: Task
 ) -> SetUp:
-    """The task from the hooks, the datasets checked, a batch of ``dataset`` run through a
-    CPU copy of the model, and ``metric="auto"`` resolved from it, once."""
+    """The task resolved, the datasets checked, a batch of ``dataset`` run through a CPU copy
+    of the model, and ``metric="auto"`` resolved from it, once."""
     causal = is_causal_lm(model)
-    task = checked_task(dataset, val_dataset, hooks, causal_lm=causal)
-    choice = check_model_consumes(model, dataset, task)
-    if task.metric == AUTO:
-        hooks = dataclasses.replace(hooks, metric=choice.metric)
-        task = hooks.task(causal_lm=causal)
-    return SetUp(task=task, hooks=hooks, choice=choice)
+    resolved = checked_task(dataset, val_dataset, task, causal_lm=causal)
+    choice = check_model_consumes(model, dataset, resolved)
+    if resolved.metric == AUTO:
+        task = task.replace(metric=choice.metric)
+        resolved = make_task(task, causal_lm=causal)
+    return SetUp(resolved=resolved, task=task, choice=choice)
 
 
-def _choice(task: Task, outputs: Any, targets: Any) -> MetricChoice:
+def _choice(task: ResolvedTask, outputs: Any, targets: Any) -> MetricChoice:
     if task.metric == AUTO:
         return choose_metric(outputs, targets, default_loss=task.loss_fn is default_loss)
     return MetricChoice(metric=task.metric, higher_is_better=task.higher_is_better, reason=GIVEN)
 
 
-def check_model_consumes(model: nn.Module, dataset: Dataset[Any], task: Task) -> MetricChoice:
+def check_model_consumes(
+    model: nn.Module, dataset: Dataset[Any], task: ResolvedTask
+) -> MetricChoice:
     """Run one tiny batch through a CPU copy of the model (wherever the model and the data
     are: a model already on the GPU is accepted); report shapes if it cannot consume it.
     Returns the metric the task guards (chosen from this batch for ``metric="auto"``)."""
@@ -354,7 +320,9 @@ def check_model_consumes(model: nn.Module, dataset: Dataset[Any], task: Task) ->
     return choice
 
 
-def labels_of(dataset: Dataset[Any], task: Task, *, limit: int = 200_000) -> list[int] | None:
+def labels_of(
+    dataset: Dataset[Any], task: ResolvedTask, *, limit: int = 200_000
+) -> list[int] | None:
     """Integer class labels for a stratified split, where they can be had cheaply."""
     for attr in ("targets", "labels"):
         labels = getattr(dataset, attr, None)
@@ -381,7 +349,7 @@ def labels_of(dataset: Dataset[Any], task: Task, *, limit: int = 200_000) -> lis
 
 
 def split_dataset(
-    dataset: Dataset[Any], task: Task, *, val_fraction: float, seed: int
+    dataset: Dataset[Any], task: ResolvedTask, *, val_fraction: float, seed: int
 ) -> tuple[Subset[Any], Subset[Any], bool]:
     """Hold out ``val_fraction`` of ``dataset``; stratified by label where labels allow.
 
@@ -407,121 +375,3 @@ def split_dataset(
         indices, test_size=val_fraction, random_state=seed, stratify=stratify
     )
     return Subset(dataset, train_idx), Subset(dataset, val_idx), stratify is not None
-
-
-# -- Hooks by reference -------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class HookRefs:
-    """The task's hooks as every process of a search loads them: a reference
-    (``module:name`` / ``file.py:name``) per hook, None where the default is used; ``metric``
-    is the builtin metric the search guards (``accuracy``, ``loss``, ``token_accuracy``:
-    ``auto`` is resolved before the references are taken) or a reference. ``unnamed`` lists
-    hooks that were given as callables with no reference (lambdas, functions in
-    ``__main__``): other processes cannot load those."""
-
-    forward: str | None = None
-    loss_fn: str | None = None
-    metric: str = "accuracy"
-    higher_is_better: bool | None = None
-    metric_name: str | None = None
-    collate_fn: str | None = None
-    optimizer: str | None = None
-    unnamed: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["unnamed"] = list(self.unnamed)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> HookRefs:
-        values = dict(data)
-        values["unnamed"] = tuple(values.get("unnamed") or ())
-        return cls(**values)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Hooks:
-    """The user's hooks as given (None: autotune's default), and their references."""
-
-    forward: ForwardFn | None = None
-    loss_fn: LossFn | None = None
-    metric: str | MetricFn = AUTO
-    higher_is_better: bool | None = None
-    metric_name: str | None = None
-    collate_fn: CollateFn | None = None
-    optimizer: OptimizerFactory | None = None
-
-    def task(self, *, causal_lm: bool = False) -> Task:
-        return make_task(
-            forward=self.forward,
-            loss_fn=self.loss_fn,
-            metric=self.metric,
-            higher_is_better=self.higher_is_better,
-            collate_fn=self.collate_fn,
-            metric_name=self.metric_name,
-            causal_lm=causal_lm,
-        )
-
-    def optimizer_factory(self) -> OptimizerFactory:
-        return self.optimizer if self.optimizer is not None else default_optimizer
-
-    def references(self) -> HookRefs:
-        """The references other processes load; ``metric="auto"`` must be resolved first
-        (:func:`set_up_task`), so that every process guards the metric chosen once."""
-        if self.metric == AUTO:
-            raise ValueError("metric='auto' is resolved by set_up_task() before references.")
-        refs: dict[str, Any] = {}
-        unnamed = []
-        for name in ("forward", "loss_fn", "metric", "collate_fn", "optimizer"):
-            value = getattr(self, name)
-            if value is None or (name == "metric" and value in BUILTIN_METRICS):
-                refs[name] = value
-                continue
-            ref = _refs.reference_of(value)
-            if ref is None:
-                unnamed.append(name)
-            refs[name] = ref
-        if refs["metric"] is None:
-            refs["metric"] = "accuracy"  # unnamed: listed, and never loaded
-        return HookRefs(
-            **refs,
-            higher_is_better=self.higher_is_better,
-            metric_name=self.metric_name,
-            unnamed=tuple(unnamed),
-        )
-
-    @classmethod
-    def load(cls, refs: HookRefs) -> Hooks:
-        """The hooks ``refs`` name, loaded in this process."""
-        if refs.unnamed:
-            raise ArgumentError(
-                f"The search's {', '.join(refs.unnamed)} hook(s) were given as callables that "
-                "cannot be loaded by reference (lambdas, local functions, or functions defined "
-                "in __main__), so another process cannot use them. Define them in an importable "
-                "module (or a file named on the command line) to add workers to this search."
-            )
-        loaded: dict[str, Any] = {}
-        for name in ("forward", "loss_fn", "collate_fn", "optimizer"):
-            ref = getattr(refs, name)
-            loaded[name] = None if ref is None else _load_hook(ref, name)
-        metric: str | MetricFn = refs.metric
-        if refs.metric not in BUILTIN_METRICS:
-            metric = _load_hook(refs.metric, "metric")
-        return cls(
-            **loaded,
-            metric=metric,
-            higher_is_better=refs.higher_is_better,
-            metric_name=refs.metric_name,
-        )
-
-
-def _load_hook(ref: str, name: str) -> Any:
-    try:
-        return _refs.load(ref)
-    except _refs.UnresolvedReference as exc:
-        raise ArgumentError(
-            f"The search's `{name}` hook {ref!r} cannot be loaded here: {exc}"
-        ) from exc

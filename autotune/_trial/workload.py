@@ -6,25 +6,30 @@ import dataclasses
 import random
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset, Subset
 
+from autotune._task import OptimizerFactory, Task, TaskRefs
 from autotune._trial.data import DataModuleLike, unpack_data
 from autotune._trial.metrics import AUTO, MetricChoice
 from autotune._trial.task import (
-    Hooks,
-    OptimizerFactory,
-    Task,
+    ResolvedTask,
     cpu_copy,
     default_optimizer,
     set_up_task,
     split_dataset,
 )
 
-__all__ = ["Prepared", "Workload", "prepare_workload"]
+if TYPE_CHECKING:
+    from autotune._config import TrainingConfig
+    from autotune._space import SearchSpace
+    from autotune._trial.measure import Measurement
+    from autotune._trial.runner import AccuracyRun, Budget
+
+__all__ = ["Prepared", "TrainerLoop", "TrainerSetUp", "Workload", "prepare_workload"]
 
 MAX_VAL_ITEMS = 2048  # a larger validation set is evaluated on a fixed subset of this size
 SIZED_ITEMS = 2048  # items whose size is read to find the longest ones (all, if fewer)
@@ -33,14 +38,38 @@ LONGEST = 1024  # longest items kept: the largest batch the memory probe builds 
 EVAL_BATCH_SIZE = 32  # validation batches of a workload made without one (TrainingConfig's)
 
 
+class TrainerLoop(Protocol):
+    """The user's own trainer as the loop a trial runs (a Lightning ``Trainer``, a Hugging
+    Face ``Trainer``): it measures a config's throughput, makes its accuracy runs and scores
+    the untrained model, each by that trainer's own ``fit``/``train`` and validation."""
+
+    @property
+    def kind(self) -> str:
+        """``lightning`` or ``transformers``: what the result exports to."""
+        ...
+
+    def restrict(self, space: SearchSpace) -> SearchSpace:
+        """``space`` without the knobs this trainer cannot apply, saying why."""
+        ...
+
+    def measure(self, cfg: TrainingConfig, workload: Workload, budget: Budget) -> Measurement: ...
+
+    def initial_metric(self, cfg: TrainingConfig, workload: Workload) -> float: ...
+
+    def accuracy_run(
+        self, cfg: TrainingConfig, workload: Workload, samples: int, seed: int
+    ) -> AccuracyRun: ...
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Workload:
-    """What every trial trains: a pristine copy of the model and the data."""
+    """What every trial trains: a pristine copy of the model and the data, and the loop that
+    trains it (None: autotune's own, over the task's hooks; else the user's trainer)."""
 
     model: nn.Module
     train: Dataset[Any]
     val: Dataset[Any]
-    task: Task
+    task: ResolvedTask
     optimizer: OptimizerFactory = default_optimizer
     # Indices of the training set's largest items (by elements), largest first: the memory
     # probe's batches are made of them, so a config that fits only short batches never wins.
@@ -48,6 +77,12 @@ class Workload:
     # Every config validates in batches of this size (a search's: its baseline's batch size),
     # so a metric that depends on how items are batched still scores identical models alike.
     eval_batch_size: int = EVAL_BATCH_SIZE
+    loop: TrainerLoop | None = None
+
+    @property
+    def trainer_kind(self) -> str | None:
+        """The kind of the user's trainer that runs the trials (None: autotune's own loop)."""
+        return None if self.loop is None else self.loop.kind
 
     def __post_init__(self) -> None:
         if self.task.metric == AUTO:
@@ -59,41 +94,52 @@ class Workload:
 @dataclasses.dataclass(frozen=True)
 class Prepared:
     """The workload, whether the validation split kept the label proportions, and what was
-    taken from a data module (None for plain datasets); the hooks with the metric chosen (what
-    other processes load) and why it was."""
+    taken from a data module (None for plain datasets); the task by reference with the metric
+    chosen (what other processes load) and why it was."""
 
     workload: Workload
     stratified: bool
-    hooks: Hooks
+    refs: TaskRefs
     metric: MetricChoice
     note: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerSetUp:
+    """What ``tune`` reads from the user's own trainer: the prepared workload, the baseline
+    (the trainer's own settings) and the length of the run it is set up for."""
+
+    prepared: Prepared
+    baseline: TrainingConfig
+    planned_epochs: float
 
 
 def prepare_workload(
     model: nn.Module,
     dataset: Dataset[Any] | DataModuleLike,
     val_dataset: Dataset[Any] | None,
-    hooks: Hooks,
+    task: Task,
     *,
     val_fraction: float,
     seed: int,
     eval_batch_size: int = EVAL_BATCH_SIZE,
 ) -> Prepared:
-    """The task from the hooks, the datasets checked (and split, without a validation set),
+    """The task resolved, the datasets checked (and split, without a validation set),
     the model checked against a batch (which chooses ``metric="auto"``) and copied once: the
     caller's is never touched again. ``dataset`` may be a LightningDataModule: its datasets and
     collate function are used. Every config validates in batches of ``eval_batch_size`` (a
     search's baseline's batch size; the default baseline's where no search says)."""
-    data = unpack_data(dataset, val_dataset, hooks.collate_fn)
+    data = unpack_data(dataset, val_dataset, task.collate_fn)
     given: Dataset[Any] = data.train
     given_val: Dataset[Any] | None = data.val
-    hooks = dataclasses.replace(hooks, collate_fn=data.collate_fn)
-    setup = set_up_task(model, given, given_val, hooks)
-    task = setup.task
+    setup = set_up_task(model, given, given_val, task.replace(collate_fn=data.collate_fn))
+    resolved = setup.resolved
     if given_val is not None:
         train, val, stratified = given, given_val, False
     else:
-        train, val, stratified = split_dataset(given, task, val_fraction=val_fraction, seed=seed)
+        train, val, stratified = split_dataset(
+            given, resolved, val_fraction=val_fraction, seed=seed
+        )
     template = cpu_copy(model)  # a model on the GPU is not copied there first
     if len(val) > MAX_VAL_ITEMS:  # type: ignore[arg-type]
         # Paired accuracy checks compare configs on the same items: a fixed subset suffices.
@@ -103,15 +149,15 @@ def prepare_workload(
         model=template,
         train=train,
         val=val,
-        task=task,
-        optimizer=hooks.optimizer_factory(),
+        task=resolved,
+        optimizer=setup.task.optimizer or default_optimizer,
         longest=longest_items(train, seed=seed),
         eval_batch_size=eval_batch_size,
     )
     return Prepared(
         workload=workload,
         stratified=stratified,
-        hooks=setup.hooks,
+        refs=setup.task.references(),
         metric=setup.choice,
         note=data.note,
     )

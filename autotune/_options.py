@@ -1,0 +1,135 @@
+"""The options of a search that most users never set, in one object, and the defaults of the
+few they do. The CLI reads its defaults from here, so no default is written twice.
+
+::
+
+    options = autotune.SearchOptions(n_trials=40, storage="sqlite:///autotune.db")
+    result = autotune.find_best(model, train_set, timeout=900, options=options)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import optuna
+
+from autotune._checks import check_choice, check_flag, check_int, check_number
+from autotune._config import TrainingConfig
+from autotune._trial.isolation import ISOLATION_MODES
+from autotune._trial.runner import Budget
+
+__all__ = [
+    "PLANNED_EPOCHS",
+    "TIMEOUT",
+    "TOLERANCE",
+    "VERIFY_ROUNDS",
+    "SearchOptions",
+    "as_options",
+]
+
+TOLERANCE = 0.01  # the metric's allowed drop, in its own units (0.01: one point of accuracy)
+TIMEOUT = 600.0  # seconds a search runs when neither a timeout nor a trial count is given
+VERIFY_ROUNDS = 6  # alternating rounds of `verify`
+PLANNED_EPOCHS = 10.0  # the real run's length where neither you nor your trainer says
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    """How a search runs, beyond the model, the data and the handful of common keywords.
+
+    - ``n_trials``: stop after this many candidates (with ``timeout``: whichever comes first).
+    - ``planned_epochs``: the length of your real run; candidates are ranked by the projected
+      time to train it, one-time costs (compilation) amortised over it. None: your trainer's
+      ``max_epochs`` / ``num_train_epochs`` with ``tune``, else 10.
+    - ``baseline``: your current settings (a :class:`TrainingConfig` or a dict of its fields),
+      measured first; PyTorch's defaults when None.
+    - ``storage``, ``study_name``: the Optuna storage (a URL: ``sqlite:///autotune.db``,
+      ``postgresql://...``, ``journal:///path``) and study; the same ones resume a search.
+    - ``seed``: the sampler's seed and the validation split's.
+    - ``val_fraction``: the share of the data held out for validation when no validation set
+      is given.
+    - ``accuracy_samples``, ``accuracy_repeats``: samples per accuracy run (None: planned from
+      the time budget) and the baseline's data-order seeds.
+    - ``budget``: the throughput measurement of every trial (None: calibrated from the
+      baseline's speed).
+    - ``sampler``: an Optuna sampler in place of the default multivariate TPE (the accuracy
+      guard and failures reach any sampler as Optuna constraints).
+    - ``isolation``: ``"auto"`` runs trials in a worker process wherever the model and data can
+      be pickled; ``"process"`` insists; ``"none"`` runs them in this process.
+    - ``trial_timeout``: seconds before a trial is stopped (None: 5x what it is expected to
+      take, at least a minute).
+    - ``launcher(study)``: runs the candidates elsewhere (the CLI's ``--workers``); it returns
+      when its workers are done.
+    - ``guided=False``: every candidate is what the sampler proposes, measured in full (no
+      first guess, no late variants, no pruning): for exhaustive grids and comparisons.
+    - ``keep_global_batch=True``: candidates keep the baseline's global batch (batch size x
+      accumulation steps), split differently, so need no accuracy runs (except with batch norm).
+    """
+
+    n_trials: int | None = None
+    planned_epochs: float | None = None
+    baseline: TrainingConfig | Mapping[str, Any] | None = None
+    storage: str | optuna.storages.BaseStorage | None = None
+    study_name: str | None = None
+    seed: int = 0
+    val_fraction: float = 0.1
+    accuracy_samples: int | None = None
+    accuracy_repeats: int = 3
+    budget: Budget | None = None
+    sampler: optuna.samplers.BaseSampler | None = None
+    isolation: str = "auto"
+    trial_timeout: float | None = None
+    launcher: Callable[[optuna.Study], None] | None = None
+    guided: bool = True
+    keep_global_batch: bool = False
+
+    def __post_init__(self) -> None:
+        check_int("n_trials", self.n_trials, rule=">= 1", ok=lambda v: v >= 1, optional=True)
+        check_number(
+            "planned_epochs", self.planned_epochs, rule="> 0", ok=lambda v: v > 0, optional=True
+        )
+        check_number("val_fraction", self.val_fraction, rule="in (0, 1)", ok=lambda v: 0 < v < 1)
+        check_int(
+            "accuracy_samples", self.accuracy_samples, rule=">= 1", ok=lambda v: v >= 1,
+            optional=True,
+        )  # fmt: skip
+        check_int("accuracy_repeats", self.accuracy_repeats, rule=">= 1", ok=lambda v: v >= 1)
+        check_int("seed", self.seed, rule="an int", ok=lambda v: True)
+        check_flag("guided", self.guided)
+        check_flag("keep_global_batch", self.keep_global_batch)
+        check_choice("isolation", self.isolation, ISOLATION_MODES)
+        check_number(
+            "trial_timeout", self.trial_timeout, rule="> 0 seconds or None",
+            ok=lambda v: v > 0, optional=True,
+        )  # fmt: skip
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise TypeError(
+                f"`budget` must be an autotune.Budget or None, but got {self.budget!r}."
+            )
+        if self.launcher is not None and not callable(self.launcher):
+            raise TypeError(f"`launcher` must be callable or None, but got {self.launcher!r}.")
+
+    def replace(self, **changes: Any) -> SearchOptions:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of the option ``name`` (what the CLI shows and passes when not given)."""
+        for f in dataclasses.fields(cls):
+            if f.name == name:
+                return f.default
+        raise KeyError(name)
+
+
+def as_options(options: SearchOptions | None) -> SearchOptions:
+    """``options`` as given (the defaults for None)."""
+    if options is None:
+        return SearchOptions()
+    if not isinstance(options, SearchOptions):
+        raise TypeError(
+            f"`options` must be an autotune.SearchOptions or None, but got "
+            f"{type(options).__name__}."
+        )
+    return options

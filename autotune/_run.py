@@ -1,0 +1,283 @@
+"""A search, from what every trial trains to its result: the space restricted to the device and
+model, the study opened, the trials' executor, the settings published, the loop, the result.
+
+``find_best`` (a model and datasets, autotune's own loop) and ``tune`` (your Lightning or
+Hugging Face trainer's loop) prepare a :class:`~autotune._trial.workload.Prepared` each way and
+hand it here, so both paths search, store, resume and report alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import multiprocessing
+import pickle
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ParamSpec, TypeVar
+
+import optuna
+import torch
+from torch import nn
+
+from autotune import _knobs
+from autotune._checks import check_number
+from autotune._config import TrainingConfig
+from autotune._device import describe_device, environment
+from autotune._errors import ArgumentError, ConfigError
+from autotune._options import PLANNED_EPOCHS, TIMEOUT, SearchOptions
+from autotune._progress import Progress
+from autotune._result.result import SearchResult
+from autotune._search import coverage
+from autotune._search.loop import Search
+from autotune._search.settings import SearchSettings
+from autotune._search.storage import open_study, redact
+from autotune._space import Choice, SearchSpace, load_space
+from autotune._task import TaskRefs
+from autotune._trial import apply
+from autotune._trial.isolation import make_executor, worker_env
+from autotune._trial.runner import Budget, preserved_rng
+from autotune._trial.task import on_accelerator
+from autotune._trial.workload import Prepared, Workload
+
+__all__ = [
+    "baseline_config",
+    "check_limits",
+    "has_batch_norm",
+    "keeps_callers_rng",
+    "restrict_space",
+    "run_search",
+    "start_method",
+]
+
+log = logging.getLogger("autotune")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def keeps_callers_rng(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """The user's dataset may draw from the global RNGs (augmentation) while autotune validates
+    and splits it: give the caller back the RNG states they had."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with preserved_rng("cuda:0" if torch.cuda.is_available() else "cpu"):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def check_limits(tolerance: Any, timeout: Any) -> None:
+    """The two limits every search takes as keywords."""
+    check_number("tolerance", tolerance, rule=">= 0", ok=lambda v: v >= 0)
+    check_number("timeout", timeout, rule="> 0 seconds", ok=lambda v: v > 0, optional=True)
+
+
+def run_search(
+    prepared: Prepared,
+    baseline: TrainingConfig,
+    *,
+    space: str | SearchSpace | Mapping[str, Any],
+    tolerance: float,
+    timeout: float | None,
+    options: SearchOptions,
+    report: Progress,
+    started: float,
+) -> SearchResult:
+    """The search for a prepared workload: space, study, executor, then the loop."""
+    workload = prepared.workload
+    if prepared.note:
+        report(prepared.note)
+    restricted = restrict_space(
+        load_space(space), workload, baseline, baseline.device, options.keep_global_batch
+    )
+    study = open_study(options.storage, options.study_name, options.seed, options.sampler)
+    refs = prepared.refs  # the metric chosen, never "auto"
+    _check_launcher(options, refs, study, prepared)
+    executor, fallback = make_executor(workload, options.isolation, env=worker_env())
+    if fallback:
+        report(fallback)
+    env = environment(baseline.device)
+    if options.n_trials is None and timeout is None:
+        timeout = TIMEOUT
+    settings = SearchSettings(
+        tolerance=float(tolerance),
+        metric_name=workload.task.metric_name,
+        higher_is_better=workload.task.higher_is_better,
+        hooks=refs,
+        seed=options.seed,
+        val_fraction=float(options.val_fraction),
+        stratified=prepared.stratified,
+        space=restricted,
+        space_asked=restricted,
+        baseline=baseline,
+        budget=options.budget or Budget(),
+        calibrate=options.budget is None,
+        accuracy_repeats=options.accuracy_repeats,
+        accuracy_samples=options.accuracy_samples,
+        n_train=len(workload.train),  # type: ignore[arg-type]
+        planned_epochs=float(options.planned_epochs or PLANNED_EPOCHS),
+        n_trials=options.n_trials,
+        timeout=None if timeout is None else float(timeout),
+        started=started,
+        trial_timeout=options.trial_timeout,
+        isolation=options.isolation,
+        isolated=executor.isolated,
+        guided=options.guided,
+        split_free=not has_batch_norm(workload.model),
+        metric_reason=prepared.metric.reason,
+        eval_batch_size=workload.eval_batch_size,
+        environment=env,
+        trainer=workload.trainer_kind,
+    )
+    search = Search(
+        study=study,
+        settings=settings,
+        executor=executor,
+        report=report,
+        fingerprint=env["fingerprint"],
+        launcher=options.launcher,
+    )
+    try:
+        interrupted = search.run()
+    finally:
+        executor.close()
+    return SearchResult.from_ledger(
+        search.ledger(),
+        search.settings,
+        study_name=study.study_name,
+        storage=redact(options.storage),
+        seconds=time.time() - started,
+        interrupted=interrupted,
+        memory=search.memory,
+        skipped=coverage.read_skipped(study),
+    )
+
+
+def _check_launcher(
+    options: SearchOptions, refs: TaskRefs, study: optuna.Study, prepared: Prepared
+) -> None:
+    """Workers load the hooks by reference and reach the study through its storage."""
+    if options.launcher is None:
+        return
+    if prepared.workload.trainer_kind is not None:
+        raise ArgumentError(
+            "Workers (a launcher, --workers) search a model and datasets by reference; a "
+            f"{prepared.workload.trainer_kind} trainer's study runs its trials in this process "
+            "and its own trial workers. Leave the launcher out."
+        )
+    if refs.unnamed:
+        raise ArgumentError(
+            f"Workers cannot load the {', '.join(refs.unnamed)} hook(s): they are lambdas, "
+            "local functions or defined in __main__. Define them in an importable module."
+        )
+    if isinstance(study._storage, optuna.storages.InMemoryStorage):
+        raise ArgumentError(
+            "Workers need a storage they can reach: pass storage= (e.g. 'sqlite:///autotune.db' "
+            "on one host, 'postgresql://...' across hosts)."
+        )
+
+
+def baseline_config(
+    baseline: TrainingConfig | Mapping[str, Any] | None, device: str
+) -> TrainingConfig:
+    """The baseline as given (a config or a dict of its fields; PyTorch's defaults for None),
+    on ``device``."""
+    if baseline is None:
+        return TrainingConfig(device=device)
+    if isinstance(baseline, TrainingConfig):
+        return baseline.replace(device=device)
+    if isinstance(baseline, Mapping):
+        try:
+            return TrainingConfig.from_dict({**baseline, "device": device})
+        except ConfigError as exc:
+            raise ConfigError(f"Invalid `baseline`: {exc}") from None
+    raise TypeError(
+        f"`baseline` must be a TrainingConfig, a dict of its fields, or None, "
+        f"but got {type(baseline).__name__}."
+    )
+
+
+# -- The space for this device and model ------------------------------------------------
+
+
+def has_batch_norm(model: nn.Module) -> bool:
+    """Whether ``model`` has batch-norm layers: their statistics see each micro-batch alone."""
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def restrict_space(
+    space: SearchSpace,
+    workload: Workload,
+    baseline: TrainingConfig,
+    device: str,
+    keep_global_batch: bool = False,
+) -> SearchSpace:
+    """``space`` without what cannot matter on this device and model (nor what the trainer
+    that runs the trials cannot apply), widened to include the baseline (every trial is then a
+    point any sampler understands); with ``keep_global_batch``, narrowed to the splits of the
+    baseline's global batch."""
+    model = workload.model
+    impls = space.knobs.get("optimizer_impl")
+    facts = _knobs.Facts(
+        device=describe_device(device),
+        has_conv=any(isinstance(m, nn.Conv2d | nn.Conv3d) for m in model.modules()),
+        n_blocks=len(apply.find_repeated_blocks(model)),
+        n_train=len(workload.train),  # type: ignore[arg-type]
+        current_threads=torch.get_num_threads(),
+        # Tried only where the space has the knob: it builds an optimizer per implementation.
+        optimizer_impls=(
+            apply.supported_optimizer_impls(workload.optimizer, device)
+            if isinstance(impls, Choice) and workload.loop is None
+            else ("default",)
+        ),
+        data_on_device=on_accelerator(workload.train[0]),
+    )
+    restricted = _restrict_workers(space.restrict(facts), workload)
+    if workload.loop is not None:
+        restricted = workload.loop.restrict(restricted)
+    if keep_global_batch:
+        restricted = restricted.keeping_global_batch(baseline)
+        if has_batch_norm(model):
+            restricted = restricted.with_note(
+                "keep_global_batch: the model has batch-norm layers, whose statistics see "
+                "the micro-batch: a split of the global batch changes them, so it gets the "
+                "accuracy check"
+            )
+    restricted = restricted.including(baseline, baseline)
+    for note in restricted.notes:
+        log.info("space: %s", note)
+    return restricted
+
+
+def start_method() -> str:
+    """The start method DataLoader workers will use: the one set, else the platform's
+    default (fork on Linux up to Python 3.13, forkserver from 3.14, spawn on macOS and
+    Windows), read without fixing it (``get_context().get_start_method()`` would)."""
+    chosen = multiprocessing.get_start_method(allow_none=True)
+    return chosen or multiprocessing.get_all_start_methods()[0]
+
+
+def _restrict_workers(space: SearchSpace, workload: Workload) -> SearchSpace:
+    """DataLoader workers started by 'spawn' or 'forkserver' (the default off Linux) need a
+    picklable dataset and collate_fn: without one, search workers=0 only, and say why."""
+    workers = space.knobs.get("num_workers")
+    if not isinstance(workers, Choice) or workers.values == (0,):
+        return space
+    if start_method() == "fork":
+        return space  # forked workers inherit the dataset: nothing is pickled
+    bad = []
+    for name, value in (("dataset", workload.train), ("collate_fn", workload.task.collate_fn)):
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            bad.append(f"{name} ({type(exc).__name__})")
+    if not bad:
+        return space
+    note = (
+        f"num_workers: only 0 searched, because DataLoader workers need to pickle "
+        f"{', '.join(bad)} with this platform's start method; make them picklable to search "
+        "workers"
+    )
+    log.warning("%s", note)
+    return space.with_choice("num_workers", (0,), note)
