@@ -1,0 +1,237 @@
+"""The user's Hugging Face ``Trainer`` as the loop of every trial (``autotune.tune``).
+
+Each trial is a short ``trainer.train()`` (``max_steps``) of a fresh ``Trainer`` of the user's
+own class, built from their ``TrainingArguments`` with the candidate's put over them, exactly
+the arguments ``cfg.to_transformers()`` exports for the knobs searched (batch size,
+accumulation, bf16/fp16/tf32, loader workers, pinning, prefetch, ``torch_compile``, gradient
+checkpointing, the fused optimizer, the learning rate and warm-up), its model fresh from
+``model_init`` or a copy of the pristine one, their collator, ``compute_metrics``, loss
+function and callbacks. cuDNN benchmark and CPU threads are not ``TrainingArguments``: the
+runner's ``cfg.backends()`` sets them around the trial, as the export tells a user to.
+
+A throughput trial is timed by a ``TrainerCallback`` (:class:`StepClock`) and then evaluates
+one batch of the evaluation set with the model and optimizer still held: a batch size that
+trains but runs out of memory in evaluation does not fit. An accuracy run trains for the
+guard's samples and scores ``trainer.evaluate()``'s metric.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import tempfile
+import time
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from torch.utils.data import Dataset, Subset
+from transformers import TrainerCallback, TrainingArguments
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+from autotune import _knobs
+from autotune._config import TrainingConfig
+from autotune._errors import DataError
+from autotune._space import SearchSpace
+from autotune._trial.measure import Measurement, MemoryTracker
+from autotune._trial.runner import AccuracyRun, Budget, measured_data, seeded
+from autotune._trial.step_clock import StepClock
+from autotune._trial.workload import Workload
+
+__all__ = ["APPLIED", "HFLoop"]
+
+# The knobs whose TrainingArguments mapping a trial applies (the LR schedule's mapping carries
+# the learning rate and warm-up of every LR knob; the optimizer implementation's only where
+# the user's optimizer is torch's AdamW).
+APPLIED = (
+    "batch_size",
+    "gradient_accumulation_steps",
+    "num_workers",
+    "persistent_workers",
+    "prefetch_factor",
+    "pin_memory",
+    "precision",
+    "compile_mode",
+    "checkpointing",
+    "lr_schedule",
+)
+# What a trial changes beside the candidate's settings: no files, reports or progress output,
+# no evaluation or checkpoints during training, no batch-size search of its own.
+TRIAL_ARGUMENTS: dict[str, Any] = {
+    "report_to": "none",
+    "save_strategy": "no",
+    "eval_strategy": "no",
+    "disable_tqdm": True,
+    "auto_find_batch_size": False,
+    "load_best_model_at_end": False,
+    "push_to_hub": False,
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HFLoop:
+    """What a trial needs of the user's ``Trainer``, picklable for trial workers."""
+
+    kind: str = "transformers"
+    trainer_class: type
+    args: TrainingArguments
+    parts: Mapping[str, Any]  # collator, compute_metrics, processing_class, loss function...
+    callbacks: tuple[Any, ...] = ()
+    model_init: Any = None
+    metric: str  # a key of trainer.evaluate(): eval_loss, eval_accuracy, ...
+    tunes_optimizer: bool = False  # the user's optimizer is torch's AdamW (fused or not)
+    not_searched: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def restrict(self, space: SearchSpace) -> SearchSpace:
+        space = space.not_searching(self.not_searched)
+        impl = space.knobs.get("optimizer_impl")
+        values = getattr(impl, "values", ())
+        if "foreach" in values:  # TrainingArguments.optim has no foreach of its own
+            space = space.with_choice(
+                "optimizer_impl",
+                tuple(v for v in values if v != "foreach"),
+                "optimizer_impl: foreach left out (Hugging Face's optim names adamw_torch and "
+                "adamw_torch_fused only)",
+            )
+        checkpointing = space.knobs.get("checkpointing")
+        steps = getattr(checkpointing, "values", ())
+        if any(int(v) > 1 for v in steps):
+            space = space.with_choice(
+                "checkpointing",
+                tuple(v for v in steps if int(v) <= 1),
+                "checkpointing: 0 or 1 (Hugging Face checkpoints every layer or none)",
+            )
+        return space
+
+    def arguments(self, cfg: TrainingConfig) -> dict[str, Any]:
+        """The candidate's ``TrainingArguments``: the export's mapping of every knob a trial
+        applies (the trial and the export are the same function)."""
+        names = frozenset(f.name for f in dataclasses.fields(TrainingArguments))
+        applied = (*APPLIED, "optimizer_impl") if self.tunes_optimizer else APPLIED
+        out: dict[str, Any] = {}
+        for name in applied:
+            out.update(_knobs.BY_NAME[name].transformers(cfg, names))
+        out["use_cpu"] = cfg.device.startswith("cpu")
+        return out
+
+    # -- A trial ----------------------------------------------------------------------------
+
+    def measure(self, cfg: TrainingConfig, workload: Workload, budget: Budget) -> Measurement:
+        with MemoryTracker(cfg.device) as memory:
+            clock = StepClock(cfg, budget, memory)
+            data, _ = measured_data(cfg, workload, budget, clock.most_steps)
+            steps = math.ceil(clock.most_steps / cfg.gradient_accumulation_steps)
+            trainer = self.trainer(cfg, workload, data, _Timed(clock), max_steps=steps, seed=0)
+            with _quiet():
+                trainer.train()
+                if budget.eval_peak:
+                    # One evaluation batch with the model and optimizer still held.
+                    n = min(len(workload.val), self.args.per_device_eval_batch_size)  # type: ignore[arg-type]
+                    trainer.evaluate(eval_dataset=Subset(workload.val, range(n)))
+                    memory.sample()
+        return clock.measurement()
+
+    def initial_metric(self, cfg: TrainingConfig, workload: Workload) -> float:
+        trainer = self.trainer(cfg, workload, workload.train, None, max_steps=1, seed=0)
+        with _quiet():
+            return self.evaluate(trainer, workload.val)
+
+    def accuracy_run(
+        self, cfg: TrainingConfig, workload: Workload, samples: int, seed: int
+    ) -> AccuracyRun:
+        steps = max(1, math.ceil(samples / cfg.global_batch_size))
+        start = time.perf_counter()
+        with seeded(seed, cfg.device):
+            trainer = self.trainer(cfg, workload, workload.train, None, max_steps=steps, seed=seed)
+            with _quiet():
+                out = trainer.train()
+                metric = self.evaluate(trainer, workload.val)
+        return AccuracyRun(
+            seed=seed,
+            metric=metric,
+            final_loss=float(out.training_loss),
+            samples=steps * cfg.global_batch_size,
+            seconds=time.perf_counter() - start,
+        )
+
+    # -- Pieces ------------------------------------------------------------------------------
+
+    def trainer(
+        self,
+        cfg: TrainingConfig,
+        workload: Workload,
+        data: Dataset[Any],
+        callback: Any,
+        *,
+        max_steps: int,
+        seed: int,
+    ) -> Any:
+        """A fresh trainer of the user's class: their arguments with the candidate's over
+        them, a fresh model, their data and callbacks."""
+        args = dataclasses.replace(
+            self.args,
+            **self.arguments(cfg),
+            **TRIAL_ARGUMENTS,
+            output_dir=tempfile.mkdtemp(prefix="autotune-hf-"),
+            max_steps=max_steps,
+            seed=seed,
+            data_seed=seed,
+        )
+        model: dict[str, Any] = (
+            {"model_init": self.model_init}
+            if self.model_init is not None
+            else {"model": copy.deepcopy(workload.model)}
+        )
+        callbacks = [copy.deepcopy(c) for c in self.callbacks]
+        with _quiet():
+            trainer = self.trainer_class(
+                args=args,
+                train_dataset=data,
+                eval_dataset=workload.val,
+                callbacks=[*callbacks, *([callback] if callback is not None else [])],
+                **self.parts,
+                **model,
+            )
+        for quiet in (PrinterCallback, ProgressCallback):
+            trainer.remove_callback(quiet)
+        return trainer
+
+    def evaluate(self, trainer: Any, data: Dataset[Any]) -> float:
+        """``trainer.evaluate()`` on ``data``: the guarded metric."""
+        metrics = trainer.evaluate(eval_dataset=data)
+        if self.metric not in metrics:
+            raise DataError(
+                f"trainer.evaluate() gave no {self.metric!r} (it gave "
+                f"{', '.join(sorted(metrics))}): pass metric= one of those, or return it from "
+                "compute_metrics."
+            )
+        return float(metrics[self.metric])
+
+
+class _Timed(TrainerCallback):
+    """Tell a :class:`StepClock` how training advances; stop once it has measured."""
+
+    def __init__(self, clock: StepClock) -> None:
+        self.clock = clock
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.clock.started()
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.clock.batch_started()
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.clock.batch_ended(None)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.clock.batch_ended(None):
+            control.should_training_stop = True
+
+
+class _quiet(warnings.catch_warnings):
+    """No per-trial warnings from the trainer (a search reports what matters)."""
+
+    def __enter__(self) -> None:
+        super().__enter__()
+        warnings.simplefilter("ignore")

@@ -1,0 +1,342 @@
+"""What ``autotune.tune`` reads from a Lightning ``Trainer``, ``LightningModule`` and their data,
+and the checks it makes before any trial: the baseline is the user's own settings, the metric
+is one their ``validation_step`` logs, and one training step and one validation batch run
+through their code on the CPU, so a broken hook is an error naming it, not a failed search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, RandomSampler, Subset
+
+from autotune._choices import CompileMode, LRSchedule, Precision, ScheduleKind
+from autotune._config import TrainingConfig
+from autotune._errors import ArgumentError, DataError, ModelError
+from autotune._options import PLANNED_EPOCHS
+from autotune._task import TaskRefs
+from autotune._trial.lightning_loop import LEFT_OUT_CALLBACKS, LightningLoop, Loaders
+from autotune._trial.metrics import MetricChoice
+from autotune._trial.task import ResolvedTask, cpu_copy, default_forward, default_loss
+from autotune._trial.trainer_metric import choose_direction
+from autotune._trial.workload import (
+    MAX_VAL_ITEMS,
+    Prepared,
+    TrainerSetUp,
+    Workload,
+    longest_items,
+)
+
+__all__ = ["prepare_lightning"]
+
+PRECISIONS = {
+    "32-true": Precision.FP32,
+    "32": Precision.FP32,
+    "bf16-mixed": Precision.BF16,
+    "16-mixed": Precision.FP16,
+}
+LIGHTNING_DEFAULT_EPOCHS = 1000  # what Lightning sets when neither max_epochs nor max_steps is
+
+
+def prepare_lightning(
+    trainer: Any,
+    module: Any,
+    *,
+    datamodule: Any = None,
+    train_dataloaders: Any = None,
+    val_dataloaders: Any = None,
+    metric: str | None = None,
+    higher_is_better: bool | None = None,
+    seed: int = 0,
+) -> TrainerSetUp:
+    """Read and check everything a Lightning search needs, before any trial runs."""
+    if not isinstance(module, pl.LightningModule):
+        raise TypeError(
+            f"`model` must be the LightningModule that `trainer.fit` trains, but got "
+            f"{type(module).__name__}."
+        )
+    compiled = isinstance(module, torch._dynamo.eval_frame.OptimizedModule)
+    module = module._orig_mod if compiled else module
+    train, val, notes = _loaders(module, datamodule, train_dataloaders, val_dataloaders)
+    loaders = Loaders(
+        shuffle=isinstance(train.sampler, RandomSampler),
+        drop_last=train.drop_last,
+        collate_fn=train.collate_fn,
+        worker_init_fn=train.worker_init_fn,
+        val_batch_size=int(val.batch_size or 1),
+        val_collate_fn=val.collate_fn,
+    )
+    monitor, mode = _monitor(trainer.callbacks)
+    name = metric or monitor
+    callbacks = tuple(c for c in trainer.callbacks if not _left_out(c))
+    left = sorted({type(c).__name__ for c in trainer.callbacks if _left_out(c)})
+    if left:
+        notes.append(
+            f"callbacks: {', '.join(left)} are left out of trials (they write files, show "
+            "progress or stop training on their own); the others run"
+        )
+    device = str(trainer.strategy.root_device)
+    if trainer.num_devices > 1:
+        notes.append(
+            f"devices: your Trainer uses {trainer.num_devices} devices; trials train on one "
+            f"({device}): the answer is per device"
+        )
+    loop = LightningLoop(
+        trainer_kwargs=_kept_settings(trainer),
+        callbacks=callbacks,
+        datamodule=datamodule,
+        loaders=loaders,
+        metric=name or "val_loss",
+        device=device if device != "cuda" else "cuda:0",
+        peak_lr=1.0,
+    )
+    checked = _check(loop, module, train.dataset, val.dataset, given=name)
+    loop = dataclasses.replace(loop, metric=checked.metric, peak_lr=checked.lr)
+    choice = choose_direction(checked.metric, higher_is_better, mode=mode if not metric else None)
+    val_set: Any = val.dataset
+    if len(val_set) > MAX_VAL_ITEMS:
+        picks = random.Random(seed).sample(range(len(val_set)), MAX_VAL_ITEMS)
+        val_set = Subset(val_set, sorted(picks))
+    task = ResolvedTask(
+        forward=default_forward,
+        loss_fn=default_loss,
+        metric_fn=None,
+        metric_name=choice.metric,
+        higher_is_better=choice.higher_is_better,
+        collate_fn=loaders.collate_fn,
+        metric="logged",
+    )
+    workload = Workload(
+        model=cpu_copy(module),
+        train=train.dataset,
+        val=val_set,
+        task=task,
+        longest=longest_items(train.dataset, seed=seed),
+        eval_batch_size=loaders.val_batch_size,
+        loop=loop,
+    )
+    refs = TaskRefs.from_dict(
+        {"metric": choice.metric, "higher_is_better": choice.higher_is_better}
+    )
+    baseline = _baseline(trainer, train, loop, compiled=compiled, lr=checked.lr)
+    prepared = Prepared(
+        workload=workload, stratified=False, refs=refs, metric=choice, note="; ".join(notes) or None
+    )
+    return TrainerSetUp(prepared, baseline, _planned_epochs(trainer, train))
+
+
+# -- The data ------------------------------------------------------------------------------
+
+
+def _loaders(
+    module: Any, datamodule: Any, train: Any, val: Any
+) -> tuple[DataLoader[Any], DataLoader[Any], list[str]]:
+    """The user's training and validation loaders, as ``trainer.fit`` would get them."""
+    notes: list[str] = []
+    if datamodule is not None and train is not None:
+        raise ArgumentError(
+            "Pass the data once: `datamodule=` or `train_dataloaders=` (as Trainer.fit takes it)."
+        )
+    if datamodule is not None:
+        if not isinstance(datamodule, pl.LightningDataModule):
+            raise TypeError(
+                f"`datamodule` must be a LightningDataModule, but got {type(datamodule).__name__}."
+            )
+        try:
+            datamodule.prepare_data()
+            datamodule.setup("fit")
+            train = datamodule.train_dataloader()
+            val = datamodule.val_dataloader() if val is None else val
+        except Exception as exc:
+            raise DataError(
+                f"`datamodule` ({type(datamodule).__name__}) could not give its loaders after "
+                f"setup('fit'): {type(exc).__name__}: {exc}"
+            ) from exc
+    if train is None:
+        raise ArgumentError(
+            "tune needs the data trainer.fit trains on: `datamodule=` or `train_dataloaders=` "
+            "(and `val_dataloaders=`)."
+        )
+    train = _one(train, "train_dataloaders")
+    if val is None:
+        raise DataError(
+            "tune guards the metric your validation_step logs, so it needs validation data: "
+            "pass `val_dataloaders=`, or a datamodule with val_dataloader()."
+        )
+    val = _one(val, "val_dataloaders")
+    for name, loader in (("train_dataloaders", train), ("val_dataloaders", val)):
+        dataset = loader.dataset
+        if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+            raise DataError(
+                f"`{name}` loads a {type(dataset).__name__}, not a map-style dataset (with "
+                "__len__ and __getitem__): autotune needs one, so every trial sees the same "
+                "samples."
+            )
+    if train.batch_size is None:
+        raise DataError(
+            "`train_dataloaders` batches through a batch_sampler: autotune tunes the batch size "
+            "of a DataLoader(dataset, batch_size=...)."
+        )
+    return train, val, notes
+
+
+def _one(loaders: Any, name: str) -> DataLoader[Any]:
+    if isinstance(loaders, DataLoader):
+        return loaders
+    if isinstance(loaders, Sequence) and len(loaders) == 1 and isinstance(loaders[0], DataLoader):
+        return loaders[0]
+    raise DataError(
+        f"`{name}` must be one torch DataLoader, but got {type(loaders).__name__}: autotune "
+        "tunes one training loader against one validation set."
+    )
+
+
+# -- The user's settings ------------------------------------------------------------------
+
+
+def _left_out(callback: Any) -> bool:
+    return any(part in type(callback).__name__ for part in LEFT_OUT_CALLBACKS)
+
+
+def _monitor(callbacks: Sequence[Any]) -> tuple[str | None, str | None]:
+    """The metric a checkpoint or early-stopping callback watches, and its mode."""
+    for callback in callbacks:
+        monitor = getattr(callback, "monitor", None)
+        if isinstance(monitor, str) and monitor:
+            return monitor, getattr(callback, "mode", None)
+    return None, None
+
+
+def _kept_settings(trainer: Any) -> dict[str, Any]:
+    """The user's Trainer settings that change what a step computes or costs, kept in trials."""
+    return {
+        "gradient_clip_val": trainer.gradient_clip_val,
+        "gradient_clip_algorithm": trainer.gradient_clip_algorithm,
+        "detect_anomaly": bool(getattr(trainer, "_detect_anomaly", False)),
+        "log_every_n_steps": trainer.log_every_n_steps,
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "inference_mode": bool(trainer.validate_loop.inference_mode),
+    }
+
+
+def _baseline(
+    trainer: Any, train: DataLoader[Any], loop: LightningLoop, *, compiled: bool, lr: float
+) -> TrainingConfig:
+    precision = PRECISIONS.get(str(trainer.precision))
+    if precision is None:
+        raise ArgumentError(
+            f"Your Trainer's precision is {trainer.precision!r}: autotune tunes the precision "
+            f"among {', '.join(sorted(PRECISIONS))}. Build the Trainer with one of them."
+        )
+    workers = int(train.num_workers)
+    prefetch = train.prefetch_factor if workers > 0 and train.prefetch_factor != 2 else None
+    return TrainingConfig(
+        device=loop.device,
+        batch_size=int(train.batch_size),  # type: ignore[arg-type]
+        gradient_accumulation_steps=int(trainer.accumulate_grad_batches),
+        num_workers=workers,
+        persistent_workers=bool(train.persistent_workers) and workers > 0,
+        prefetch_factor=prefetch,
+        pin_memory=bool(train.pin_memory) and not loop.device.startswith("cpu"),
+        precision=precision,
+        compile_mode=CompileMode.DEFAULT if compiled else CompileMode.NONE,
+        cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
+        lr_schedule=LRSchedule(kind=ScheduleKind.TRAINER, peak_lr=lr),
+    )
+
+
+def _planned_epochs(trainer: Any, train: DataLoader[Any]) -> float:
+    """The user's run: ``max_steps`` (in epochs of the loader) or ``max_epochs``."""
+    if trainer.max_steps and trainer.max_steps > 0:
+        batches = max(1, len(train)) / max(1, int(trainer.accumulate_grad_batches))
+        return float(trainer.max_steps) / float(batches)
+    epochs = trainer.max_epochs
+    if epochs and epochs > 0 and epochs != LIGHTNING_DEFAULT_EPOCHS:
+        return float(epochs)
+    return PLANNED_EPOCHS
+
+
+# -- The check before any trial ----------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checked:
+    metric: str
+    lr: float
+
+
+class _ReadLR(pl.Callback):
+    """The learning rate the user's configure_optimizers gave its first parameter group."""
+
+    def __init__(self) -> None:
+        self.lr: float | None = None
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.optimizers:
+            group = trainer.optimizers[0].param_groups[0]
+            self.lr = float(group.get("initial_lr", group["lr"]))
+
+
+def _check(
+    loop: LightningLoop, module: Any, train: Any, val: Any, *, given: str | None
+) -> _Checked:
+    """One training step and one validation batch of 2 items through the user's code, on a
+    CPU copy: the learning rate their optimizer starts at, and the metric they log."""
+    cfg = TrainingConfig(
+        device="cpu", batch_size=2, lr_schedule=LRSchedule(kind=ScheduleKind.TRAINER, peak_lr=1.0)
+    )
+    check = dataclasses.replace(loop, device="cpu", peak_lr=1.0)
+    work = Workload(
+        model=cpu_copy(module),
+        train=Subset(train, range(min(2, len(train)))),
+        val=Subset(val, range(min(2, len(val)))),
+        task=ResolvedTask(
+            forward=default_forward, loss_fn=default_loss, metric_fn=None,
+            metric_name="check", higher_is_better=True, metric="logged",
+        ),
+        loop=check,
+    )  # fmt: skip
+    read = _ReadLR()
+    loader = check.train_loader(cfg, work.train, shuffle=False, seed=0)
+    try:
+        trainer, fitted = check.fit(cfg, work, loader, read, 1)
+    except Exception as exc:
+        raise ModelError(
+            f"Your LightningModule's training step failed on a batch of 2 training items: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if read.lr is None:
+        raise ModelError("Your LightningModule's configure_optimizers returned no optimizer.")
+    trainer.limit_val_batches = 1.0
+    try:
+        with check._data(val=check.val_loader(work.val)) as data:
+            logged = trainer.validate(fitted, verbose=False, **data)
+    except Exception as exc:
+        raise ModelError(
+            f"Your LightningModule's validation failed on a batch of 2 validation items: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    values = logged[0] if logged else {}
+    metric = given or _default_metric(values)
+    if metric not in values:
+        keys = ", ".join(sorted(values)) or "nothing"
+        raise DataError(
+            f"Your validation_step logged no {metric!r} (it logged {keys}): pass metric= one of "
+            f"those, or log it with self.log({metric!r}, value)."
+        )
+    return _Checked(metric=metric, lr=read.lr)
+
+
+def _default_metric(logged: dict[str, Any]) -> str:
+    if "val_loss" in logged or len(logged) != 1:
+        return "val_loss"
+    return next(iter(logged))
+
+
+def describe(choice: MetricChoice) -> str:
+    return f"{choice.metric} ({'higher' if choice.higher_is_better else 'lower'} is better)"
