@@ -19,8 +19,8 @@ from autotune._search.bench import Bench
 from autotune._search.evidence import confirm
 from autotune._search.ledger import Ledger
 from autotune._search.policy import STAGE_ATTR, Stage, Step
-from autotune._search.progress import search_status, trial_line
 from autotune._search.record import Record, Role
+from autotune._search.status import search_status, trial_line
 from autotune._space import SearchSpace
 from autotune._trial.failures import FailureReason
 from autotune._trial.probe import MemoryLimits

@@ -38,8 +38,8 @@ from autotune._search.deadline import Deadline
 from autotune._search.finish import confirm_pending, side_by_side, side_by_side_seconds
 from autotune._search.ledger import Ledger
 from autotune._search.policy import STAGE_ATTR, Stage, StagePolicy, Step
-from autotune._search.progress import search_status
 from autotune._search.settings import SearchSettings
+from autotune._search.status import search_status
 from autotune._space import Choice
 from autotune._trial.isolation import TrialExecutor
 from autotune._trial.probe import MemoryLimits, probe_memory, usable_memory
