@@ -28,6 +28,7 @@ from autotune._device import environment, resolve_device
 from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
 from autotune._result.result import SearchResult
+from autotune._search.figures import speedup
 from autotune._trial.data import DataModuleLike
 from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import InProcessExecutor, TrialExecutor, make_executor, worker_env
@@ -128,7 +129,9 @@ class VerifyReport:
         for b, w in zip(self.baseline_measurements, self.winner_measurements, strict=False):
             bt = b.projected_time(self.planned_samples, self.planned_epochs)
             wt = w.projected_time(self.planned_samples, self.planned_epochs)
-            out.append(bt / wt)
+            ratio = speedup(bt, wt)
+            if ratio is not None:
+                out.append(ratio)
         return out
 
     @property

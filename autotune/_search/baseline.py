@@ -58,10 +58,6 @@ class Baseline:
         return self.entry.record
 
     @property
-    def projected_time(self) -> float:
-        return float(self.record.projected_time or 0.0)
-
-    @property
     def throughput(self) -> float:
         m = self.record.measurement
         return m.throughput if m is not None else 0.0
@@ -214,7 +210,7 @@ def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
     bench.study.enqueue_trial(space.params_of(cfg, cfg))
     trial = bench.ask()
     space.suggest(trial, cfg)  # the sampler sees the baseline's parameters
-    bench.tell(trial, record, None, float(record.projected_time or 0.0))
+    bench.tell(trial, record, None, record.projected_time)
     baseline = Baseline.of(bench.ledger())
     assert baseline is not None
     return baseline

@@ -139,10 +139,12 @@ class Bench:
         trial: optuna.Trial,
         record: Record,
         guard: AccuracyGuard | None,
-        baseline_time: float,
+        baseline_time: float | None,
     ) -> bool:
-        """Store the record and the constraints, then complete the trial. Returns True when the
-        sampler says it has covered the whole space (a grid)."""
+        """Store the record and the constraints, then complete the trial: its value is its
+        projected time, or for a trial without one a penalty of :data:`PENALTY` times the
+        baseline's (10 s where that is unknown), so a failure never looks fast to the sampler.
+        Returns True when the sampler says it has covered the whole space (a grid)."""
         violation = 0.0 if record.role is Role.BASELINE else -self.settings.tolerance
         if record.metric is not None and guard is not None and record.role is Role.CANDIDATE:
             violation = guard.violation(record.metric)
@@ -151,7 +153,9 @@ class Bench:
         storage.store_record(trial, record)
         trial.set_constraint(FAILED_CONSTRAINT, 0.0 if record.ok else 1.0)
         trial.set_constraint(ACCURACY_CONSTRAINT, min(violation, 1e9))
-        penalty = PENALTY * (baseline_time if math.isfinite(baseline_time) else 1.0)
+        penalty = PENALTY
+        if baseline_time is not None and math.isfinite(baseline_time):
+            penalty *= baseline_time
         value = record.projected_time if record.projected_time is not None else penalty
         try:
             if record.pruned:
