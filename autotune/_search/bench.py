@@ -116,10 +116,7 @@ class Bench:
     def record(self, outcome: TrialOutcome, *, role: Role, **extra: object) -> Record:
         """The record of a finished trial: its projected time for the planned run."""
         m = outcome.measurement
-        projected = None
-        if m is not None and outcome.ok:
-            s = self.settings
-            projected = m.projected_time(s.planned_samples, s.planned_epochs)
+        projected = self.settings.projected_time(m) if m is not None and outcome.ok else None
         return Record(
             role=role,
             config=outcome.config,

@@ -228,7 +228,7 @@ def _no_accuracy_run(
     if baseline.check is None:
         return "no accuracy check: the baseline's accuracy runs were not measured"
     s = bench.settings
-    projected = outcome.measurement.projected_time(s.planned_samples, s.planned_epochs)
+    projected = s.projected_time(outcome.measurement)
     trial.report(projected, step=0)  # Optuna's intermediate value: the throughput phase
     best = ledger.best() if s.guided else None
     floor = ledger.projected(best) if best is not None else None  # a verified answer has one

@@ -154,8 +154,7 @@ def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry]) -> int:
             expected = stretch * baseline.measure_seconds * _relative_cost(entry, baseline)
             outcome = bench.execute(entry.config, expected=expected, budget=budget)
             if outcome.ok and outcome.measurement is not None:
-                projected = outcome.measurement.projected_time(s.planned_samples, s.planned_epochs)
-                measured[entry.number] = projected
+                measured[entry.number] = s.projected_time(outcome.measurement)
         storage.add_round(bench.study, measured)
         done += 1
         if len(measured) < len(order):
