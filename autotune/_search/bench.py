@@ -1,5 +1,6 @@
-"""Where a search's trials run and are recorded: the study, the executor and the clock, shared
-by the parts of the search (baseline, candidates, re-measuring, confirming)."""
+"""Where a search's trials run and are recorded: the study, the executor and the loop's state
+(the settings and the deadline), shared by the parts of the search (baseline, candidates,
+re-measuring, confirming)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from autotune._search.guard import AccuracyGuard
 from autotune._search.ledger import Ledger
 from autotune._search.record import Record, Role
 from autotune._search.settings import SearchSettings
+from autotune._search.state import LoopState
 from autotune._trial.isolation import TrialExecutor
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
@@ -42,24 +44,33 @@ ACCURACY_CONSTRAINT = "accuracy"
 
 class Bench:
     """Runs a config through the executor within the trial limit, and stores each trial's
-    record, its constraints (the guard reaches the sampler through them) and its value."""
+    record, its constraints (the guard reaches the sampler through them) and its value. It
+    reads the settings and the deadline from the loop's ``state``, and never changes them."""
 
     def __init__(
         self,
         *,
         study: optuna.Study,
-        settings: SearchSettings,
+        state: LoopState,
         executor: TrialExecutor,
-        deadline: Deadline,
         report: Progress | Report,
         fingerprint: str,
     ) -> None:
         self.study = study
-        self.settings = settings
+        self.state = state
         self.executor = executor
-        self.deadline = deadline
         self.report = as_progress(report)
         self.fingerprint = fingerprint
+
+    @property
+    def settings(self) -> SearchSettings:
+        """The search's settings as the loop's state holds them now (a split baseline, the
+        calibrated budget, the narrowed space)."""
+        return self.state.settings
+
+    @property
+    def deadline(self) -> Deadline:
+        return self.state.deadline
 
     def ledger(self) -> Ledger:
         return Ledger.read(self.study, self.settings)
