@@ -1,6 +1,6 @@
 """A plain reference training loop that applies every knob of a config: ``autotune.train``.
 
-It trains through the trial runner's own training step (``autotune.runner``), so the loop a
+It trains through the trial runner's own training step (``autotune._trial.runner``), so the loop a
 config was measured with is the loop it trains with here; the LR schedule spans every epoch.
 """
 

@@ -1,8 +1,12 @@
 """Re-measure a result on this machine: ``autotune.verify`` and ``autotune verify``.
 
-The winner and its baseline are measured side by side in alternating rounds (the order flips
-each round, so drift in the machine's state hits both alike), with a longer timing budget than
-the search's; the ratio's median and range are reported next to what the result recorded. A
+The winner and its baseline are run once each and the runs discarded (warm-up), then measured
+side by side in alternating rounds (the order flips each round, so drift in the machine's state
+hits both alike), each with a fixed timing budget (:data:`DEFAULT_BUDGET` unless ``budget=`` is
+given), not the one the search calibrated from its time budget. Each round's speedup is the
+baseline's projected training time over the winner's, as the search ranks them; their median
+and range, and the throughput ratios', are reported next to what the result recorded. With
+``accuracy_seeds``, both are also trained on the search's accuracy budget and validated. A
 result measured on other hardware or software is flagged field by field.
 """
 

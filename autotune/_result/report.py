@@ -409,9 +409,11 @@ def _tradeoff_caption(result: SearchResult) -> str:
             "own noise is wider than the tolerance, so one run cannot reject a smaller drop."
         )
     text += (
-        " Trials with the baseline's numerics (same batch size, precision and schedule) train "
-        "the same model and are drawn at the baseline's metric, hollow. The line joins the "
-        "Pareto front: no other config is both faster and as accurate."
+        " Trials that train the baseline's model (the same precision, LR schedule and batch: "
+        "batch size and accumulation steps, or on a model without batch-norm layers only "
+        "their product, the global batch) make no accuracy runs of their own: they, like every "
+        "trial without a metric of its own, are drawn at the baseline's metric. The line joins "
+        "the Pareto front: no other config is both faster and as accurate."
     )
     failed = sum(1 for t in result.trials if t.throughput is None)
     if failed:
