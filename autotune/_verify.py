@@ -1,8 +1,12 @@
 """Re-measure a result on this machine: ``autotune.verify`` and ``autotune verify``.
 
-The winner and its baseline are measured side by side in alternating rounds (the order flips
-each round, so drift in the machine's state hits both alike), with a longer timing budget than
-the search's; the ratio's median and range are reported next to what the result recorded. A
+The winner and its baseline are run once each and the runs discarded (warm-up), then measured
+side by side in alternating rounds (the order flips each round, so drift in the machine's state
+hits both alike), each with a fixed timing budget (:data:`DEFAULT_BUDGET` unless ``budget=`` is
+given), not the one the search calibrated from its time budget. Each round's speedup is the
+baseline's projected training time over the winner's, as the search ranks them; their median
+and range, and the throughput ratios', are reported next to what the result recorded. With
+``accuracy_seeds``, both are also trained on the search's accuracy budget and validated. A
 result measured on other hardware or software is flagged field by field.
 """
 
@@ -29,6 +33,7 @@ from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
 from autotune._options import PLANNED_EPOCHS, VERIFY_ROUNDS
 from autotune._result.result import SearchResult
+from autotune._search.figures import speedup
 from autotune._task import Task, as_task, check_model
 from autotune._trial.data import DataModuleLike
 from autotune._trial.failures import FailureReason
@@ -122,7 +127,9 @@ class VerifyReport:
         for b, w in zip(self.baseline_measurements, self.winner_measurements, strict=False):
             bt = b.projected_time(self.planned_samples, self.planned_epochs)
             wt = w.projected_time(self.planned_samples, self.planned_epochs)
-            out.append(bt / wt)
+            ratio = speedup(bt, wt)
+            if ratio is not None:
+                out.append(ratio)
         return out
 
     @property

@@ -12,6 +12,7 @@ from autotune._search.deadline import Deadline
 from autotune._search.ledger import Ledger
 from autotune._search.policy import Stage, StagePolicy, fast_guesses, late_variants
 from autotune._search.record import Record
+from autotune._search.state import LoopState
 from autotune._trial.runner import TrialOutcome
 
 BASE = TrainingConfig()
@@ -242,13 +243,12 @@ def test_a_compiled_run_gets_a_compile_allowance_beyond_its_steady_state_limit()
     """5x a 20 s trial would stop a max-autotune compile half-way (nothing cached, compile
     'never helps'): the steady-state part is limited, the compile gets its own allowance."""
     executor = _Limits()
-    bench = Bench(
-        study=None,
+    state = LoopState(
         settings=types.SimpleNamespace(trial_timeout=None, budget=Budget()),
-        executor=executor,
         deadline=Deadline(start=0.0, end=None),
-        report=lambda line: None,
-        fingerprint="",
+    )
+    bench = Bench(
+        study=None, state=state, executor=executor, report=lambda line: None, fingerprint=""
     )
     bench.execute(BASE, expected=20.0)
     bench.execute(BASE.replace(compile_mode="default"), expected=20.0)

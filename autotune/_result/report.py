@@ -27,6 +27,8 @@ from optuna.trial import TrialState
 
 from autotune import _knobs
 from autotune._result.files import write_text_atomic
+from autotune._search.figures import accuracy_verdict, format_speedup
+from autotune._search.ranking import rank_time
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -148,13 +150,6 @@ def _mib(n: int | None) -> str:
     return "n/a" if n is None else f"{n / 2**20:,.0f} MiB"
 
 
-def _speedup(result: SearchResult, trial: TrialRecord) -> float | None:
-    base = result.baseline_trial.projected_time
-    if not base or not trial.projected_time:
-        return None
-    return base / trial.projected_time
-
-
 def _status(result: SearchResult, t: TrialRecord) -> str:
     if t.failure is not None:
         return f"failed: {t.failure}"
@@ -164,14 +159,11 @@ def _status(result: SearchResult, t: TrialRecord) -> str:
         return "baseline"
     if result.safe is not None and t.number == result.safe.number:
         return "safe answer"
-    if t.confirmation is not None:
-        return f"{t.confirmation.verdict.value} at confirmation"
-    if t.screened is False:
-        return "outside tolerance"
+    verdict = accuracy_verdict(t.confirmation, t.screened)
+    if verdict is not None:
+        return verdict
     if t.safe:
         return "safe (same numerics as the baseline)"
-    if t.screened:
-        return "screened, not confirmed"
     return "not checked" if not t.accuracy_checked else "checked"
 
 
@@ -276,13 +268,13 @@ def _headline_html(result: SearchResult) -> str:
 def _answers_line(result: SearchResult) -> str:
     safe = result.safe
     safe_text = (
-        f"safe answer #{safe.number} ({_fmt(_speedup(result, safe), '{:.2f}x')})"
+        f"safe answer #{safe.number} ({format_speedup(result.speedup_of(safe))})"
         if safe is not None
         else "no safe answer"
     )
     fast = result.fast
     fast_text = (
-        f"fast answer #{fast.number} ({_fmt(_speedup(result, fast), '{:.2f}x')}, accuracy "
+        f"fast answer #{fast.number} ({format_speedup(result.speedup_of(fast))}, accuracy "
         "confirmed)"
         if fast is not None
         else "no fast answer confirmed"
@@ -341,7 +333,7 @@ def _trial_table(result: SearchResult) -> str:
             _fmt(t.throughput, "{:,.0f}"),
             _fmt(t.metric, "{:.4f}", "—"),
             _fmt(t.projected_time, "{:.2f}"),
-            _fmt(_speedup(result, t), "{:.2f}x"),
+            format_speedup(result.speedup_of(t)),
             _fmt(m.one_time_cost if m else None, "{:.2f}"),
             _fmt(m.data_wait_fraction if m else None, "{:.0%}"),
             _mib(m.peak_memory_bytes if m else None),
@@ -417,9 +409,11 @@ def _tradeoff_caption(result: SearchResult) -> str:
             "own noise is wider than the tolerance, so one run cannot reject a smaller drop."
         )
     text += (
-        " Trials with the baseline's numerics (same batch size, precision and schedule) train "
-        "the same model and are drawn at the baseline's metric, hollow. The line joins the "
-        "Pareto front: no other config is both faster and as accurate."
+        " Trials that train the baseline's model (the same precision, LR schedule and batch: "
+        "batch size and accumulation steps, or on a model without batch-norm layers only "
+        "their product, the global batch) make no accuracy runs of their own: they, like every "
+        "trial without a metric of its own, are drawn at the baseline's metric. The line joins "
+        "the Pareto front: no other config is both faster and as accurate."
     )
     failed = sum(1 for t in result.trials if t.throughput is None)
     if failed:
@@ -566,7 +560,7 @@ def _time_split_figure(result: SearchResult) -> go.Figure | None:
     done = [t for t in result.trials if t.measurement is not None and t.projected_time is not None]
     if not done:
         return None
-    done.sort(key=lambda t: float(t.projected_time or 0.0))
+    done.sort(key=lambda t: rank_time(t.projected_time))
     done = done[:30]
     labels, one_time, compute, waiting, hover = [], [], [], [], []
     for t in done:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
-import statistics
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +23,7 @@ from autotune._integrations import trainer_settings
 from autotune._result.files import write_text_atomic
 from autotune._result.report import write_report
 from autotune._result.summary import render_summary
-from autotune._search import coverage
+from autotune._search import coverage, figures, ranking
 from autotune._search import storage as stored
 from autotune._search.guard import AccuracyGuard, Verdict
 from autotune._search.ledger import Ledger, TrialRecord
@@ -222,16 +220,19 @@ class SearchResult:
     def speedup(self) -> float:
         """Side by side (the median over rounds) where measured so, else the ratio of the
         steady-state throughputs (and says so: ``speedup_range`` is None)."""
-        if len(self.round_speedups) >= 2:
-            return float(statistics.median(self.round_speedups))
-        return self.throughput_ratio
+        measured = figures.side_by_side(self.round_speedups)
+        return self.throughput_ratio if measured is None else measured[0]
 
     @property
     def speedup_range(self) -> tuple[float, float] | None:
         """The lowest and highest side-by-side speedup over the rounds (None: not measured)."""
-        if len(self.round_speedups) < 2:
-            return None
-        return min(self.round_speedups), max(self.round_speedups)
+        measured = figures.side_by_side(self.round_speedups)
+        return None if measured is None else (measured[1], measured[2])
+
+    def speedup_of(self, trial: TrialRecord) -> float | None:
+        """``trial``'s speedup as the search ranked it: the baseline's projected training time
+        over the trial's (None where either is unknown)."""
+        return figures.speedup(self.baseline_trial.projected_time, trial.projected_time)
 
     @property
     def throughput_ratio(self) -> float:
@@ -288,25 +289,26 @@ class SearchResult:
         def answer(t: TrialRecord | None) -> dict[str, Any] | None:
             if t is None:
                 return None
-            base = self.baseline_trial.projected_time
             return {
                 "trial": t.number,
                 "config": t.config.to_dict(),
-                "speedup": base / t.projected_time if base and t.projected_time else None,
+                "speedup": self.speedup_of(t),
                 "validation_metric": self.metrics_of(t)["validation_metric"],
                 "confirmation": t.confirmation.to_dict() if t.confirmation else None,
             }
 
-        chosen = self.winner.projected_time or 0.0
+        # Faster than the chosen answer: none where its time is unknown (nothing to compare).
+        chosen = self.winner.projected_time
         rejected = [
             t
             for t in self.trials
             if t.confirmation is not None
             and t.confirmation.verdict is Verdict.REJECTED
             and not t.reused
-            and (t.projected_time or math.inf) < chosen
+            and chosen is not None
+            and ranking.rank_time(t.projected_time) < chosen
         ]
-        rejected.sort(key=lambda t: t.projected_time or math.inf)
+        rejected.sort(key=lambda t: ranking.rank_time(t.projected_time))
         return {
             "chosen": self.chosen,
             "safe": answer(self.safe),
@@ -317,12 +319,11 @@ class SearchResult:
         }
 
     def _point(self, t: TrialRecord) -> dict[str, Any]:
-        base = self.baseline_trial.projected_time
         return {
             "trial": t.number,
             "config": t.config.describe(),
             "projected_training_time": t.projected_time,
-            "speedup": base / t.projected_time if base and t.projected_time else None,
+            "speedup": self.speedup_of(t),
             "validation_metric": self.metrics_of(t)["validation_metric"],
             "safe": t.safe,
         }

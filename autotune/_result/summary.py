@@ -7,6 +7,7 @@ from typing import Any
 
 from autotune._config import TrainingConfig
 from autotune._errors import ConfigError
+from autotune._search.figures import format_speedup
 from autotune._search.guard import percent
 
 __all__ = ["render_summary", "summary_parts"]
@@ -115,14 +116,15 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
     if safe is not None:
         lines.append(
             f"  safe answer (numerics unchanged, no accuracy risk): trial #{safe['trial']}, "
-            f"{_x(safe.get('speedup'))}"
+            f"{format_speedup(safe.get('speedup'))}"
         )
     if fast is not None:
         c = fast.get("confirmation") or {}
         lines.append(
             f"  fast answer (numerics changed): trial #{fast['trial']}, "
-            f"{_x(fast.get('speedup'))}; {name} confirmed over {len(c.get('runs', []))} paired "
-            f"seeds: mean drop {c.get('drop', 0):+.4f}, upper bound {c.get('bound') or 0:+.4f} "
+            f"{format_speedup(fast.get('speedup'))}; {name} confirmed over "
+            f"{len(c.get('runs', []))} paired seeds: mean drop {c.get('drop', 0):+.4f}, upper "
+            f"bound {c.get('bound') or 0:+.4f} "
             f"<= tolerance {data.get('tolerance'):g} at {percent(c.get('confidence') or 0.0)} "
             f"confidence ({c.get('looks', 1)} look(s), sequential)"
         )
@@ -137,15 +139,15 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
                 f"{len(c.get('runs', []))} seeds, tolerance {data.get('tolerance'):g})"
             )
         lines.append(
-            f"  ! trial #{pending['trial']} ({_x(pending.get('speedup'))}) changes the numerics "
-            f"and passed screening, but its accuracy is not settled{bound}: {why}"
+            f"  ! trial #{pending['trial']} ({format_speedup(pending.get('speedup'))}) changes "
+            f"the numerics and passed screening, but its accuracy is not settled{bound}: {why}"
         )
     for r in answers.get("rejected") or []:
         c = r.get("confirmation") or {}
         if c.get("lower") is not None:
             lines.append(
-                f"  trial #{r['trial']} ({_x(r.get('speedup'))}) was faster but rejected: its "
-                f"{name} drop is at least {c['lower']:+.4f} (lower bound over "
+                f"  trial #{r['trial']} ({format_speedup(r.get('speedup'))}) was faster but "
+                f"rejected: its {name} drop is at least {c['lower']:+.4f} (lower bound over "
                 f"{len(c.get('runs', []))} paired seeds), beyond tolerance "
                 f"{data.get('tolerance'):g}"
             )
@@ -214,10 +216,6 @@ def _budget(search: dict[str, Any]) -> str:
     if timeout:
         return f"{timeout:.0f} s"
     return f"{search.get('n_trials')} trials"
-
-
-def _x(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
 
 
 def _ms(v: float | None) -> float | None:

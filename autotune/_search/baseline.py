@@ -18,10 +18,12 @@ from autotune._search.ledger import Entry, Ledger
 from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._space import Choice, SearchSpace
 from autotune._trial.failures import FailureReason
+from autotune._trial.probe import MemoryLimits
 from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
 
 __all__ = [
     "Baseline",
+    "Calibration",
     "calibrate",
     "lengthen_until_learned",
     "measure_baseline",
@@ -29,6 +31,7 @@ __all__ = [
     "measurement_seconds",
     "run_baseline",
     "smaller_split",
+    "split_to_fit",
 ]
 
 SLACK = 1.2  # expected times of runs like the baseline's, as a multiple of the baseline's
@@ -56,10 +59,6 @@ class Baseline:
     @property
     def record(self) -> Record:
         return self.entry.record
-
-    @property
-    def projected_time(self) -> float:
-        return float(self.record.projected_time or 0.0)
 
     @property
     def throughput(self) -> float:
@@ -117,10 +116,29 @@ def smaller_split(space: SearchSpace, cfg: TrainingConfig) -> TrainingConfig | N
     return cfg.replace(batch_size=micro, gradient_accumulation_steps=total // micro)
 
 
+def split_to_fit(bench: Bench, space: SearchSpace, memory: MemoryLimits | None) -> TrainingConfig:
+    """With the global batch kept: the baseline, its batch split into smaller micro-batches
+    until the memory probe says it fits (before anything runs), and said so. The baseline
+    itself where it fits, or where there is no smaller split."""
+    cfg = bench.settings.baseline
+    while memory is not None and not memory.allows(cfg):
+        split = smaller_split(space, cfg)
+        if split is None:
+            break
+        bench.report(
+            f"baseline: batch {cfg.batch_size} does not fit in memory (the memory probe); "
+            f"splitting the global batch of {cfg.global_batch_size} into {split.batch_size}"
+            f" x {split.gradient_accumulation_steps}"
+        )
+        cfg = split
+    return cfg
+
+
 def run_baseline(bench: Bench, space: SearchSpace) -> TrialOutcome:
     """Measure the baseline's throughput. With the global batch kept, a baseline out of
     memory is split into smaller micro-batches until one fits (the same global batch, so the
-    same numerics): that split becomes the search's baseline, and it is said so."""
+    same numerics), and it is said so: the outcome's config is the split that ran, which the
+    search then takes as its baseline."""
     cfg = bench.settings.baseline
     outcome = bench.execute(cfg)
     while outcome.failure is FailureReason.OOM:
@@ -133,26 +151,33 @@ def run_baseline(bench: Bench, space: SearchSpace) -> TrialOutcome:
             f"the same global batch of {split.global_batch_size}"
         )
         cfg = split
-        bench.settings = bench.settings.replace(baseline=cfg)
         outcome = bench.execute(cfg)
     return outcome
 
 
-def calibrate(bench: Bench, space: SearchSpace) -> SearchSpace:
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """What measuring the baseline once fixes for the whole search."""
+
+    baseline: TrainingConfig  # the config that ran: where the one asked for did not fit, a split
+    budget: Budget  # the measurement budget every config gets
+    space: SearchSpace  # less the batch sizes one measurement of which would take too long
+
+
+def calibrate(bench: Bench, space: SearchSpace) -> Calibration:
     """Measure the baseline once, to warm the trial worker up (the first run in a fresh
     process is slow) and to learn its speed; then fix the measurement budget every config gets:
     the same number of timed samples (the same batches, for configs of one batch size), about
     1% of the time budget at the baseline's speed. Batch sizes one measurement of which would
-    take more than a tenth of the budget leave the space. Returns the space."""
-    if not bench.settings.calibrate:
-        return space
+    take more than a tenth of the budget leave the space. Where the baseline fails, the
+    budget and the space stay as they are (its own measurement says why, next)."""
     bench.report.trial("calibration: the baseline's speed")
     outcome = run_baseline(bench, space)
-    s = bench.settings  # its baseline split, where the one asked for did not fit
-    cfg = s.baseline
+    s = bench.settings
+    cfg = outcome.config
     m = outcome.measurement
     if not outcome.ok or m is None:
-        return space  # the baseline's own measurement says why, next
+        return Calibration(cfg, s.budget, space)
     overhead = max(
         0.0, outcome.seconds - (m.warmup_steps + m.timed_steps) * m.batch_size / m.throughput
     )
@@ -167,10 +192,9 @@ def calibrate(bench: Bench, space: SearchSpace) -> SearchSpace:
         min_timed_seconds=0.0,  # the same samples for every config, however fast
         max_timed_seconds=0.0,
     )
-    bench.settings = s.replace(budget=budget)
     batch = space.knobs.get("batch_size")
     if s.timeout is None or not isinstance(batch, Choice):
-        return space
+        return Calibration(cfg, budget, space)
     limit = MAX_MEASURE_SHARE * s.timeout
     kept = tuple(
         b
@@ -179,18 +203,19 @@ def calibrate(bench: Bench, space: SearchSpace) -> SearchSpace:
         or SLACK * measurement_seconds(int(b), budget, m.throughput, overhead) <= limit  # type: ignore[arg-type]
     )
     if kept == batch.values:
-        return space
+        return Calibration(cfg, budget, space)
     dropped = ", ".join(str(b) for b in batch.values if b not in kept)
     note = (
         f"batch_size: dropped {dropped} (one measurement would take more than "
         f"{MAX_MEASURE_SHARE:.0%} of the budget at the baseline's {m.throughput:,.0f} samples/s)"
     )
     bench.report(f"space: {note}")
-    return space.with_choice("batch_size", kept, note)
+    return Calibration(cfg, budget, space.with_choice("batch_size", kept, note))
 
 
 def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
-    """Measure the baseline's throughput (or adopt the study's) and store it as a trial."""
+    """Measure the baseline's throughput (or adopt the study's) and store it as a trial. Its
+    record's config is the one measured: where the one asked for did not fit, a split."""
     found = Baseline.of(bench.ledger())
     if found is not None:
         bench.report(f"baseline: reusing trial {found.entry.number} from the study")
@@ -198,7 +223,7 @@ def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
     bench.report(f"baseline: {bench.settings.baseline.describe()}")
     bench.report.trial("baseline")
     outcome = run_baseline(bench, space)
-    cfg = bench.settings.baseline
+    cfg = outcome.config
     if not outcome.ok or outcome.measurement is None:
         raise AutotuneError(
             f"The baseline config failed ({outcome.failure}): {outcome.message}. Nothing can "
@@ -214,7 +239,7 @@ def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
     bench.study.enqueue_trial(space.params_of(cfg, cfg))
     trial = bench.ask()
     space.suggest(trial, cfg)  # the sampler sees the baseline's parameters
-    bench.tell(trial, record, None, float(record.projected_time or 0.0))
+    bench.tell(trial, record, None, record.projected_time)
     baseline = Baseline.of(bench.ledger())
     assert baseline is not None
     return baseline

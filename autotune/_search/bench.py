@@ -1,5 +1,6 @@
-"""Where a search's trials run and are recorded: the study, the executor and the clock, shared
-by the parts of the search (baseline, candidates, re-measuring, confirming)."""
+"""Where a search's trials run and are recorded: the study, the executor and the loop's state
+(the settings and the deadline), shared by the parts of the search (baseline, candidates,
+re-measuring, confirming)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from autotune._search.guard import AccuracyGuard
 from autotune._search.ledger import Ledger
 from autotune._search.record import Record, Role
 from autotune._search.settings import SearchSettings
+from autotune._search.state import LoopState
 from autotune._trial.isolation import TrialExecutor
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
@@ -42,24 +44,33 @@ ACCURACY_CONSTRAINT = "accuracy"
 
 class Bench:
     """Runs a config through the executor within the trial limit, and stores each trial's
-    record, its constraints (the guard reaches the sampler through them) and its value."""
+    record, its constraints (the guard reaches the sampler through them) and its value. It
+    reads the settings and the deadline from the loop's ``state``, and never changes them."""
 
     def __init__(
         self,
         *,
         study: optuna.Study,
-        settings: SearchSettings,
+        state: LoopState,
         executor: TrialExecutor,
-        deadline: Deadline,
         report: Progress | Report,
         fingerprint: str,
     ) -> None:
         self.study = study
-        self.settings = settings
+        self.state = state
         self.executor = executor
-        self.deadline = deadline
         self.report = as_progress(report)
         self.fingerprint = fingerprint
+
+    @property
+    def settings(self) -> SearchSettings:
+        """The search's settings as the loop's state holds them now (a split baseline, the
+        calibrated budget, the narrowed space)."""
+        return self.state.settings
+
+    @property
+    def deadline(self) -> Deadline:
+        return self.state.deadline
 
     def ledger(self) -> Ledger:
         return Ledger.read(self.study, self.settings)
@@ -116,10 +127,7 @@ class Bench:
     def record(self, outcome: TrialOutcome, *, role: Role, **extra: object) -> Record:
         """The record of a finished trial: its projected time for the planned run."""
         m = outcome.measurement
-        projected = None
-        if m is not None and outcome.ok:
-            s = self.settings
-            projected = m.projected_time(s.planned_samples, s.planned_epochs)
+        projected = self.settings.projected_time(m) if m is not None and outcome.ok else None
         return Record(
             role=role,
             config=outcome.config,
@@ -139,10 +147,12 @@ class Bench:
         trial: optuna.Trial,
         record: Record,
         guard: AccuracyGuard | None,
-        baseline_time: float,
+        baseline_time: float | None,
     ) -> bool:
-        """Store the record and the constraints, then complete the trial. Returns True when the
-        sampler says it has covered the whole space (a grid)."""
+        """Store the record and the constraints, then complete the trial: its value is its
+        projected time, or for a trial without one a penalty of :data:`PENALTY` times the
+        baseline's (10 s where that is unknown), so a failure never looks fast to the sampler.
+        Returns True when the sampler says it has covered the whole space (a grid)."""
         violation = 0.0 if record.role is Role.BASELINE else -self.settings.tolerance
         if record.metric is not None and guard is not None and record.role is Role.CANDIDATE:
             violation = guard.violation(record.metric)
@@ -151,7 +161,9 @@ class Bench:
         storage.store_record(trial, record)
         trial.set_constraint(FAILED_CONSTRAINT, 0.0 if record.ok else 1.0)
         trial.set_constraint(ACCURACY_CONSTRAINT, min(violation, 1e9))
-        penalty = PENALTY * (baseline_time if math.isfinite(baseline_time) else 1.0)
+        penalty = PENALTY
+        if baseline_time is not None and math.isfinite(baseline_time):
+            penalty *= baseline_time
         value = record.projected_time if record.projected_time is not None else penalty
         try:
             if record.pruned:

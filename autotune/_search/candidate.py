@@ -19,8 +19,8 @@ from autotune._search.bench import Bench
 from autotune._search.evidence import confirm
 from autotune._search.ledger import Ledger
 from autotune._search.policy import STAGE_ATTR, Stage, Step
-from autotune._search.progress import search_status, trial_line
 from autotune._search.record import Record, Role
+from autotune._search.status import search_status, trial_line
 from autotune._space import SearchSpace
 from autotune._trial.failures import FailureReason
 from autotune._trial.probe import MemoryLimits
@@ -228,16 +228,15 @@ def _no_accuracy_run(
     if baseline.check is None:
         return "no accuracy check: the baseline's accuracy runs were not measured"
     s = bench.settings
-    projected = outcome.measurement.projected_time(s.planned_samples, s.planned_epochs)
+    projected = s.projected_time(outcome.measurement)
     trial.report(projected, step=0)  # Optuna's intermediate value: the throughput phase
-    best = ledger.best()
-    if s.guided and best is not None:
-        floor = float(ledger.projected(best) or 0.0)
-        if projected > floor * (1 + ranking.TIE):
-            return (
-                f"slower than the best verified config (trial #{best.number}): no accuracy "
-                "run, it could not win"
-            )
+    best = ledger.best() if s.guided else None
+    floor = ledger.projected(best) if best is not None else None  # a verified answer has one
+    if best is not None and floor is not None and projected > floor * (1 + ranking.TIE):
+        return (
+            f"slower than the best verified config (trial #{best.number}): no accuracy run, it "
+            "could not win"
+        )
     run = baseline.run_seconds(outcome.measurement.throughput)
     if not bench.deadline.fits(run + reserve):
         return f"no time left for its accuracy run (~{run:.0f} s)"
@@ -290,7 +289,7 @@ def _finish(
     repeated: bool = False,
     seconds: float | None = None,
 ) -> CandidateRun:
-    exhausted = bench.tell(trial, record, baseline.guard, baseline.projected_time)
+    exhausted = bench.tell(trial, record, baseline.guard, baseline.record.projected_time)
     ledger = bench.ledger()
     entry = next(e for e in ledger.entries if e.number == trial.number)
     bench.report(

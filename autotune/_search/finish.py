@@ -5,9 +5,8 @@ rounds, which is where the reported speedup comes from."""
 from __future__ import annotations
 
 import dataclasses
-import math
 
-from autotune._search import storage
+from autotune._search import figures, storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm, evidence_value, p_within, seed_seconds
@@ -17,7 +16,7 @@ from autotune._trial.runner import Budget
 __all__ = ["ROUNDS", "confirm_pending", "side_by_side", "side_by_side_seconds"]
 
 ROUNDS = 3  # side-by-side rounds of the answers and the baseline
-MIN_ROUNDS = 2
+MIN_ROUNDS = figures.MIN_ROUNDS  # the fewest that make a measured speedup
 MAX_STRETCH = 4.0  # the rounds' measurements last at most this many times the search's
 
 
@@ -36,7 +35,7 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
         if guard is None or not guard.learned:
             return  # every check would compare models that did not learn
         best = ledger.best()
-        floor = float(ledger.projected(best) or 0.0) if best is not None else 0.0
+        floor = ledger.projected(best) if best is not None else None
         options: list[tuple[float, Entry, float]] = []
         for entry in ledger.open_checks(unresolved=True):
             if ledger.numerics_id(entry.config) in done:
@@ -50,7 +49,8 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
                 else seed_seconds(current, entry, len(c.runs) if c is not None else 0)
             )
             drops = guard.paired_drops(c.runs) if c is not None else []
-            speedup = floor / float(ledger.projected(entry) or math.inf) if floor else 1.0
+            # Over the answer so far; none known (no answer yet, or no time): no gain.
+            speedup = figures.speedup(floor, ledger.projected(entry)) or 1.0
             value = evidence_value(speedup, p_within(c, guard.tolerance, drops), cost)
             options.append((value, entry, cost))
         if not options:
@@ -128,11 +128,12 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
     best, base = ledger.best(), ledger.baseline
     if best is not None and base is not None and best.number != base.number:
         speedups = ledger.round_speedups(best)
-        if speedups:
+        figure = figures.side_by_side(speedups)  # the result's headline figure
+        if figure is not None:
+            median, low, high = figure
             bench.report(
                 f"side by side over {len(speedups)} rounds: trial #{best.number} "
-                f"{sorted(speedups)[len(speedups) // 2]:.2f}x the baseline "
-                f"(range {min(speedups):.2f}-{max(speedups):.2f}x)"
+                f"{median:.2f}x the baseline (range {low:.2f}-{high:.2f}x)"
             )
 
 
@@ -153,8 +154,7 @@ def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry]) -> int:
             expected = stretch * baseline.measure_seconds * _relative_cost(entry, baseline)
             outcome = bench.execute(entry.config, expected=expected, budget=budget)
             if outcome.ok and outcome.measurement is not None:
-                projected = outcome.measurement.projected_time(s.planned_samples, s.planned_epochs)
-                measured[entry.number] = projected
+                measured[entry.number] = s.projected_time(outcome.measurement)
         storage.add_round(bench.study, measured)
         done += 1
         if len(measured) < len(order):

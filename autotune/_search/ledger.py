@@ -19,7 +19,7 @@ import optuna
 
 from autotune import _knobs
 from autotune._config import TrainingConfig
-from autotune._search import ranking, storage
+from autotune._search import figures, ranking, storage
 from autotune._search.guard import AccuracyGuard, Confirmation, Verdict
 from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._search.settings import SearchSettings
@@ -237,6 +237,10 @@ class Ledger:
         times = self.times(entry)
         return ranking.median_time(times) if times else None
 
+    def rank_time(self, entry: Entry) -> float:
+        """Its projected time as ranked: without one, it ranks last."""
+        return ranking.rank_time(self.projected(entry))
+
     def noise(self, entry: Entry) -> float:
         times = self.times(entry)
         return ranking.relative_noise(times) if times else ranking.MAX_NOISE
@@ -284,7 +288,7 @@ class Ledger:
             return None
         return ranking.best(
             entries,
-            time=lambda e: float(self.projected(e) or 0.0),
+            time=self.rank_time,
             noise=self.noise,
             complexity=lambda e: _knobs.complexity(e.config, base.config),
             settled=lambda e: bool(self.remeasured(e)),
@@ -307,7 +311,7 @@ class Ledger:
         """The ``top`` fastest feasible candidates, one per config."""
         ranked = sorted(
             (e for e in self.candidates if self.feasible(e) and not e.record.reused),
-            key=lambda e: float(self.projected(e) or 0.0),
+            key=self.rank_time,
         )
         out: list[Entry] = []
         for e in ranked:
@@ -320,7 +324,7 @@ class Ledger:
         confirmation yet (with ``unresolved``: or one that could not settle yet), fastest
         first: the checks that would change the answer if they confirmed."""
         best = self.best()
-        floor = float(self.projected(best) or math.inf) if best is not None else math.inf
+        floor = self.rank_time(best) if best is not None else math.inf
 
         def open_check(e: Entry) -> bool:
             c = self.confirmation(e)
@@ -334,9 +338,9 @@ class Ledger:
             and not e.record.reused
             and self.screened(e)
             and open_check(e)
-            and float(self.projected(e) or math.inf) < floor
+            and self.rank_time(e) < floor
         ]
-        return sorted(waiting, key=lambda e: float(self.projected(e) or math.inf))
+        return sorted(waiting, key=self.rank_time)
 
     def pending(self, *, unresolved: bool = False) -> Entry | None:
         """The fastest of :meth:`open_checks`: the check that is pending, or (with
@@ -366,7 +370,7 @@ class Ledger:
         for e in self.entries:
             metric = self.metric_of(e)
             if self.measured_ok(e) and not e.record.reused and metric is not None:
-                points.append((float(self.projected(e) or 0.0), sign * metric, e))
+                points.append((self.rank_time(e), sign * metric, e))
         front: list[tuple[float, float, Entry]] = []
         for t, m, e in sorted(points, key=lambda p: (p[0], -p[1])):
             if all(m > fm for _, fm, _ in front):
@@ -385,12 +389,13 @@ class Ledger:
         """When the first answer faster than the baseline (beyond a tie) was verified: a safe
         trial when it ended, a fast one when its confirmation was filed."""
         base = self.baseline
-        if base is None:
+        base_time = self.projected(base) if base is not None else None
+        if base_time is None:
             return None
-        floor = float(self.projected(base) or 0.0) * (1 - ranking.TIE)
+        floor = base_time * (1 - ranking.TIE)
         times = []
         for e in self.entries:
-            if e is base or not self.feasible(e) or float(self.projected(e) or 0.0) > floor:
+            if e is base or not self.feasible(e) or self.rank_time(e) > floor:
                 continue
             confirmation = self.confirmation(e)
             at = confirmation.at if confirmation is not None else e.record.at
@@ -404,12 +409,13 @@ class Ledger:
         if base is None:
             return []
         twins = self.twins(entry)
-        return [
-            r[base.number] / r[n]
+        speedups = (
+            figures.speedup(r[base.number], r[n])
             for r in self.rounds
             for n in twins
-            if base.number in r and n != base.number and n in r and r[n] > 0
-        ]
+            if base.number in r and n != base.number and n in r
+        )
+        return [s for s in speedups if s is not None]
 
     def trial_records(self) -> tuple[TrialRecord, ...]:
         return tuple(self.trial_record(e) for e in self.entries)

@@ -30,23 +30,21 @@ from autotune._search.baseline import (
     lengthen_until_learned,
     measure_baseline,
     measure_baseline_accuracy,
-    smaller_split,
+    split_to_fit,
 )
 from autotune._search.bench import Bench
 from autotune._search.candidate import expected_seconds, run_candidate
-from autotune._search.deadline import Deadline
 from autotune._search.finish import confirm_pending, side_by_side, side_by_side_seconds
 from autotune._search.ledger import Ledger
 from autotune._search.policy import STAGE_ATTR, Stage, StagePolicy, Step
-from autotune._search.progress import search_status
 from autotune._search.settings import SearchSettings
-from autotune._space import Choice
+from autotune._search.state import LoopState
+from autotune._search.status import search_status
 from autotune._trial.isolation import TrialExecutor
 from autotune._trial.probe import MemoryLimits, probe_memory, usable_memory
 
-__all__ = ["DEFAULT_TIMEOUT", "Search"]
+__all__ = ["Search"]
 
-DEFAULT_TIMEOUT = 600.0
 PROBE_SHARE = 0.10  # of the budget, the most the memory probe may take
 GUARD_WAIT = 600.0  # seconds a worker waits for the coordinator's accuracy guard, at most
 MAX_REPEATS = 25  # consecutive proposals of measured configs before the space counts as exhausted
@@ -55,7 +53,7 @@ PROBE_LIMIT = 120.0  # seconds a memory-probe run may take (a few steps) unless 
 
 class Search:
     """One process's part in a search: the coordinator's (:meth:`run`) or a worker's
-    (:meth:`run_worker`)."""
+    (:meth:`run_worker`). What changes while it runs is its :class:`LoopState`."""
 
     def __init__(
         self,
@@ -68,25 +66,26 @@ class Search:
         launcher: Callable[[optuna.Study], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        deadline = Deadline(settings.started, settings.deadline, clock)
+        self.state = LoopState.start(settings, clock)
         self.bench = Bench(
             study=study,
-            settings=settings,
+            state=self.state,
             executor=executor,
-            deadline=deadline,
             report=report,
             fingerprint=fingerprint,
         )
         self.launcher = launcher
-        self.space = settings.space
-        self.memory: MemoryLimits | None = None
-        self.baseline: Baseline | None = None
-        self.no_checks = False  # the accuracy check was found not to fit the budget
         self.worker = False  # joined a coordinator's study: it owns the baseline's accuracy runs
 
     @property
     def settings(self) -> SearchSettings:
-        return self.bench.settings
+        """The settings as they stand: after the set-up, the ones the study publishes."""
+        return self.state.settings
+
+    @property
+    def memory(self) -> MemoryLimits | None:
+        """The memory probe's limits, which the result reports (None: none known)."""
+        return self.state.memory
 
     def ledger(self) -> Ledger:
         return self.bench.ledger()
@@ -96,24 +95,12 @@ class Search:
         self._reconcile()
         study = self.bench.study
         try:
+            storage.refuse_other_settings(study, self.settings)  # before anything runs
             # Before any trial enters the study: Optuna's categorical distributions are fixed
             # once used, so the batch sizes that cannot fit are removed first.
-            storage.refuse_other_settings(study, self.settings)  # before anything runs
-            self._probe_memory()
+            self.state.use_memory(_memory_limits(self.bench))
             self._adopt_stored_settings()
-            asked = self.settings.baseline
-            if Baseline.of(self.ledger()) is None:
-                self._split_baseline_to_fit()
-                self.space = calibrate(self.bench, self.space)
-            self.baseline = measure_baseline(self.bench, self.space)
-            split = self.settings.baseline
-            if split != asked:
-                self.space = self.space.with_note(
-                    f"baseline: batch {asked.batch_size} x {asked.gradient_accumulation_steps} "
-                    f"does not fit in memory; measured as {split.batch_size} x "
-                    f"{split.gradient_accumulation_steps}, the same global batch"
-                )
-            self.bench.settings = self.settings.replace(space=self.space)
+            self._measure_baseline()
             storage.publish_settings(study, self.settings)
             self._status()
             if self.launcher is not None or not self.settings.guided:
@@ -129,7 +116,7 @@ class Search:
                 self.candidates()
             self.finish()
         except KeyboardInterrupt:
-            if self.baseline is None:
+            if self.state.baseline is None:
                 raise  # no baseline yet: there is nothing to report
             self.bench.report("interrupted: finishing with the best answer found so far")
             return True
@@ -152,9 +139,8 @@ class Search:
                 "could not be ranked against the baseline. Run workers on identical machines "
                 "(same device, CPU share, torch and driver), or start a separate study here."
             )
-        self.memory = storage.read_memory(self.bench.study)
-        self._apply_memory_limits()
-        self.baseline = baseline
+        self.state.use_memory(storage.read_memory(self.bench.study))
+        self.state.measured(baseline)
         self.worker = True
         self._status()
         try:
@@ -163,95 +149,65 @@ class Search:
             self.bench.report("worker interrupted")
 
     def candidates(self) -> None:
-        """Candidates as the stage policy says, while the budget lasts. Workers run this too."""
-        if not self.space.searched():
+        """Candidates as the stage policy says, while the budget lasts. Workers run this too.
+
+        Each turn: read the study; stop at the trial limit (once no other process's trial is
+        still running); run the trials already enqueued, or else ask the policy for its next
+        step (none left: stop); stop where not even a throughput measurement fits before the
+        pending work; run one candidate; hand a stage the sampler has exhausted over to the
+        next one."""
+        state, study = self.state, self.bench.study
+        if not state.space.searched():
             self.bench.report("the space has a single config (the baseline's): nothing to search")
             return
-        assert self.baseline is not None
-        study = self.bench.study
-        cpus = describe_device(self.settings.baseline.device).cpu_count
-        policy = StagePolicy(
-            self.space, self.settings.baseline, guided=self.settings.guided, cpus=cpus,
-            memory=self.memory, split_free=self.settings.split_free,
-        )  # fmt: skip
-        repeats = 0
-        waited = 0.0
-        step = Step(Stage.SAMPLING)
+        policy = self._policy()
         while True:
             ledger = self.ledger()
-            n_trials = self.settings.n_trials
-            if n_trials is not None and len(ledger.candidates) >= n_trials:
-                # Done, but for trials that died elsewhere: they are retried once, so wait a
-                # heartbeat's grace period for a running one to finish or be found dead.
-                if self._retry_waiting():
-                    pass
-                elif self._others_running() and waited < storage.GRACE_PERIOD + 5:
-                    time.sleep(1.0)
-                    waited += 1.0
-                    self._reconcile()
+            baseline = Baseline.of(ledger) or state.baseline
+            assert baseline is not None
+            state.measured(baseline)  # with the guard, once the coordinator measured it
+            if self._trials_done(ledger):
+                if self._others_running() and state.waited < storage.GRACE_PERIOD + 5:
+                    self._wait()  # for a running trial to finish or be found dead (and retried)
                     continue
-                else:
-                    return
-            fresh = not self.bench.waiting()  # enqueued trials first, then the policy's next step
-            if fresh:
-                if ledger.checks_hopeless and not self.no_checks:
-                    self.no_checks = True
-                    why = (
-                        "its metric got worse as the baseline trained"
-                        if ledger.guard is not None and ledger.guard.wrong_way
-                        else "the baseline did not learn measurably in its accuracy budget"
-                    )
-                    self.bench.report(
-                        f"accuracy guard: its checks cannot settle a change of the numerics at "
-                        f"this budget ({why}): the rest of the budget goes to knobs that leave "
-                        "the numerics alone"
-                    )
-                checks = False if self.no_checks else (True if ledger.guard else None)
-                if self.worker:  # the coordinator measures the baseline's accuracy, not a worker
-                    checks = ledger.guard is not None
-                next_step = policy.next(ledger, used=self._used(ledger), checks=checks)
-                if next_step is None and _guard_coming(self, ledger, waited):
-                    time.sleep(1.0)  # numerics-free configs all measured: wait for the guard
-                    waited += 1.0
-                    self._reconcile()
+                return
+            queued = self.bench.waiting()  # enqueued trials run before the policy's next step
+            if not queued:
+                step = policy.next(ledger, used=self._used(ledger), checks=self._checks(ledger))
+                if step is None and self._guard_coming(ledger):
+                    self._wait()  # numerics-free configs all measured: wait for the guard
                     continue
-                if next_step is None:
-                    self.bench.report(coverage.nothing_left(ledger, self.space, self.bench))
+                if step is None:
+                    self.bench.report(coverage.nothing_left(ledger, state.space, self.bench))
                     return
-                step = next_step
+                state.take(step)
                 if step.needs_checks:
                     self._accuracy_check()  # the first candidate that changes the numerics
                     continue
             reserve = self._reserve(ledger)
             cheapest = expected_seconds(
-                self.settings.baseline, ledger, self.baseline, self.settings.budget
+                state.settings.baseline, ledger, baseline, state.settings.budget
             )
             if not self.bench.deadline.fits(cheapest + reserve):
                 return  # not even a throughput measurement fits before the pending work
-            if fresh:
-                label = {STAGE_ATTR: step.stage.value}
-                for params in step.enqueue:
-                    study.enqueue_trial(params, user_attrs=label, skip_if_exists=True)
-                if step.pinned and not self.bench.waiting():
-                    # The sampler's turn, with the step's knobs fixed.
-                    study.enqueue_trial(step.pinned, user_attrs=label)
+            if not queued:
+                self._enqueue(state.step)
             storage.reconcile_stale_trials(study)  # a worker elsewhere may have died mid-trial
-            self.baseline = Baseline.of(ledger) or self.baseline
             run = run_candidate(
-                self.bench, step, self.space, baseline=self.baseline, memory=self.memory,
+                self.bench, state.step, state.space, baseline=baseline, memory=state.memory,
                 reserve=reserve,
             )  # fmt: skip
-            repeats = repeats + 1 if run.repeated else 0
-            if run.exhausted or repeats >= MAX_REPEATS:
-                if repeats >= MAX_REPEATS:
+            state.count(repeated=run.repeated)
+            if run.exhausted or state.repeats >= MAX_REPEATS:
+                if state.repeats >= MAX_REPEATS:
                     self.bench.report(
                         f"the sampler proposed {MAX_REPEATS} configs in a row that were "
-                        f"already measured: the {step.stage} stage looks exhausted"
+                        f"already measured: the {state.step.stage} stage looks exhausted"
                     )
-                if step.stage in (Stage.SAMPLING, Stage.EXPLORE):
+                if state.step.stage in (Stage.SAMPLING, Stage.EXPLORE):
                     return
-                policy.exhausted.add(step.stage)  # the next stage, not the end
-                repeats = 0
+                policy.exhausted.add(state.step.stage)  # the next stage, not the end
+                state.next_stage()
 
     def finish(self) -> None:
         """Confirm a leader still pending, then the answers side by side with the baseline."""
@@ -260,6 +216,75 @@ class Search:
             return
         confirm_pending(self.bench, baseline)
         side_by_side(self.bench, baseline)
+
+    # -- The candidates loop's parts -----------------------------------------------------------
+
+    def _policy(self) -> StagePolicy:
+        s = self.settings
+        return StagePolicy(
+            s.space, s.baseline, guided=s.guided, cpus=describe_device(s.baseline.device).cpu_count,
+            memory=self.state.memory, split_free=s.split_free,
+        )  # fmt: skip
+
+    def _trials_done(self, ledger: Ledger) -> bool:
+        """Whether the trial limit is reached, and no retry of a trial that died with its
+        process is waiting to run (each is retried once, beyond the limit)."""
+        n_trials = self.settings.n_trials
+        return (
+            n_trials is not None
+            and len(ledger.candidates) >= n_trials
+            and not storage.retry_waiting(self.bench.study)
+        )
+
+    def _checks(self, ledger: Ledger) -> bool | None:
+        """Whether the policy may plan candidates that change the numerics: True where the
+        guard is measured, False where checks were ruled out, None where not known yet (a
+        worker: whether the coordinator measured the guard). Checks that cannot settle at this
+        budget are ruled out here, and it is said once."""
+        state = self.state
+        if ledger.checks_hopeless and not state.no_checks:
+            state.drop_checks()
+            why = (
+                "its metric got worse as the baseline trained"
+                if ledger.guard is not None and ledger.guard.wrong_way
+                else "the baseline did not learn measurably in its accuracy budget"
+            )
+            self.bench.report(
+                f"accuracy guard: its checks cannot settle a change of the numerics at "
+                f"this budget ({why}): the rest of the budget goes to knobs that leave "
+                "the numerics alone"
+            )
+        if self.worker:  # the coordinator measures the baseline's accuracy, not a worker
+            return ledger.guard is not None
+        if state.no_checks:
+            return False
+        return True if ledger.guard else None
+
+    def _others_running(self) -> bool:
+        """Whether trials of other processes are running (a dead one's heartbeat goes stale)."""
+        return storage.running_elsewhere(self.bench.study)
+
+    def _guard_coming(self, ledger: Ledger) -> bool:
+        """Whether a worker should wait for the coordinator's accuracy guard (the space changes
+        the numerics, and the guard is not measured yet) rather than end."""
+        numerics = self.state.space.numerics_knobs(split_free=self.settings.split_free)
+        waited = self.state.waited
+        return self.worker and waited < GUARD_WAIT and ledger.guard is None and bool(numerics)
+
+    def _wait(self) -> None:
+        time.sleep(1.0)
+        self.state.wait(1.0)
+        self._reconcile()
+
+    def _enqueue(self, step: Step) -> None:
+        """Queue the step's configs; with none left waiting, its pinned knobs for the sampler
+        to complete."""
+        study = self.bench.study
+        label = {STAGE_ATTR: step.stage.value}
+        for params in step.enqueue:
+            study.enqueue_trial(params, user_attrs=label, skip_if_exists=True)
+        if step.pinned and not self.bench.waiting():
+            study.enqueue_trial(step.pinned, user_attrs=label)
 
     # -- Budget --------------------------------------------------------------------------------
 
@@ -276,30 +301,32 @@ class Search:
     def _reserve(self, ledger: Ledger) -> float:
         """Seconds kept back for work that is pending: confirming the leader that passed
         screening, and the side-by-side rounds of the answers so far."""
-        assert self.baseline is not None
-        reserve = side_by_side_seconds(ledger, self.baseline)
+        baseline = self.state.baseline
+        assert baseline is not None
+        reserve = side_by_side_seconds(ledger, baseline)
         leader = ledger.pending()
         if leader is not None:
             m = leader.record.measurement
-            reserve += self.baseline.confirm_seconds(m.throughput if m is not None else None)
+            reserve += baseline.confirm_seconds(m.throughput if m is not None else None)
         return reserve
 
     def _accuracy_check(self) -> None:
         """Measure the baseline's accuracy runs where the space changes the numerics and they
         fit the budget with a candidate's check after them; otherwise say that only the knobs
         that leave the numerics alone are searched."""
-        assert self.baseline is not None
-        if self.baseline.guard is not None or self.no_checks:
+        state = self.state
+        assert state.baseline is not None
+        if state.baseline.guard is not None or state.no_checks:
             return
-        if not self.space.numerics_knobs(split_free=self.settings.split_free):
-            self.no_checks = True
+        if not state.space.numerics_knobs(split_free=self.settings.split_free):
+            state.drop_checks()
             return
         ledger = self.ledger()
-        _, seconds, _ = accuracy_plan_seconds(self.bench, self.baseline)
+        _, seconds, _ = accuracy_plan_seconds(self.bench, state.baseline)
         # The baseline's runs, one candidate's run and its confirmation: about twice the former.
         need = 2 * seconds + self._reserve(ledger)
         if not self.bench.deadline.fits(need):
-            self.no_checks = True
+            state.drop_checks()
             timeout = self.settings.timeout or 0.0
             more = timeout + need - float(self.bench.deadline.left() or 0.0)
             self.bench.report(
@@ -308,8 +335,8 @@ class Search:
                 f"searched; a timeout of {more:.0f} s or more would allow them"
             )
             return
-        self.baseline = measure_baseline_accuracy(self.bench, self.baseline)
-        self.baseline = lengthen_until_learned(self.bench, self.baseline, self._reserve(ledger))
+        state.measured(measure_baseline_accuracy(self.bench, state.baseline))
+        state.measured(lengthen_until_learned(self.bench, state.baseline, self._reserve(ledger)))
 
     def _status(self) -> None:
         s = self.settings
@@ -318,13 +345,6 @@ class Search:
         )
 
     # -- Set-up --------------------------------------------------------------------------------
-
-    def _others_running(self) -> bool:
-        """Whether trials of other processes are running (a dead one's heartbeat goes stale)."""
-        return storage.running_elsewhere(self.bench.study)
-
-    def _retry_waiting(self) -> bool:
-        return storage.retry_waiting(self.bench.study)
 
     def _reconcile(self) -> None:
         stale = storage.reconcile_stale_trials(self.bench.study)
@@ -340,73 +360,56 @@ class Search:
         stored = storage.read_settings(self.bench.study)
         if stored is None or Baseline.of(self.ledger()) is None:
             return
-        # The stored baseline: where the one asked for did not fit, the split that was measured.
-        self.bench.settings = self.settings.replace(
-            budget=stored.budget, calibrate=False, baseline=stored.baseline
-        )
-        self.space = stored.space
-        self._apply_memory_limits()
+        self.state.resume(stored)
 
-    def _probe_memory(self) -> None:
-        """Find the largest batch that fits per precision and checkpointing (once per study),
-        within its share of the budget."""
-        study = self.bench.study
-        self.memory = storage.read_memory(study)
-        if self.memory is None:
-            s = self.settings
-            self.bench.report.trial("memory probe")
-            cuda = s.baseline.device.startswith("cuda")
-            self.memory = probe_memory(
-                self.bench.executor,
-                s.baseline,
-                self.space,
-                # On a GPU the trial worker reads it, its own CUDA context already made.
-                capacity=None if cuda else usable_memory(s.baseline.device),
-                report=self.bench.report,
-                # Each probe run ends by the search's deadline too (a loaded machine).
-                time_limit=self.bench.deadline.trial_limit(s.trial_timeout or PROBE_LIMIT),
-                seconds=None if s.timeout is None else PROBE_SHARE * s.timeout,
-                # On a GPU a step is fast and an out-of-memory error is clean: check the
-                # prediction. On a CPU the process's memory already shows what fits.
-                verify=cuda,
+    def _measure_baseline(self) -> None:
+        """A new study's first runs: a baseline batch the memory probe says cannot fit split
+        (with the global batch kept), the calibration, then the baseline's throughput; a
+        resumed study's baseline is read back. Where the baseline asked for did not fit, the
+        split that was measured is the search's baseline, and the space's notes say so."""
+        state = self.state
+        asked = self.settings.baseline
+        if Baseline.of(self.ledger()) is None:
+            state.split_baseline(split_to_fit(self.bench, state.space, state.memory))
+            if self.settings.calibrate:
+                calibration = calibrate(self.bench, state.space)
+                state.split_baseline(calibration.baseline)
+                state.calibrated(calibration.budget, calibration.space)
+        baseline = measure_baseline(self.bench, state.space)
+        state.measured(baseline)
+        split = baseline.record.config
+        if split != asked:
+            state.split_baseline(split)
+            state.note(
+                f"baseline: batch {asked.batch_size} x {asked.gradient_accumulation_steps} "
+                f"does not fit in memory; measured as {split.batch_size} x "
+                f"{split.gradient_accumulation_steps}, the same global batch"
             )
-            if self.memory is not None:
-                storage.write_memory(study, self.memory)
-        self._apply_memory_limits()
-
-    def _apply_memory_limits(self) -> None:
-        """Batch sizes that cannot fit leave the space; the largest that fits between two
-        listed sizes joins it (a batch of 100 where 128 does not fit, rather than 64)."""
-        knob = self.space.knobs.get("batch_size")
-        if self.memory is None or not self.memory.limits or not isinstance(knob, Choice):
-            return
-        top = max(self.memory.limits.values())
-        keep = self.settings.baseline.batch_size
-        kept = [v for v in knob.values if int(v) <= top or v == keep]  # type: ignore[arg-type]
-        if self.space.global_batch_size is None:
-            kept += sorted({b for b in self.memory.limits.values() if b > 0} - set(kept))
-        if tuple(kept) != knob.values:
-            self.space = self.space.with_choice("batch_size", tuple(kept))
-
-    def _split_baseline_to_fit(self) -> None:
-        """With the global batch kept: a baseline batch the memory probe says cannot fit is
-        split into smaller micro-batches until it can, before anything runs."""
-        cfg = self.settings.baseline
-        while self.memory is not None and not self.memory.allows(cfg):
-            split = smaller_split(self.space, cfg)
-            if split is None:
-                return
-            self.bench.report(
-                f"baseline: batch {cfg.batch_size} does not fit in memory (the memory probe); "
-                f"splitting the global batch of {cfg.global_batch_size} into {split.batch_size}"
-                f" x {split.gradient_accumulation_steps}"
-            )
-            cfg = split
-            self.bench.settings = self.settings.replace(baseline=cfg)
 
 
-def _guard_coming(search: Search, ledger: Ledger, waited: float) -> bool:
-    """Whether a worker should wait for the coordinator's accuracy guard (the space changes the
-    numerics, and the guard is not measured yet) rather than end."""
-    numerics = search.space.numerics_knobs(split_free=search.settings.split_free)
-    return search.worker and waited < GUARD_WAIT and ledger.guard is None and bool(numerics)
+def _memory_limits(bench: Bench) -> MemoryLimits | None:
+    """The largest batch that fits per precision and checkpointing: the study's, or probed
+    (and stored) within the probe's share of the budget."""
+    study, s = bench.study, bench.settings
+    memory = storage.read_memory(study)
+    if memory is not None:
+        return memory
+    bench.report.trial("memory probe")
+    cuda = s.baseline.device.startswith("cuda")
+    memory = probe_memory(
+        bench.executor,
+        s.baseline,
+        s.space,
+        # On a GPU the trial worker reads it, its own CUDA context already made.
+        capacity=None if cuda else usable_memory(s.baseline.device),
+        report=bench.report,
+        # Each probe run ends by the search's deadline too (a loaded machine).
+        time_limit=bench.deadline.trial_limit(s.trial_timeout or PROBE_LIMIT),
+        seconds=None if s.timeout is None else PROBE_SHARE * s.timeout,
+        # On a GPU a step is fast and an out-of-memory error is clean: check the
+        # prediction. On a CPU the process's memory already shows what fits.
+        verify=cuda,
+    )
+    if memory is not None:
+        storage.write_memory(study, memory)
+    return memory

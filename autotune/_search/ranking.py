@@ -1,13 +1,15 @@
 """Ranking, as pure functions: a trial's time is the median of its measurements, its noise their
-range, and between configs whose difference is within that noise the simpler one wins."""
+range, between configs whose difference is within that noise the simpler one wins, and a trial
+without a projected time ranks last."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["MAX_NOISE", "TIE", "best", "median_time", "relative_noise"]
+__all__ = ["MAX_NOISE", "TIE", "best", "median_time", "rank_time", "relative_noise"]
 
 TIE = 0.03  # relative difference below which two configs count as equally fast (at least)
 MAX_NOISE = 0.25  # a wild outlier must not make every config "equal"
@@ -18,6 +20,12 @@ T = TypeVar("T")
 def median_time(times: Sequence[float]) -> float:
     """A trial's projected time as ranked: the median of its measurement and re-measurements."""
     return float(statistics.median(times))
+
+
+def rank_time(projected: float | None) -> float:
+    """A projected time as ranked: a missing one (the trial failed, or was not measured)
+    ranks last, never first."""
+    return math.inf if projected is None else float(projected)
 
 
 def relative_noise(times: Sequence[float]) -> float:

@@ -14,6 +14,7 @@ from typing import Any
 from autotune._config import TrainingConfig
 from autotune._space import SearchSpace, parse_space
 from autotune._task import TaskRefs
+from autotune._trial.measure import Measurement
 from autotune._trial.runner import Budget
 
 __all__ = ["SearchSettings", "differences"]
@@ -65,6 +66,11 @@ class SearchSettings:
     @property
     def planned_samples(self) -> int:
         return round(self.planned_epochs * self.n_train)
+
+    def projected_time(self, measurement: Measurement) -> float:
+        """Seconds the planned run would take at ``measurement``'s speed, one-time costs
+        included: the time every config is ranked by."""
+        return measurement.projected_time(self.planned_samples, self.planned_epochs)
 
     @property
     def validation_batch_size(self) -> int:

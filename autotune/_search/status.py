@@ -4,6 +4,7 @@ search's status for a live display."""
 from __future__ import annotations
 
 from autotune._progress import Status
+from autotune._search import figures
 from autotune._search.ledger import Entry, Ledger
 
 __all__ = ["search_status", "trial_line"]
@@ -34,19 +35,14 @@ def trial_line(
 
 def _verdict(ledger: Ledger, entry: Entry) -> str:
     """What its accuracy check says so far."""
-    if ledger.safe(entry) or entry.record.metric is None:
-        return ""
-    confirmation = ledger.confirmation(entry)
-    if confirmation is not None:
-        return f" ({confirmation.verdict.value})"
-    return " (passed screening)" if ledger.screened(entry) else " (outside tolerance)"
+    verdict = figures.accuracy_verdict(ledger.confirmation(entry), ledger.screened(entry))
+    return "" if verdict is None else f" ({verdict})"
 
 
 def _speedup(ledger: Ledger, entry: Entry) -> str:
     base = ledger.baseline
     base_time = ledger.projected(base) if base is not None else None
-    projected = ledger.projected(entry)
-    return f"{base_time / projected:.2f}x" if base_time and projected else "n/a"
+    return figures.format_speedup(figures.speedup(base_time, ledger.projected(entry)))
 
 
 def _best(ledger: Ledger) -> str:
