@@ -13,14 +13,13 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune._device import resolve_device
-from autotune._display import reporter
 from autotune._options import TOLERANCE, SearchOptions, as_options
 from autotune._result.result import SearchResult
-from autotune._run import baseline_config, check_limits, keeps_callers_rng, run_search
+from autotune._run import baseline_config, check_limits, keeps_callers_rng, search
 from autotune._space import SearchSpace
 from autotune._task import MetricFn, Task, as_task, check_model
 from autotune._trial.data import DataModuleLike
-from autotune._trial.workload import prepare_workload
+from autotune._trial.workload import SearchStart, prepare_workload
 
 __all__ = ["find_best"]
 
@@ -73,8 +72,8 @@ def find_best(
     check_limits(tolerance, timeout)
     device_str = resolve_device(device)
     baseline = baseline_config(options.baseline, device_str)
-    report = reporter(progress, live=True)
-    try:
+
+    def prepare() -> SearchStart:
         prepared = prepare_workload(
             model,
             dataset,
@@ -84,18 +83,12 @@ def find_best(
             seed=options.seed,
             eval_batch_size=baseline.batch_size,  # every candidate validates in the same batches
         )
-        return run_search(
-            prepared,
-            baseline,
-            space=space,
-            tolerance=tolerance,
-            timeout=timeout,
-            options=options,
-            report=report,
-            started=started,
-        )
-    finally:
-        report.close()  # a live display stops; its lines stay
+        return SearchStart(prepared, baseline)
+
+    return search(
+        prepare, space=space, tolerance=tolerance, timeout=timeout, options=options,
+        progress=progress, started=started,
+    )  # fmt: skip
 
 
 def _refuse_lightning_module(model: nn.Module) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -24,7 +25,7 @@ from autotune import _refs
 from autotune._device import environment, resolve_device
 from autotune._display import console_progress, print_summary
 from autotune._errors import AutotuneError
-from autotune._options import PLANNED_EPOCHS, TIMEOUT, TOLERANCE, VERIFY_ROUNDS, SearchOptions
+from autotune._options import PLANNED_EPOCHS, TIMEOUT, TOLERANCE, VERIFY_ROUNDS
 from autotune._progress import Lines, Progress
 from autotune._search.distributed import (
     cpu_shares,
@@ -47,11 +48,6 @@ __all__ = ["main"]
 
 EXIT_USAGE = 2
 DEFAULT_STORAGE = "sqlite:///autotune.db"
-
-
-def _default(option: str) -> Any:
-    """The library's default of a search option: the CLI states none of its own."""
-    return SearchOptions.default(option)
 
 
 class CLIError(Exception):
@@ -167,8 +163,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         progress.close()
 
 
-# What a search runs, given its options and where its progress goes.
-Run = Callable[[autotune.SearchOptions, Progress], autotune.SearchResult]
+# find_best or tune with what the command line named, given the keywords they share
+# (tolerance, timeout, space, progress, options).
+Run = Callable[..., autotune.SearchResult]
 
 
 def _model_search(args: argparse.Namespace) -> Run:
@@ -188,22 +185,9 @@ def _model_search(args: argparse.Namespace) -> Run:
         args.device = "cuda:0"
     model, train, val = _model_and_data(args)
     task = _task(args)
-
-    def run(options: autotune.SearchOptions, progress: Progress) -> autotune.SearchResult:
-        return autotune.find_best(
-            model,
-            train,
-            val_dataset=val,
-            task=task,
-            tolerance=args.tolerance,
-            timeout=args.timeout,
-            space=args.space,
-            device=args.device,
-            progress=progress,
-            options=options,
-        )
-
-    return run
+    return functools.partial(
+        autotune.find_best, model, train, val_dataset=val, task=task, device=args.device
+    )
 
 
 def _trainer_search(args: argparse.Namespace) -> Run:
@@ -228,21 +212,12 @@ def _trainer_search(args: argparse.Namespace) -> Run:
             "device and training step (--metric names a metric its evaluation logs)."
         )
     made = _call_factory(load_factory(args.trainer, "--trainer"), args.trainer, "--trainer")
-    arguments = _trainer_arguments(made, args.trainer)
-
-    def run(options: autotune.SearchOptions, progress: Progress) -> autotune.SearchResult:
-        return autotune.tune(
-            **arguments,
-            metric=None if args.metric == AUTO else args.metric,
-            higher_is_better=False if args.higher_is_better else None,
-            tolerance=args.tolerance,
-            timeout=args.timeout,
-            space=args.space,
-            progress=progress,
-            options=options,
-        )
-
-    return run
+    return functools.partial(
+        autotune.tune,
+        **_trainer_arguments(made, args.trainer),
+        metric=None if args.metric == AUTO else args.metric,
+        higher_is_better=False if args.higher_is_better else None,
+    )
 
 
 def _trainer_arguments(made: Any, spec: str) -> dict[str, Any]:
@@ -304,7 +279,13 @@ def _search(
         )
     try:
         with pinned:
-            result = run(_options(args, storage=storage, study=study, launcher=launcher), progress)
+            result = run(
+                tolerance=args.tolerance,
+                timeout=args.timeout,
+                space=args.space,
+                progress=progress,
+                options=_options(args, storage=storage, study=study, launcher=launcher),
+            )
     except KeyboardInterrupt:
         print(
             "Interrupted before the baseline was measured: nothing to write. Run the same "
@@ -329,19 +310,9 @@ def _search(
 def _options(
     args: argparse.Namespace, *, storage: str, study: str, launcher: Any = None
 ) -> autotune.SearchOptions:
-    """The search's options from the command line (the rest keep their defaults)."""
-    return autotune.SearchOptions(
-        n_trials=args.trials,
-        planned_epochs=args.planned_epochs,
-        storage=storage,
-        study_name=study,
-        seed=args.seed,
-        accuracy_samples=args.accuracy_samples,
-        isolation=args.isolation,
-        trial_timeout=args.trial_timeout,
-        launcher=launcher,
-        keep_global_batch=args.keep_global_batch,
-    )
+    """The search's options: those given as flags, the storage, the study, the launcher."""
+    given = {f.name: getattr(args, f.name) for f in autotune.SearchOptions.command_line()}
+    return autotune.SearchOptions(**given, storage=storage, study_name=study, launcher=launcher)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -528,41 +499,16 @@ def _search_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     s.add_argument("--timeout", type=float, default=None, help=f"seconds (default {TIMEOUT:g})")
     s.add_argument(
-        "--trials", type=int, default=_default("n_trials"), help="candidate trials in the study"
-    )
-    s.add_argument(
         "--tolerance", type=float, default=TOLERANCE, help=f"allowed metric drop ({TOLERANCE:g})"
     )
     s.add_argument("--space", default="default", help="built-in space name or a space file")
     s.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: best available)")
     s.add_argument("--storage", default=None, help=f"Optuna storage URL ({DEFAULT_STORAGE})")
     s.add_argument("--study", default=None, help="study name (default: derived from the command)")
-    s.add_argument("--seed", type=int, default=_default("seed"))
-    s.add_argument(
-        "--planned-epochs",
-        type=float,
-        default=_default("planned_epochs"),
-        help=f"length of the real training run, for ranking ({PLANNED_EPOCHS:g} epochs; with "
-        "--trainer: its max_epochs / num_train_epochs)",
-    )
-    s.add_argument(
-        "--accuracy-samples",
-        type=int,
-        default=_default("accuracy_samples"),
-        help="samples per accuracy-check run (default: from the time budget)",
-    )
-    s.add_argument(
-        "--isolation",
-        default=_default("isolation"),
-        choices=ISOLATION_MODES,
-        help="run trials in a worker process (auto: wherever the model and data allow)",
-    )
-    s.add_argument(
-        "--trial-timeout",
-        type=float,
-        default=_default("trial_timeout"),
-        help="seconds before a trial is stopped (default: 5x the baseline's trial)",
-    )
+    for f in autotune.SearchOptions.command_line():
+        meta = f.metadata
+        s.add_argument(meta["cli"], dest=f.name, default=f.default, help=meta["help"],
+                       **meta["argparse"])  # fmt: skip
     s.add_argument(
         "--workers",
         type=int,
@@ -570,13 +516,6 @@ def _search_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="worker processes sharing the study (on a CPU they split the cores)",
     )
     s.add_argument("--devices", default=None, help="GPU indices, one worker each: 0,1,2,3")
-    s.add_argument(
-        "--keep-global-batch",
-        action="store_true",
-        default=_default("keep_global_batch"),
-        help="candidates keep the baseline's global batch (batch size x accumulation steps) "
-        "and only split it differently: no accuracy runs (except with batch norm)",
-    )
     s.add_argument("--out", required=True, help="where to write the result JSON")
     s.add_argument("--quiet", action="store_true", help="no progress display or lines")
     _hook_arguments(s)

@@ -17,6 +17,7 @@ import optuna
 
 from autotune._checks import check_choice, check_flag, check_int, check_number
 from autotune._config import TrainingConfig
+from autotune._errors import ArgumentError
 from autotune._trial.isolation import ISOLATION_MODES
 from autotune._trial.runner import Budget
 
@@ -33,6 +34,12 @@ TOLERANCE = 0.01  # the metric's allowed drop, in its own units (0.01: one point
 TIMEOUT = 600.0  # seconds a search runs when neither a timeout nor a trial count is given
 VERIFY_ROUNDS = 6  # alternating rounds of `verify`
 PLANNED_EPOCHS = 10.0  # the real run's length where neither you nor your trainer says
+
+
+def _cli(default: Any, option: str, help: str, **argparse: Any) -> Any:
+    """An option the command line takes too: its flag, help and argparse settings."""
+    meta = {"cli": option, "help": help, "argparse": argparse}
+    return dataclasses.field(default=default, metadata=meta)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -53,7 +60,8 @@ class SearchOptions:
     - ``accuracy_samples``, ``accuracy_repeats``: samples per accuracy run (None: planned from
       the time budget) and the baseline's data-order seeds.
     - ``budget``: the throughput measurement of every trial (None: calibrated from the
-      baseline's speed).
+      baseline's speed, to time ``timed_seconds``: by default 1% of the timeout, within 1 to
+      10 s, or 3 s without a timeout).
     - ``sampler``: an Optuna sampler in place of the default multivariate TPE (the accuracy
       guard and failures reach any sampler as Optuna constraints).
     - ``isolation``: ``"auto"`` runs trials in a worker process wherever the model and data can
@@ -68,22 +76,56 @@ class SearchOptions:
       accumulation steps), split differently, so need no accuracy runs (except with batch norm).
     """
 
-    n_trials: int | None = None
-    planned_epochs: float | None = None
+    n_trials: int | None = _cli(None, "--trials", "candidate trials in the study", type=int)
+    planned_epochs: float | None = _cli(
+        None,
+        "--planned-epochs",
+        f"length of the real training run, for ranking ({PLANNED_EPOCHS:g} epochs; with "
+        "--trainer: its max_epochs / num_train_epochs)",
+        type=float,
+    )
     baseline: TrainingConfig | Mapping[str, Any] | None = None
     storage: str | optuna.storages.BaseStorage | None = None
     study_name: str | None = None
-    seed: int = 0
+    seed: int = _cli(0, "--seed", "the sampler's and the validation split's seed", type=int)
     val_fraction: float = 0.1
-    accuracy_samples: int | None = None
+    accuracy_samples: int | None = _cli(
+        None,
+        "--accuracy-samples",
+        "samples per accuracy-check run (default: from the time budget)",
+        type=int,
+    )
     accuracy_repeats: int = 3
     budget: Budget | None = None
+    timed_seconds: float | None = _cli(
+        None,
+        "--timed-seconds",
+        "seconds of steady-state steps each measurement times (default: 1%% of the timeout, "
+        "1-10 s; 3 s without one)",
+        type=float,
+    )
     sampler: optuna.samplers.BaseSampler | None = None
-    isolation: str = "auto"
-    trial_timeout: float | None = None
+    isolation: str = _cli(
+        "auto",
+        "--isolation",
+        "run trials in a worker process (auto: wherever the model and data allow)",
+        choices=ISOLATION_MODES,
+    )
+    trial_timeout: float | None = _cli(
+        None,
+        "--trial-timeout",
+        "seconds before a trial is stopped (default: 5x the baseline's trial)",
+        type=float,
+    )
     launcher: Callable[[optuna.Study], None] | None = None
     guided: bool = True
-    keep_global_batch: bool = False
+    keep_global_batch: bool = _cli(
+        False,
+        "--keep-global-batch",
+        "candidates keep the baseline's global batch (batch size x accumulation steps) and "
+        "only split it differently: no accuracy runs (except with batch norm)",
+        action="store_true",
+    )
 
     def __post_init__(self) -> None:
         check_int("n_trials", self.n_trials, rule=">= 1", ok=lambda v: v >= 1, optional=True)
@@ -104,6 +146,15 @@ class SearchOptions:
             "trial_timeout", self.trial_timeout, rule="> 0 seconds or None",
             ok=lambda v: v > 0, optional=True,
         )  # fmt: skip
+        check_number(
+            "timed_seconds", self.timed_seconds, rule="> 0 seconds or None",
+            ok=lambda v: v > 0, optional=True,
+        )  # fmt: skip
+        if self.budget is not None and self.timed_seconds is not None:
+            raise ArgumentError(
+                "`budget` fixes every measurement and `timed_seconds` calibrates them: give "
+                "one of the two."
+            )
         if self.budget is not None and not isinstance(self.budget, Budget):
             raise TypeError(
                 f"`budget` must be an autotune.Budget or None, but got {self.budget!r}."
@@ -115,12 +166,10 @@ class SearchOptions:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def default(cls, name: str) -> Any:
-        """The default of the option ``name`` (what the CLI shows and passes when not given)."""
-        for f in dataclasses.fields(cls):
-            if f.name == name:
-                return f.default
-        raise KeyError(name)
+    def command_line(cls) -> tuple[dataclasses.Field[Any], ...]:
+        """The options ``autotune search`` takes as flags (their metadata: flag, help, and
+        argparse settings; the default is the field's)."""
+        return tuple(f for f in dataclasses.fields(cls) if "cli" in f.metadata)
 
 
 def as_options(options: SearchOptions | None) -> SearchOptions:

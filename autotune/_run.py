@@ -24,6 +24,7 @@ from autotune import _knobs
 from autotune._checks import check_number
 from autotune._config import TrainingConfig
 from autotune._device import describe_device, environment
+from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
 from autotune._options import PLANNED_EPOCHS, TIMEOUT, SearchOptions
 from autotune._progress import Progress
@@ -38,7 +39,7 @@ from autotune._trial import apply
 from autotune._trial.isolation import make_executor, worker_env
 from autotune._trial.runner import Budget, preserved_rng
 from autotune._trial.task import on_accelerator
-from autotune._trial.workload import Prepared, Workload
+from autotune._trial.workload import Prepared, SearchStart, Workload
 
 __all__ = [
     "baseline_config",
@@ -47,6 +48,7 @@ __all__ = [
     "keeps_callers_rng",
     "restrict_space",
     "run_search",
+    "search",
     "start_method",
 ]
 
@@ -71,6 +73,37 @@ def check_limits(tolerance: Any, timeout: Any) -> None:
     """The two limits every search takes as keywords."""
     check_number("tolerance", tolerance, rule=">= 0", ok=lambda v: v >= 0)
     check_number("timeout", timeout, rule="> 0 seconds", ok=lambda v: v > 0, optional=True)
+
+
+def search(
+    prepare: Callable[[], SearchStart],
+    *,
+    space: str | SearchSpace | Mapping[str, Any],
+    tolerance: float,
+    timeout: float | None,
+    options: SearchOptions,
+    progress: bool | Callable[[str], None],
+    started: float,
+) -> SearchResult:
+    """A search from what ``prepare`` reads and checks (while the progress display is up):
+    space, study, executor, then the loop."""
+    report = reporter(progress, live=True)
+    try:
+        start = prepare()
+        if options.planned_epochs is None and start.planned_epochs is not None:
+            options = options.replace(planned_epochs=start.planned_epochs)
+        return run_search(
+            start.prepared,
+            start.baseline,
+            space=space,
+            tolerance=tolerance,
+            timeout=timeout,
+            options=options,
+            report=report,
+            started=started,
+        )
+    finally:
+        report.close()  # a live display stops; its lines stay
 
 
 def run_search(
@@ -129,6 +162,7 @@ def run_search(
         eval_batch_size=workload.eval_batch_size,
         environment=env,
         trainer=workload.trainer_kind,
+        timed_seconds=options.timed_seconds,
     )
     search = Search(
         study=study,

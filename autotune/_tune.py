@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from autotune._display import reporter
 from autotune._errors import ArgumentError
 from autotune._options import TOLERANCE, SearchOptions, as_options
 from autotune._result.result import SearchResult
-from autotune._run import check_limits, keeps_callers_rng, run_search
+from autotune._run import check_limits, keeps_callers_rng, search
 from autotune._space import SearchSpace
+from autotune._trial.workload import SearchStart
 
 __all__ = ["trainer_kind", "tune"]
 
@@ -94,47 +94,37 @@ def tune(
             "own settings."
         )
     kind = trainer_kind(trainer)
-    report = reporter(progress, live=True)
-    try:
+    if kind is None:
+        raise TypeError(
+            f"`trainer` must be a lightning.pytorch.Trainer or a transformers.Trainer, but "
+            f"got {type(trainer).__name__}. For a model and datasets, use "
+            "autotune.find_best(model, dataset)."
+        )
+    given = {"model": model, "datamodule": datamodule, "train_dataloaders": train_dataloaders,
+             "val_dataloaders": val_dataloaders}  # fmt: skip
+
+    def prepare() -> SearchStart:
         if kind == "lightning":
             from autotune._trial.lightning_setup import prepare_lightning
 
-            setup: Any = prepare_lightning(
+            return prepare_lightning(
                 trainer, model, datamodule=datamodule, train_dataloaders=train_dataloaders,
                 val_dataloaders=val_dataloaders, metric=metric,
                 higher_is_better=higher_is_better, seed=options.seed,
             )  # fmt: skip
-        elif kind == "transformers":
-            given = {"model": model, "datamodule": datamodule, "train_dataloaders":
-                     train_dataloaders, "val_dataloaders": val_dataloaders}  # fmt: skip
-            extra = [name for name, value in given.items() if value is not None]
-            if extra:
-                raise ArgumentError(
-                    f"A Hugging Face Trainer holds its model and data: leave out "
-                    f"{', '.join(extra)} (tune(trainer, metric=...))."
-                )
-            from autotune._trial.hf_setup import prepare_hf
+        extra = [name for name, value in given.items() if value is not None]
+        if extra:
+            raise ArgumentError(
+                f"A Hugging Face Trainer holds its model and data: leave out "
+                f"{', '.join(extra)} (tune(trainer, metric=...))."
+            )
+        from autotune._trial.hf_setup import prepare_hf
 
-            setup = prepare_hf(
-                trainer, metric=metric, higher_is_better=higher_is_better, seed=options.seed
-            )
-        else:
-            raise TypeError(
-                f"`trainer` must be a lightning.pytorch.Trainer or a transformers.Trainer, but "
-                f"got {type(trainer).__name__}. For a model and datasets, use "
-                "autotune.find_best(model, dataset)."
-            )
-        if options.planned_epochs is None:
-            options = options.replace(planned_epochs=setup.planned_epochs)
-        return run_search(
-            setup.prepared,
-            setup.baseline,
-            space=space,
-            tolerance=tolerance,
-            timeout=timeout,
-            options=options,
-            report=report,
-            started=started,
+        return prepare_hf(
+            trainer, metric=metric, higher_is_better=higher_is_better, seed=options.seed
         )
-    finally:
-        report.close()
+
+    return search(
+        prepare, space=space, tolerance=tolerance, timeout=timeout, options=options,
+        progress=progress, started=started,
+    )  # fmt: skip

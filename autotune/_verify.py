@@ -282,6 +282,14 @@ def _load(result: SearchResult | Mapping[str, Any] | str | os.PathLike[str]) -> 
             "`result` is not an autotune result: it needs `config` and `baseline` (as "
             "result.save() writes them). A bare config has no baseline to compare against."
         )
+    trainer = (data.get("trainer") or {}).get("kind")
+    if trainer:
+        raise ArgumentError(
+            f"This result was measured through your {trainer} trainer (autotune.tune): verify "
+            "re-measures with autotune's own loop, which is not what that search measured. "
+            "Run tune again on the same study (it resumes and measures its answer side by "
+            "side), or time your trainer with result.trainer_settings() applied."
+        )
     return data
 
 

@@ -52,6 +52,7 @@ from autotune._trial.workload import Workload
 
 sys.path.insert(0, str(Path(__file__).parent))
 from realworld import workload_for
+
 from speedup import code_version, write_section
 
 WORKLOAD_NAMES = ("cnn", "bert", "resnet", "gpt2")

@@ -76,7 +76,8 @@ def test_a_search_takes_a_data_module_factory_from_the_cli(tmp_path, capsys) -> 
         [
             "search", "--model", "autotune.examples:hf_model",
             "--data", f"{EXAMPLE}:token_datamodule",
-            "--space", "quick", "--trials", "1", "--accuracy-samples", "128",
+            "--space", "quick", "--timed-seconds", "0.5", "--trials", "1",
+            "--accuracy-samples", "128",
             "--storage", f"sqlite:///{tmp_path / 'dm.db'}", "--out", str(out),
         ]
     )  # fmt: skip

@@ -22,7 +22,8 @@ def _search(tmp_path: Path) -> list[str]:
     return [
         sys.executable, "-m", "autotune", "search",
         "--model", "autotune.examples:tiny_model", "--data", "autotune.examples:tiny_data",
-        "--space", "quick", "--trials", "2", "--accuracy-samples", "256",
+        "--space", "quick", "--timed-seconds", "0.5", "--trials", "2",
+        "--accuracy-samples", "256",
         "--storage", f"sqlite:///{tmp_path / 'a.db'}", "--out", str(tmp_path / "best.json"),
     ]  # fmt: skip
 

@@ -39,7 +39,8 @@ def _search(storage: str, study: str, out: Path, *args: str) -> list[str]:
     return [
         sys.executable, "-m", "autotune", "search",
         "--model", "autotune.examples:tiny_model", "--data", "autotune.examples:tiny_data",
-        "--space", "quick", "--accuracy-samples", "2048", "--storage", storage,
+        "--space", "quick", "--timed-seconds", "0.5", "--accuracy-samples", "2048",
+        "--storage", storage,
         "--study", study, "--out", str(out), *args,
     ]  # fmt: skip
 

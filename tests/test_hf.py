@@ -88,7 +88,8 @@ def test_a_sequence_classifier_is_tuned_from_the_cli_with_model_data_and_collate
             "--model", "autotune.examples:hf_model",
             "--data", "autotune.examples:hf_data",
             "--collate", "autotune.examples:hf_collate",
-            "--space", "quick", "--trials", "1", "--accuracy-samples", "128",
+            "--space", "quick", "--timed-seconds", "0.5", "--trials", "1",
+            "--accuracy-samples", "128",
             "--storage", f"sqlite:///{tmp_path / 'hf.db'}", "--out", str(out),
         ]
     )  # fmt: skip

@@ -22,6 +22,7 @@ from autotune._device import describe_device
 from autotune._result.summary import render_summary
 from autotune._search import baseline as baseline_module
 from autotune._search.guard import AccuracyPlan
+from autotune._search.storage import read_settings
 from autotune._trial.failures import FailureReason
 from autotune._trial.runner import run_trial
 from autotune._trial.task import make_task
@@ -659,3 +660,20 @@ def test_a_model_that_cannot_be_compiled_fails_that_trial_only(
     assert failed[0].failure == "error" and "CompilationError (faked)" in failed[0].message
     assert result.config.compile_mode.value == "none"
     assert result.failures == {"error": 1}
+
+
+def test_timed_seconds_sets_how_long_each_measurement_times(tmp_path) -> None:
+    """The calibrated budget times about timed_seconds of the baseline's steps (a CLI test
+    uses it to measure in half a second what a search without a timeout measures in 3 s)."""
+    storage = f"sqlite:///{tmp_path / 't.db'}"
+    result = find(
+        tiny_model(), tiny_data(), n_trials=1, space="quick", device="cpu", isolation="none",
+        accuracy_samples=256, timed_seconds=0.25, storage=storage, study_name="t",
+    )  # fmt: skip
+    settings = read_settings(optuna.load_study(study_name="t", storage=storage))
+    assert settings is not None and settings.timed_seconds == 0.25
+    throughput = result.baseline_metrics["throughput"]
+    seconds = settings.budget.timed_samples / throughput
+    assert 0.05 < seconds < 1.25  # ~0.25 s at the calibrated speed, noise allowed
+    with pytest.raises(ValueError, match=r"`budget` fixes every measurement"):
+        autotune.SearchOptions(budget=FAST_BUDGET, timed_seconds=1.0)

@@ -267,7 +267,7 @@ def test_the_cli_tunes_a_trainer_from_a_factory(tmp_path: Path) -> None:
             "--trainer", "lightning_tasks:make_lightning",
             "--metric", "val_acc", "--trials", "1", "--space", str(_space(tmp_path)),
             "--storage", f"sqlite:///{tmp_path / 'cli.db'}", "--out", str(out), "--quiet",
-            "--isolation", "none", "--accuracy-samples", "256",
+            "--isolation", "none", "--accuracy-samples", "256", "--timed-seconds", "0.5",
         ],
         capture_output=True, text=True, timeout=600,
         env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parent)},

@@ -88,7 +88,7 @@ def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_pat
             sys.executable, "-m", "autotune", "search",
             "--model", "autotune.examples:tiny_model", "--data", "autotune.examples:tiny_data",
             "--metric", "loss", "--loss", "steady:offset_loss",
-            "--workers", "2", "--trials", "4", "--space", str(space),
+            "--workers", "2", "--trials", "4", "--timed-seconds", "0.5", "--space", str(space),
             "--accuracy-samples", "512", "--storage", url, "--study", "loss", "--out", str(out),
         ],
         env={**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])},

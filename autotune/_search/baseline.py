@@ -182,7 +182,9 @@ def calibrate(bench: Bench, space: SearchSpace) -> Calibration:
         0.0, outcome.seconds - (m.warmup_steps + m.timed_steps) * m.batch_size / m.throughput
     )
     seconds = UNTIMED_TARGET
-    if s.timeout is not None:
+    if s.timed_seconds is not None:
+        seconds = s.timed_seconds
+    elif s.timeout is not None:
         seconds = min(MAX_TIMED, max(MIN_TIMED, TIMED_SHARE * s.timeout))
     budget = dataclasses.replace(
         s.budget,

@@ -62,6 +62,8 @@ class SearchSettings:
     # The kind of the user's trainer whose loop ran the trials ("lightning", "transformers");
     # None: autotune's own loop over the task's hooks.
     trainer: str | None = None
+    # Seconds each measurement times, as the user asked (None: from the timeout).
+    timed_seconds: float | None = None
 
     @property
     def planned_samples(self) -> int:

@@ -24,7 +24,7 @@ from autotune._trial.trainer_metric import choose_direction
 from autotune._trial.workload import (
     MAX_VAL_ITEMS,
     Prepared,
-    TrainerSetUp,
+    SearchStart,
     Workload,
     longest_items,
 )
@@ -47,7 +47,7 @@ _OWN_CALLBACKS = ("DefaultFlowCallback", "ProgressCallback", "PrinterCallback")
 
 def prepare_hf(
     trainer: Any, *, metric: str | None, higher_is_better: bool | None, seed: int = 0
-) -> TrainerSetUp:
+) -> SearchStart:
     """Read and check everything a Hugging Face search needs, before any trial runs."""
     args: TrainingArguments = trainer.args
     if getattr(trainer, "optimizer", None) is not None:
@@ -109,7 +109,7 @@ def prepare_hf(
         workload=workload, stratified=False, refs=refs, metric=choice,
         note=f"trainer: every trial runs your {type(trainer).__name__}'s own training loop",
     )  # fmt: skip
-    return TrainerSetUp(prepared, _baseline(args, loop), _planned_epochs(args, len(train)))
+    return SearchStart(prepared, _baseline(args, loop), _planned_epochs(args, len(train)))
 
 
 def _metric_name(name: str) -> str:

@@ -20,6 +20,7 @@ error that poisons the process ends the search with a :class:`~autotune.DeviceEr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import multiprocessing.connection
 import os
@@ -95,16 +96,15 @@ class TrialExecutor(Protocol):
 def unpicklable_parts(workload: Workload) -> list[str]:
     """Names of the workload's parts that cannot be pickled (so cannot reach a worker)."""
     task = workload.task
-    parts = {
+    parts: dict[str, Any] = {
         "model": workload.model,
         "dataset": workload.train,
         "val_dataset": workload.val,
-        "forward": task.forward,
-        "loss_fn": task.loss_fn,
-        "metric": task.metric_fn,
-        "collate_fn": task.collate_fn,
         "optimizer": workload.optimizer,
+        "trainer": workload.loop,
     }
+    # The task's functions, by the names of their fields (metric_fn: your metric function).
+    parts |= {f.name: getattr(task, f.name) for f in dataclasses.fields(task)}
     bad = []
     for name, value in parts.items():
         try:

@@ -27,7 +27,7 @@ from autotune._trial.trainer_metric import choose_direction
 from autotune._trial.workload import (
     MAX_VAL_ITEMS,
     Prepared,
-    TrainerSetUp,
+    SearchStart,
     Workload,
     longest_items,
 )
@@ -53,7 +53,7 @@ def prepare_lightning(
     metric: str | None = None,
     higher_is_better: bool | None = None,
     seed: int = 0,
-) -> TrainerSetUp:
+) -> SearchStart:
     """Read and check everything a Lightning search needs, before any trial runs."""
     if not isinstance(module, pl.LightningModule):
         raise TypeError(
@@ -127,7 +127,7 @@ def prepare_lightning(
     prepared = Prepared(
         workload=workload, stratified=False, refs=refs, metric=choice, note="; ".join(notes) or None
     )
-    return TrainerSetUp(prepared, baseline, _planned_epochs(trainer, train))
+    return SearchStart(prepared, baseline, _planned_epochs(trainer, train))
 
 
 # -- The data ------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from autotune._trial.measure import Measurement
     from autotune._trial.runner import AccuracyRun, Budget
 
-__all__ = ["Prepared", "TrainerLoop", "TrainerSetUp", "Workload", "prepare_workload"]
+__all__ = ["Prepared", "SearchStart", "TrainerLoop", "Workload", "prepare_workload"]
 
 MAX_VAL_ITEMS = 2048  # a larger validation set is evaluated on a fixed subset of this size
 SIZED_ITEMS = 2048  # items whose size is read to find the longest ones (all, if fewer)
@@ -105,13 +105,13 @@ class Prepared:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainerSetUp:
-    """What ``tune`` reads from the user's own trainer: the prepared workload, the baseline
-    (the trainer's own settings) and the length of the run it is set up for."""
+class SearchStart:
+    """What a search starts from: the prepared workload, the baseline, and the length of the
+    run the user's trainer is set up for (None: not said; the options' or the default)."""
 
     prepared: Prepared
     baseline: TrainingConfig
-    planned_epochs: float
+    planned_epochs: float | None = None
 
 
 def prepare_workload(

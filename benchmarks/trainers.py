@@ -1,0 +1,256 @@
+"""Do the settings ``autotune.tune`` exports reproduce its measured speed in the user's own
+``trainer.fit`` / ``trainer.train()``?
+
+For each trainer of ``trainer_workloads.py``:
+
+1. ``autotune.tune`` searches it, with ``--timeout``, as a user would call it.
+2. Side by side, ``--rounds`` alternated rounds of: autotune's own measurement of the chosen
+   config (the trial's code, in this process), and the user's own run with the exported
+   settings applied by hand (a new ``Trainer`` from ``result.trainer_settings()``, timed by a
+   plain callback of this script over ``--steps`` steady steps after a warm-up), and the
+   user's own run with their original settings (the baseline).
+3. The ratio of the user's run to autotune's measurement of the same config (target: within
+   10%), and the speedup the user's own loop shows against what the result reported.
+
+    python benchmarks/trainers.py --timeout 180 --rounds 5
+
+The table goes to benchmarks/RESULTS.md (between this benchmark's markers), with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+import autotune
+from autotune._trial.runner import Budget, run_trial
+
+import trainer_workloads as tw
+from speedup import code_version, write_section
+
+WORKLOADS = ("lightning_resnet", "hf_bert")
+
+
+# -- The user's own runs, timed by this script --------------------------------------------
+
+
+class _Clock:
+    """Seconds of the steps after ``warmup``, told by a trainer's batch/step ends."""
+
+    def __init__(self, warmup: int, steps: int) -> None:
+        self.warmup, self.steps, self.n = warmup, steps, 0
+        self.start = self.seconds = 0.0
+
+    def tick(self) -> bool:
+        self.n += 1
+        if self.n == self.warmup:
+            self.start = time.perf_counter()
+        if self.n == self.warmup + self.steps:
+            self.seconds = time.perf_counter() - self.start
+            return True
+        return False
+
+
+def own_lightning(settings: dict[str, Any], lr_factor: float, cfg: autotune.TrainingConfig,
+                  warmup: int, steps: int) -> float:  # fmt: skip
+    """The user's fit with the exported settings applied by hand: samples/s."""
+    import lightning.pytorch as pl
+
+    clock = _Clock(warmup, steps)
+
+    class Timed(pl.Callback):
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            if clock.tick():
+                trainer.should_stop = True
+
+    train, _ = tw.resnet_loaders()
+    loader = DataLoader(train.dataset, shuffle=True, **settings["dataloader"])
+    module = cfg.prepare(tw.ResNetModule(lr=tw.LR * lr_factor))
+    trainer = tw.lightning_trainer(
+        max_epochs=10, limit_val_batches=0, callbacks=[Timed()], **settings["trainer"]
+    )
+    with cfg.backends():
+        trainer.fit(module, loader)
+    return steps * int(settings["dataloader"]["batch_size"]) / clock.seconds
+
+
+def own_hf(arguments: dict[str, Any], cfg: autotune.TrainingConfig, warmup: int,
+           steps: int) -> float:  # fmt: skip
+    """The user's train() with the exported TrainingArguments changes: samples/s."""
+    from transformers import TrainerCallback
+
+    clock = _Clock(warmup, steps)
+
+    class Timed(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if clock.tick():
+                control.should_training_stop = True
+
+    trainer = tw.hf_bert(**arguments, max_steps=warmup + steps + 1)
+    trainer.add_callback(Timed())
+    with cfg.backends():
+        trainer.train()
+    per_step = trainer.args.per_device_train_batch_size * trainer.args.gradient_accumulation_steps
+    return steps * per_step / clock.seconds
+
+
+# -- autotune's own measurement of a config -------------------------------------------------
+
+
+def setup_of(name: str) -> Any:
+    if name == "lightning_resnet":
+        from autotune._trial.lightning_setup import prepare_lightning
+
+        trainer, module, train, val = tw.lightning_resnet()
+        return prepare_lightning(
+            trainer, module, train_dataloaders=train, val_dataloaders=val, metric="val_acc"
+        )
+    from autotune._trial.hf_setup import prepare_hf
+
+    return prepare_hf(tw.hf_bert(), metric="eval_accuracy", higher_is_better=None)
+
+
+def autotunes(setup: Any, cfg: autotune.TrainingConfig, warmup: int, steps: int) -> float:
+    micro = steps * cfg.gradient_accumulation_steps
+    budget = Budget(
+        warmup_steps=warmup * cfg.gradient_accumulation_steps, timed_samples=micro * cfg.batch_size,
+        min_timed_steps=micro, chunks=1, min_timed_seconds=0.0, max_timed_seconds=0.0,
+        eval_peak=False,
+    )  # fmt: skip
+    outcome = run_trial(cfg, setup.prepared.workload, budget)
+    assert outcome.measurement is not None, outcome.message
+    return outcome.measurement.throughput
+
+
+# -- One workload ---------------------------------------------------------------------------
+
+
+def search(name: str, timeout: float) -> tuple[autotune.SearchResult, float]:
+    start = time.monotonic()
+    if name == "lightning_resnet":
+        trainer, module, train, val = tw.lightning_resnet()
+        result = autotune.tune(
+            trainer, module, train_dataloaders=train, val_dataloaders=val, metric="val_acc",
+            timeout=timeout, progress=lambda line: print(f"  {line}", flush=True),
+        )  # fmt: skip
+    else:
+        result = autotune.tune(
+            tw.hf_bert(), metric="eval_accuracy", timeout=timeout,
+            progress=lambda line: print(f"  {line}", flush=True),
+        )  # fmt: skip
+    print(result, flush=True)
+    return result, time.monotonic() - start
+
+
+def side_by_side(
+    name: str, result: autotune.SearchResult, args: argparse.Namespace
+) -> dict[str, Any]:
+    setup = setup_of(name)
+    cfg, base = result.config, result.baseline
+    exported = result.trainer_settings()
+    runs: dict[str, list[float]] = {"autotune": [], "yours": [], "yours, baseline": []}
+
+    def yours(config: autotune.TrainingConfig) -> float:
+        if name == "lightning_resnet":
+            from autotune._integrations import trainer_settings
+
+            s = trainer_settings("lightning", config, base)
+            return own_lightning(s, s["lr_factor"], config, args.warmup, args.steps)
+        changed = {k: v for k, v in config.to_transformers().items()
+                   if base.to_transformers().get(k) != v}  # fmt: skip
+        return own_hf(changed, config, args.warmup, args.steps)
+
+    for r in range(args.rounds):
+        order = ["autotune", "yours", "yours, baseline"]
+        order = order[r % 3 :] + order[: r % 3]
+        for what in order:
+            if what == "autotune":
+                value = autotunes(setup, cfg.replace(device="cpu"), args.warmup, args.steps)
+            else:
+                value = yours(cfg if what == "yours" else base)
+            runs[what].append(value)
+            print(f"  round {r + 1}: {what:16} {value:8.1f} samples/s", flush=True)
+    ratio = [y / a for y, a in zip(runs["yours"], runs["autotune"], strict=True)]
+    own = [y / b for y, b in zip(runs["yours"], runs["yours, baseline"], strict=True)]
+    return {
+        "name": name,
+        "config": cfg.describe(),
+        "baseline": base.describe(),
+        "exported": exported,
+        "reported": result.speedup,
+        "side_by_side": result.speedup_range is not None,
+        "runs": runs,
+        "ratio": statistics.median(ratio),
+        "ratio_range": (min(ratio), max(ratio)),
+        "own_speedup": statistics.median(own),
+        "own_range": (min(own), max(own)),
+    }
+
+
+def render(rows: list[dict[str, Any]], searched: dict[str, float], args: argparse.Namespace) -> str:
+    today = datetime.date.today().isoformat()
+    cpu = platform.processor() or platform.machine()
+    lines = [
+        f"### The trainer you already have (`trainers.py`, {today})",
+        "",
+        f"Machine: {cpu}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; "
+        f"commit {code_version()}.",
+        f"Command: `python benchmarks/trainers.py {' '.join(sys.argv[1:])}`",
+        "",
+        "Your run: a new Trainer built from `result.trainer_settings()` by hand, timed by this "
+        f"script's own callback over {args.steps} steps after {args.warmup}; autotune's: the "
+        "trial's measurement of the same config, in this process; alternated over "
+        f"{args.rounds} rounds (median of the per-round ratios, and their range).",
+        "",
+        "| trainer | search (s) | chosen | reported speedup | your run / autotune's "
+        "(target 0.90-1.10) | speedup in your run |",
+        "| --- | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lo, hi = r["ratio_range"]
+        olo, ohi = r["own_range"]
+        met = "met" if 0.9 <= r["ratio"] <= 1.1 else "**not met**"
+        how = "side by side" if r["side_by_side"] else "throughput ratio, not side by side"
+        lines.append(
+            f"| {r['name']} | {searched[r['name']]:.0f} | `{r['config']}` | "
+            f"{r['reported']:.2f}x ({how}) | {r['ratio']:.2f} ({lo:.2f}-{hi:.2f}), {met} | "
+            f"{r['own_speedup']:.2f}x ({olo:.2f}-{ohi:.2f}) |"
+        )
+    lines.append("")
+    for r in rows:
+        lines.append(f"- {r['name']}: exported `{r['exported']}`; baseline `{r['baseline']}`.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=5, help="optimizer steps not timed")
+    parser.add_argument("--steps", type=int, default=30, help="optimizer steps timed")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    rows, searched = [], {}
+    for name in args.workloads:
+        print(f"== {name}", flush=True)
+        result, seconds = search(name, args.timeout)
+        searched[name] = seconds
+        rows.append(side_by_side(name, result, args))
+    text = render(rows, searched, args)
+    print(text)
+    if not args.no_write:
+        write_section("trainers", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
