@@ -36,12 +36,13 @@ def noisy_data(n: int = 512, seed: int = 0, noise: float = 0.2) -> TensorDataset
 
 class SmoothedSGD(pl.LightningModule):
     """Cross-entropy with label smoothing, SGD with momentum and a step schedule: nothing of
-    autotune's defaults. Optionally raises an out-of-memory error above a batch size, or hangs."""
+    autotune's defaults. Optionally raises an out-of-memory error above a batch size, or hangs
+    where the training loader has workers."""
 
-    def __init__(self, oom_above: int | None = None, hang_above: int | None = None) -> None:
+    def __init__(self, oom_above: int | None = None, hang_with_workers: bool = False) -> None:
         super().__init__()
         self.net = tiny_model()
-        self.oom_above, self.hang_above = oom_above, hang_above
+        self.oom_above, self.hang_with_workers = oom_above, hang_with_workers
         self.record = os.environ.get("AUTOTUNE_TEST_RECORD") == "1"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -51,7 +52,7 @@ class SmoothedSGD(pl.LightningModule):
         x, y = batch
         if self.oom_above is not None and len(x) > self.oom_above:
             raise torch.OutOfMemoryError(f"CUDA out of memory (faked above batch {self.oom_above})")
-        if self.hang_above is not None and len(x) > self.hang_above:
+        if self.hang_with_workers and self.trainer.train_dataloader.num_workers > 0:
             time.sleep(3600)
         loss = F.cross_entropy(self(x), y, label_smoothing=0.2)
         if self.record:

@@ -87,6 +87,8 @@ def test_model_factory_from_a_file(tmp_path, capsys) -> None:
         "1",
         "--space",
         "quick",
+        "--timed-seconds",
+        "0.5",
         "--storage",
         f"sqlite:///{tmp_path / 'a.db'}",
         "--accuracy-samples",

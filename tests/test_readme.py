@@ -28,7 +28,7 @@ def test_a_readme_trainer_section_runs_as_written(tmp_path: Path, heading: str) 
     code = section_code(heading)
     assert "timeout=120" in code
     script = tmp_path / "section.py"
-    script.write_text(code.replace("timeout=120", "timeout=45"))
+    script.write_text(code.replace("timeout=120", "timeout=20"))
     done = subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=400
     )

@@ -114,12 +114,14 @@ def test_an_out_of_memory_error_inside_training_step_is_found_by_the_memory_prob
 def test_a_hang_inside_training_step_is_stopped_at_the_trial_limit() -> None:
     """In a trial worker: the module is importable, so trials are isolated."""
     result = _tune_lightning(
-        lt.SmoothedSGD(hang_above=32), n_trials=1, isolation="process", trial_timeout=20.0
-    )
-    hung = [t for t in result.trials if t.config.batch_size == 64]
+        lt.SmoothedSGD(hang_with_workers=True), space={"num_workers": [0, 1]}, n_trials=1,
+        isolation="process", trial_timeout=12.0,
+    )  # fmt: skip
+    hung = [t for t in result.trials if t.config.num_workers == 1]
     assert hung and hung[0].failure == "timeout"
+    assert "ran past its 12 s limit" in hung[0].message
     assert result.search["isolation"] == "process"
-    assert result.config.batch_size == 32
+    assert result.config.num_workers == 0
 
 
 def test_a_resumed_lightning_study_reuses_its_baseline_and_reports(tmp_path: Path) -> None:
