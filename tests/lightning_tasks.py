@@ -94,8 +94,8 @@ class NoisyData(pl.LightningDataModule):
 
 def lightning_trainer(**kwargs: Any) -> pl.Trainer:
     return pl.Trainer(
-        accelerator="cpu",
-        devices=1,
+        accelerator=kwargs.pop("accelerator", "cpu"),
+        devices=kwargs.pop("devices", 1),
         max_epochs=kwargs.pop("max_epochs", 3),
         logger=False,
         enable_progress_bar=False,
@@ -127,7 +127,7 @@ def hf_trainer(output_dir: str, **args: Any) -> Any:
         per_device_train_batch_size=args.pop("batch_size", 16),
         num_train_epochs=args.pop("epochs", 2),
         learning_rate=args.pop("learning_rate", 5e-4),
-        use_cpu=True,
+        use_cpu=args.pop("use_cpu", True),
         report_to="none",
         save_strategy="no",
         disable_tqdm=True,

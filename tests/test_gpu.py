@@ -476,3 +476,46 @@ def test_verify_on_the_gpu_measures_both_side_by_side() -> None:
     assert not report.failures, report.failures
     if not report.same_config:
         assert len(report.speedups) == 2 and all(s > 0 for s in report.speedups)
+
+
+# -- The trainer you already have, on a GPU (issue 21) -------------------------------------------
+
+
+def test_a_lightning_trainer_on_the_gpu_is_tuned_with_its_mixed_precisions(tmp_path) -> None:
+    """Trials of a GPU Trainer run fit on the GPU with the candidate's precision
+    ('bf16-mixed' / '16-mixed'), pinned loaders and cuDNN benchmark; the export says so."""
+    import lightning_tasks as lt
+
+    trainer = lt.lightning_trainer(accelerator="gpu", devices=1)
+    result = autotune.tune(
+        trainer,
+        lt.SmoothedSGD(),
+        datamodule=lt.NoisyData(),
+        metric="val_acc",
+        space={"knobs": {"precision": ["fp32", "bf16", "fp16"], "pin_memory": [False, True]}},
+        tolerance=0.05,
+        options=autotune.SearchOptions(n_trials=4, accuracy_samples=512, budget=FAST_BUDGET),
+    )
+    assert result.baseline.device == CUDA
+    ran = {t.config.precision.value for t in result.trials if t.failure is None}
+    assert {"bf16", "fp16"} & ran, [t.to_dict() for t in result.trials]
+    settings = result.trainer_settings()
+    assert settings["trainer"]["accelerator"] == "cuda"
+    assert settings["trainer"]["precision"] in {"32-true", "bf16-mixed", "16-mixed"}
+
+
+def test_a_hugging_face_trainer_on_the_gpu_is_tuned_with_bf16_and_fp16(tmp_path) -> None:
+    import lightning_tasks as lt
+
+    trainer = lt.hf_trainer(str(tmp_path), use_cpu=False)
+    result = autotune.tune(
+        trainer,
+        metric="eval_accuracy",
+        space={"knobs": {"precision": ["fp32", "bf16", "fp16"], "batch_size": [16, 32]}},
+        tolerance=0.2,
+        options=autotune.SearchOptions(n_trials=4, accuracy_samples=512, budget=FAST_BUDGET),
+    )
+    assert result.baseline.device == CUDA
+    ran = {t.config.precision.value for t in result.trials if t.failure is None}
+    assert {"bf16", "fp16"} & ran, [t.to_dict() for t in result.trials]
+    assert "use_cpu" not in result.trainer_settings()["training_arguments"]
