@@ -125,6 +125,9 @@ def trainer_settings(kind: str, cfg: TrainingConfig, baseline: TrainingConfig) -
             "backends": "with cfg.backends(): trainer.train()  # cuDNN benchmark, TF32, threads",
         }
     settings = lightning_settings(cfg).to_dict()
+    # Trials convert the module (cfg.prepare), never the batches a training_step receives.
+    inputs = ex.pl_channels_last(cfg).notes
+    settings["notes"] = [n for n in settings["notes"] if n not in inputs]
     factor = cfg.lr_schedule.peak_lr / baseline.lr_schedule.peak_lr
     if abs(factor - 1.0) > 1e-12:
         settings["notes"].append(

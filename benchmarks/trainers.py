@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import platform
 import statistics
 import sys
@@ -31,6 +32,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import autotune
+from autotune._integrations import trainer_settings
 from autotune._trial.runner import Budget, run_trial
 
 import trainer_workloads as tw
@@ -74,9 +76,11 @@ def own_lightning(settings: dict[str, Any], lr_factor: float, cfg: autotune.Trai
     train, _ = tw.resnet_loaders()
     loader = DataLoader(train.dataset, shuffle=True, **settings["dataloader"])
     module = cfg.prepare(tw.ResNetModule(lr=tw.LR * lr_factor))
-    trainer = tw.lightning_trainer(
-        max_epochs=10, limit_val_batches=0, callbacks=[Timed()], **settings["trainer"]
-    )
+    trainer = pl.Trainer(
+        max_epochs=10, limit_val_batches=0, callbacks=[Timed()], logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        **settings["trainer"],
+    )  # fmt: skip
     with cfg.backends():
         trainer.fit(module, loader)
     return steps * int(settings["dataloader"]["batch_size"]) / clock.seconds
@@ -150,49 +154,66 @@ def search(name: str, timeout: float) -> tuple[autotune.SearchResult, float]:
     return result, time.monotonic() - start
 
 
+def checked_configs(result: autotune.SearchResult) -> dict[str, autotune.TrainingConfig]:
+    """The chosen config, and the fastest feasible candidate measured where it is another
+    (an exported change that the chosen baseline would not exercise)."""
+    out = {"chosen": result.config}
+    feasible = [
+        t for t in result.trials
+        if t.role == "candidate" and t.feasible and t.projected_time is not None
+    ]  # fmt: skip
+    if feasible:
+        fastest = min(feasible, key=lambda t: t.projected_time or math.inf)
+        if fastest.config != result.config:
+            out[f"fastest (#{fastest.number})"] = fastest.config
+    return out
+
+
 def side_by_side(
     name: str, result: autotune.SearchResult, args: argparse.Namespace
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
     setup = setup_of(name)
-    cfg, base = result.config, result.baseline
-    exported = result.trainer_settings()
-    runs: dict[str, list[float]] = {"autotune": [], "yours": [], "yours, baseline": []}
+    base = result.baseline
 
     def yours(config: autotune.TrainingConfig) -> float:
         if name == "lightning_resnet":
-            from autotune._integrations import trainer_settings
-
             s = trainer_settings("lightning", config, base)
             return own_lightning(s, s["lr_factor"], config, args.warmup, args.steps)
         changed = {k: v for k, v in config.to_transformers().items()
                    if base.to_transformers().get(k) != v}  # fmt: skip
         return own_hf(changed, config, args.warmup, args.steps)
 
+    configs = checked_configs(result)
+    runs: dict[str, list[float]] = {"yours, baseline": []}
+    for label in configs:
+        runs[f"autotune, {label}"], runs[f"yours, {label}"] = [], []
     for r in range(args.rounds):
-        order = ["autotune", "yours", "yours, baseline"]
-        order = order[r % 3 :] + order[: r % 3]
+        order = list(runs)
+        order = order[r % len(order) :] + order[: r % len(order)]  # rotate
         for what in order:
-            if what == "autotune":
+            who, _, label = what.partition(", ")
+            cfg = base if label == "baseline" else configs[label]
+            if who == "autotune":
                 value = autotunes(setup, cfg.replace(device="cpu"), args.warmup, args.steps)
             else:
-                value = yours(cfg if what == "yours" else base)
+                value = yours(cfg)
             runs[what].append(value)
-            print(f"  round {r + 1}: {what:16} {value:8.1f} samples/s", flush=True)
-    ratio = [y / a for y, a in zip(runs["yours"], runs["autotune"], strict=True)]
-    own = [y / b for y, b in zip(runs["yours"], runs["yours, baseline"], strict=True)]
-    return {
-        "name": name,
-        "config": cfg.describe(),
-        "baseline": base.describe(),
-        "exported": exported,
-        "reported": result.speedup,
-        "side_by_side": result.speedup_range is not None,
-        "runs": runs,
-        "ratio": statistics.median(ratio),
-        "ratio_range": (min(ratio), max(ratio)),
-        "own_speedup": statistics.median(own),
-        "own_range": (min(own), max(own)),
-    }
+            print(f"  round {r + 1}: {what:24} {value:8.1f} samples/s", flush=True)
+    rows = []
+    for label, cfg in configs.items():
+        mine, theirs = runs[f"yours, {label}"], runs[f"autotune, {label}"]
+        ratio = [y / a for y, a in zip(mine, theirs, strict=True)]
+        own = [y / b for y, b in zip(mine, runs["yours, baseline"], strict=True)]
+        rows.append({
+            "name": name, "label": label, "config": cfg.describe(),
+            "baseline": base.describe(),
+            "exported": trainer_settings(result.trainer or "", cfg, base),
+            "reported": result.speedup if label == "chosen" else None,
+            "side_by_side": result.speedup_range is not None,
+            "ratio": statistics.median(ratio), "ratio_range": (min(ratio), max(ratio)),
+            "own_speedup": statistics.median(own), "own_range": (min(own), max(own)),
+        })  # fmt: skip
+    return rows
 
 
 def render(rows: list[dict[str, Any]], searched: dict[str, float], args: argparse.Namespace) -> str:
@@ -210,7 +231,7 @@ def render(rows: list[dict[str, Any]], searched: dict[str, float], args: argpars
         "trial's measurement of the same config, in this process; alternated over "
         f"{args.rounds} rounds (median of the per-round ratios, and their range).",
         "",
-        "| trainer | search (s) | chosen | reported speedup | your run / autotune's "
+        "| trainer | search (s) | config | reported speedup | your run / autotune's "
         "(target 0.90-1.10) | speedup in your run |",
         "| --- | ---: | --- | ---: | ---: | ---: |",
     ]
@@ -219,14 +240,17 @@ def render(rows: list[dict[str, Any]], searched: dict[str, float], args: argpars
         olo, ohi = r["own_range"]
         met = "met" if 0.9 <= r["ratio"] <= 1.1 else "**not met**"
         how = "side by side" if r["side_by_side"] else "throughput ratio, not side by side"
+        reported = "-" if r["reported"] is None else f"{r['reported']:.2f}x ({how})"
         lines.append(
-            f"| {r['name']} | {searched[r['name']]:.0f} | `{r['config']}` | "
-            f"{r['reported']:.2f}x ({how}) | {r['ratio']:.2f} ({lo:.2f}-{hi:.2f}), {met} | "
+            f"| {r['name']} | {searched[r['name']]:.0f} | {r['label']}: `{r['config']}` | "
+            f"{reported} | {r['ratio']:.2f} ({lo:.2f}-{hi:.2f}), {met} | "
             f"{r['own_speedup']:.2f}x ({olo:.2f}-{ohi:.2f}) |"
         )
     lines.append("")
     for r in rows:
-        lines.append(f"- {r['name']}: exported `{r['exported']}`; baseline `{r['baseline']}`.")
+        lines.append(
+            f"- {r['name']}, {r['label']}: exported `{r['exported']}`; baseline `{r['baseline']}`."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -244,7 +268,7 @@ def main() -> int:
         print(f"== {name}", flush=True)
         result, seconds = search(name, args.timeout)
         searched[name] = seconds
-        rows.append(side_by_side(name, result, args))
+        rows += side_by_side(name, result, args)
     text = render(rows, searched, args)
     print(text)
     if not args.no_write:
