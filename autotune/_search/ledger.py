@@ -287,7 +287,7 @@ class Ledger:
         if base is None:
             return None
         return ranking.best(
-            entries,
+            [e for e in entries if not self.slower_side_by_side(e)],
             time=self.rank_time,
             noise=self.noise,
             complexity=lambda e: _knobs.complexity(e.config, base.config),
@@ -402,6 +402,16 @@ class Ledger:
             if at is not None:
                 times.append(at)
         return min(times, default=None)
+
+    def slower_side_by_side(self, entry: Entry) -> bool:
+        """Whether the side-by-side rounds measured it no faster than the baseline (the median
+        of its paired ratios at most 1): paired rounds outweigh a single measurement, so such
+        a config is never the answer, however its unpaired times rank."""
+        base = self.baseline
+        if base is None or entry.config == base.config:
+            return False
+        side = figures.side_by_side(self.round_speedups(entry))
+        return side is not None and side[0] <= 1.0
 
     def round_speedups(self, entry: Entry) -> list[float]:
         """The baseline's projected time over ``entry``'s, round by round, side by side."""
