@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from autotune import _refs
 from autotune._device import environment, resolve_device
 from autotune._display import console_progress, print_summary
 from autotune._errors import AutotuneError
-from autotune._options import PLANNED_EPOCHS, TIMEOUT, TOLERANCE, VERIFY_ROUNDS
+from autotune._options import PLANNED_EPOCHS, TIMEOUT, TOLERANCE
 from autotune._progress import Lines, Progress
 from autotune._search.distributed import (
     cpu_shares,
@@ -42,7 +43,7 @@ from autotune._trial.data import is_datamodule
 from autotune._trial.isolation import ISOLATION_MODES
 from autotune._trial.metrics import AUTO
 from autotune._trial.task import METRIC_CHOICES
-from autotune._verify import DEFAULT_BUDGET
+from autotune._verify import DEFAULT_BUDGET, RUN_LIMIT
 
 __all__ = ["main"]
 
@@ -460,33 +461,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="autotune",
-        description="Find the fastest way to train a PyTorch model on this machine without "
-        "losing validation accuracy.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    _search_parser(sub)
-    _worker_parser(sub)
-    sh = sub.add_parser("show", help="print a readable summary of a result JSON")
-    sh.add_argument("path")
-    sh.add_argument("--json", action="store_true", help="print only the config as JSON")
-    sh.set_defaults(func=cmd_show)
-    sp = sub.add_parser("spaces", help="list the built-in search spaces")
-    sp.add_argument("name", nargs="?", default=None, help="show one space's knobs")
-    sp.set_defaults(func=cmd_spaces)
-    _verify_parser(sub)
-    _report_parser(sub)
-    e = sub.add_parser("env", help="print the environment, for bug reports")
-    e.add_argument("--device", default=None)
-    e.add_argument("--json", action="store_true")
-    e.set_defaults(func=cmd_env)
-    return parser
-
-
-def _search_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    s = sub.add_parser("search", help="search for the fastest config and write it as JSON")
+def _search_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--model", help="MODULE:FUNCTION or file.py:FUNCTION -> nn.Module")
     s.add_argument(
         "--data", help="MODULE:FUNCTION or file.py:FUNCTION -> dataset, or (train, val) datasets"
@@ -519,7 +494,6 @@ def _search_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     s.add_argument("--out", required=True, help="where to write the result JSON")
     s.add_argument("--quiet", action="store_true", help="no progress display or lines")
     _hook_arguments(s)
-    s.set_defaults(func=cmd_search)
 
 
 def _hook_arguments(parser: argparse.ArgumentParser) -> None:
@@ -540,8 +514,7 @@ def _hook_arguments(parser: argparse.ArgumentParser) -> None:
             g.add_argument(option, dest=f.name, default=f.default, help=help_text)
 
 
-def _worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    w = sub.add_parser("worker", help="join a running search's study and run its trials")
+def _worker_arguments(w: argparse.ArgumentParser) -> None:
     w.add_argument("--storage", required=True, help="the study's storage URL (postgresql://...)")
     w.add_argument("--study", required=True, help="the study's name")
     w.add_argument("--model", required=True, help="MODULE:FUNCTION or file.py:FUNCTION")
@@ -551,55 +524,39 @@ def _worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     w.add_argument("--seed-offset", type=int, default=1, help="distinct per worker")
     w.add_argument("--quiet", action="store_true")
     w.add_argument("--plain", action="store_true", help="plain progress lines, even on a terminal")
-    w.set_defaults(func=cmd_worker)
 
 
-def _verify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    v = sub.add_parser(
-        "verify",
-        help="re-measure a result's winner against its baseline on this machine",
-        description="Measure the winner and its baseline side by side in alternating rounds and "
-        "compare with what the result recorded; warns where this machine differs from the one "
-        "the result was measured on. Exit status 1 when the winner is not faster here.",
-    )
+def _verify_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("path", help="result JSON written by `autotune search` / result.save()")
     v.add_argument("--model", required=True, help="the model factory the search used")
     v.add_argument("--data", required=True, help="the data factory the search used")
-    v.add_argument(
-        "--rounds", type=int, default=VERIFY_ROUNDS, help=f"alternating rounds ({VERIFY_ROUNDS})"
-    )
-    v.add_argument(
-        "--timed-samples",
-        type=int,
-        default=None,
-        help="samples timed per measurement (4096)",
-    )
-    v.add_argument(
-        "--accuracy-seeds",
-        type=int,
-        default=0,
-        help="also train both on the search's accuracy budget over this many seeds (0)",
-    )
+    # Each default is verify's own (its signature, its budget, its run limit).
+    defaults = inspect.signature(autotune.verify).parameters
+    rounds, seeds = defaults["rounds"].default, defaults["accuracy_seeds"].default
+    for flag, kind, default, text in (
+        ("--rounds", int, rounds, f"alternating rounds ({rounds})"),
+        (
+            "--timed-samples", int, None,
+            f"samples timed per measurement ({DEFAULT_BUDGET.timed_samples})",
+        ),
+        (
+            "--accuracy-seeds", int, seeds,
+            f"also train both on the search's accuracy budget over this many seeds ({seeds})",
+        ),
+        (
+            "--trial-timeout", float, None,
+            f"seconds before a run is stopped (default: the search's trial limit, else "
+            f"{RUN_LIMIT:g})",
+        ),
+    ):  # fmt: skip
+        v.add_argument(flag, type=kind, default=default, help=text)
     v.add_argument("--device", default=None, help="measure here instead of the result's device")
-    v.add_argument(
-        "--trial-timeout",
-        type=float,
-        default=None,
-        help="seconds before a run is stopped (default: the search's trial limit, else 600)",
-    )
     v.add_argument("--json", action="store_true", help="print the comparison as JSON")
     v.add_argument("--quiet", action="store_true", help="no progress lines")
     _hook_arguments(v)
-    v.set_defaults(func=cmd_verify)
 
 
-def _report_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    r = sub.add_parser(
-        "report",
-        help="write a self-contained HTML report of a study",
-        description="Read a search's study from its Optuna storage and write one HTML file "
-        "that opens offline.",
-    )
+def _report_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL ({DEFAULT_STORAGE})"
     )
@@ -617,7 +574,55 @@ def _report_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     r.add_argument(
         "--lower-is-better", action="store_true", help="the metric is a loss (lower is better)"
     )
-    r.set_defaults(func=cmd_report)
+
+
+def _show_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true", help="print only the config as JSON")
+
+
+def _spaces_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", default=None, help="show one space's knobs")
+
+
+def _env_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default=None)
+    p.add_argument("--json", action="store_true")
+
+
+# Each command: its function, the function that adds its arguments, its help and description.
+COMMANDS: tuple[tuple[str, Callable[[argparse.Namespace], int], Callable[..., None], str, str], ...]
+COMMANDS = (
+    ("search", cmd_search, _search_arguments,
+     "search for the fastest config and write it as JSON", ""),
+    ("worker", cmd_worker, _worker_arguments,
+     "join a running search's study and run its trials", ""),
+    ("show", cmd_show, _show_arguments, "print a readable summary of a result JSON", ""),
+    ("spaces", cmd_spaces, _spaces_arguments, "list the built-in search spaces", ""),
+    ("verify", cmd_verify, _verify_arguments,
+     "re-measure a result's winner against its baseline on this machine",
+     "Measure the winner and its baseline side by side in alternating rounds and compare with "
+     "what the result recorded; warns where this machine differs from the one the result was "
+     "measured on. Exit status 1 when the winner is not faster here."),
+    ("report", cmd_report, _report_arguments, "write a self-contained HTML report of a study",
+     "Read a search's study from its Optuna storage and write one HTML file that opens "
+     "offline."),
+    ("env", cmd_env, _env_arguments, "print the environment, for bug reports", ""),
+)  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autotune",
+        description="Find the fastest way to train a PyTorch model on this machine without "
+        "losing validation accuracy.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, func, add_arguments, help_text, description in COMMANDS:
+        command = sub.add_parser(name, help=help_text, description=description or None)
+        add_arguments(command)
+        command.set_defaults(func=func)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

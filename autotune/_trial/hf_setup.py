@@ -19,13 +19,14 @@ from autotune._config import TrainingConfig
 from autotune._errors import ArgumentError, DataError, ModelError
 from autotune._task import TaskRefs
 from autotune._trial.hf_loop import HFLoop
-from autotune._trial.task import ResolvedTask, cpu_copy, default_forward, default_loss
+from autotune._trial.task import cpu_copy, logged_task
 from autotune._trial.trainer_metric import choose_direction
 from autotune._trial.workload import (
     MAX_VAL_ITEMS,
     Prepared,
     SearchStart,
     Workload,
+    check_workload,
     longest_items,
 )
 
@@ -95,11 +96,7 @@ def prepare_hf(
         model=model,
         train=train,
         val=val_set,
-        task=ResolvedTask(
-            forward=default_forward, loss_fn=default_loss, metric_fn=None,
-            metric_name=name, higher_is_better=choice.higher_is_better,
-            collate_fn=loop.parts.get("data_collator"), metric="logged",
-        ),
+        task=logged_task(name, choice.higher_is_better, loop.parts.get("data_collator")),
         longest=longest_items(train, seed=seed),
         eval_batch_size=int(args.per_device_eval_batch_size),
         loop=loop,
@@ -209,16 +206,7 @@ def _check(loop: HFLoop, model: Any, train: Any, val: Any) -> None:
     small = dataclasses.replace(
         loop, args=dataclasses.replace(loop.args, per_device_eval_batch_size=2)
     )
-    work = Workload(
-        model=model,
-        train=Subset(train, range(min(2, len(train)))),
-        val=Subset(val, range(min(2, len(val)))),
-        task=ResolvedTask(
-            forward=default_forward, loss_fn=default_loss, metric_fn=None,
-            metric_name="check", higher_is_better=True, metric="logged",
-        ),
-        loop=small,
-    )  # fmt: skip
+    work = check_workload(model, train, val, small)
     try:
         trainer = small.trainer(cfg, work, work.train, None, max_steps=1, seed=0)
         trainer.train()

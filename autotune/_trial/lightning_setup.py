@@ -22,13 +22,14 @@ from autotune._options import PLANNED_EPOCHS
 from autotune._task import TaskRefs
 from autotune._trial.lightning_loop import LEFT_OUT_CALLBACKS, LightningLoop, Loaders
 from autotune._trial.metrics import MetricChoice
-from autotune._trial.task import ResolvedTask, cpu_copy, default_forward, default_loss
+from autotune._trial.task import cpu_copy, logged_task
 from autotune._trial.trainer_metric import choose_direction
 from autotune._trial.workload import (
     MAX_VAL_ITEMS,
     Prepared,
     SearchStart,
     Workload,
+    check_workload,
     longest_items,
 )
 
@@ -102,15 +103,7 @@ def prepare_lightning(
     if len(val_set) > MAX_VAL_ITEMS:
         picks = random.Random(seed).sample(range(len(val_set)), MAX_VAL_ITEMS)
         val_set = Subset(val_set, sorted(picks))
-    task = ResolvedTask(
-        forward=default_forward,
-        loss_fn=default_loss,
-        metric_fn=None,
-        metric_name=choice.metric,
-        higher_is_better=choice.higher_is_better,
-        collate_fn=loaders.collate_fn,
-        metric="logged",
-    )
+    task = logged_task(choice.metric, choice.higher_is_better, loaders.collate_fn)
     workload = Workload(
         model=cpu_copy(module),
         train=train.dataset,
@@ -291,16 +284,7 @@ def _check(
         device="cpu", batch_size=2, lr_schedule=LRSchedule(kind=ScheduleKind.TRAINER, peak_lr=1.0)
     )
     check = dataclasses.replace(loop, device="cpu", peak_lr=1.0)
-    work = Workload(
-        model=cpu_copy(module),
-        train=Subset(train, range(min(2, len(train)))),
-        val=Subset(val, range(min(2, len(val)))),
-        task=ResolvedTask(
-            forward=default_forward, loss_fn=default_loss, metric_fn=None,
-            metric_name="check", higher_is_better=True, metric="logged",
-        ),
-        loop=check,
-    )  # fmt: skip
+    work = check_workload(cpu_copy(module), train, val, check)
     read = _ReadLR()
     loader = check.train_loader(cfg, work.train, shuffle=False, seed=0)
     try:

@@ -50,6 +50,7 @@ __all__ = [
     "checked_task",
     "cpu_copy",
     "default_optimizer",
+    "logged_task",
     "make_task",
     "on_accelerator",
     "set_up_task",
@@ -57,6 +58,7 @@ __all__ = [
 ]
 
 CALLABLE = "callable"  # ResolvedTask.metric of a metric function of yours
+LOGGED = "logged"  # ResolvedTask.metric of a metric the user's own trainer reports
 METRIC_CHOICES = (AUTO, *BUILTIN_METRICS)
 
 
@@ -140,6 +142,20 @@ class ResolvedTask:
             )
         n = batch_items(targets)
         return float(self.metric_fn(outputs, targets)) * n, n
+
+
+def logged_task(name: str, higher_is_better: bool, collate_fn: Any = None) -> ResolvedTask:
+    """The task of a search through the user's own trainer: its loop computes the loss, its
+    evaluation reports the metric ``name``; the hooks are autotune's defaults, unused."""
+    return ResolvedTask(
+        forward=default_forward,
+        loss_fn=default_loss,
+        metric_fn=None,
+        metric_name=name,
+        higher_is_better=higher_is_better,
+        collate_fn=collate_fn,
+        metric=LOGGED,
+    )
 
 
 def make_task(task: Task, *, causal_lm: bool = False) -> ResolvedTask:

@@ -19,6 +19,7 @@ from autotune._trial.task import (
     ResolvedTask,
     cpu_copy,
     default_optimizer,
+    logged_task,
     set_up_task,
     split_dataset,
 )
@@ -29,7 +30,14 @@ if TYPE_CHECKING:
     from autotune._trial.measure import Measurement
     from autotune._trial.runner import AccuracyRun, Budget
 
-__all__ = ["Prepared", "SearchStart", "TrainerLoop", "Workload", "prepare_workload"]
+__all__ = [
+    "Prepared",
+    "SearchStart",
+    "TrainerLoop",
+    "Workload",
+    "check_workload",
+    "prepare_workload",
+]
 
 MAX_VAL_ITEMS = 2048  # a larger validation set is evaluated on a fixed subset of this size
 SIZED_ITEMS = 2048  # items whose size is read to find the longest ones (all, if fewer)
@@ -112,6 +120,18 @@ class SearchStart:
     prepared: Prepared
     baseline: TrainingConfig
     planned_epochs: float | None = None
+
+
+def check_workload(model: nn.Module, train: Any, val: Any, loop: TrainerLoop) -> Workload:
+    """The first two items of each set, trained by ``loop``: the check a trainer's search
+    makes through the user's code before any trial."""
+    return Workload(
+        model=model,
+        train=Subset(train, range(min(2, len(train)))),
+        val=Subset(val, range(min(2, len(val)))),
+        task=logged_task("check", True),
+        loop=loop,
+    )
 
 
 def prepare_workload(
