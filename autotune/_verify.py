@@ -45,7 +45,8 @@ from autotune._trial.workload import Workload, prepare_workload
 
 __all__ = ["VerifyReport", "compare_environments", "verify"]
 
-# The search's budget is 2048 timed samples in 3 chunks; a check deserves more.
+# The search calibrates each trial's budget from the baseline's speed and its time budget;
+# a check gets this fixed one, longer than the search's default (runner.Budget).
 DEFAULT_BUDGET = Budget(warmup_steps=3, timed_samples=4096, min_timed_steps=10, chunks=5)
 DRIFT_WARNING = 0.15  # relative gap between re-measured and recorded speedup worth a warning
 
