@@ -217,16 +217,22 @@ def side_by_side(
     return rows
 
 
-def render(rows: list[dict[str, Any]], searched: dict[str, float], args: argparse.Namespace) -> str:
+def _header(title: str, load: str) -> list[str]:
+    """A section's title, machine, commit and command (RESULTS.md's rule for every figure)."""
     today = datetime.date.today().isoformat()
-    cpu = platform.processor() or platform.machine()
-    lines = [
-        f"### The trainer you already have (`trainers.py`, {today})",
+    return [
+        f"### {title} (`trainers.py`, {today})",
         "",
-        f"Machine: {cpu}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; "
-        f"commit {code_version()}.",
+        f"Machine: {platform.processor() or platform.machine()}, {load}; torch "
+        f"{torch.__version__}; commit {code_version()}.",
         f"Command: `python benchmarks/trainers.py {' '.join(sys.argv[1:])}`",
         "",
+    ]
+
+
+def render(rows: list[dict[str, Any]], searched: dict[str, float], args: argparse.Namespace) -> str:
+    lines = [
+        *_header("The trainer you already have", f"{torch.get_num_threads()} torch threads"),
         "Your run: a new Trainer built from `result.trainer_settings()` by hand, timed by this "
         f"script's own callback over {args.steps} steps after {args.warmup}; autotune's: the "
         "trial's measurement of the same config, in this process; alternated over "
@@ -288,13 +294,10 @@ def loaded_searches(args: argparse.Namespace) -> int:
     """The searches on a machine another process keeps busy: do they end by their timeout
     (plus its 5% grace), and what do they answer?"""
     lines = [
-        f"### The trainer you already have, on a loaded machine (`trainers.py`, "
-        f"{datetime.date.today().isoformat()})",
-        "",
-        f"Machine: {platform.processor() or platform.machine()}, {args.load} busy-loop "
-        f"process(es) running; torch {torch.__version__}; commit {code_version()}.",
-        f"Command: `python benchmarks/trainers.py {' '.join(sys.argv[1:])}`",
-        "",
+        *_header(
+            "The trainer you already have, on a loaded machine",
+            f"{args.load} busy-loop process(es) running",
+        ),
         "| trainer | ended (s) | timeout (s) | answer |",
         "| --- | ---: | ---: | --- |",
     ]
