@@ -175,6 +175,11 @@ class TrainingConfig:
         model without batch-norm layers)."""
         return _knobs.numerics_key(self, split_free=split_free)
 
+    def pair_arm(self, baseline: TrainingConfig) -> TrainingConfig:
+        """What this config's accuracy runs train beside ``baseline``'s: ``baseline``'s
+        settings with this config's numerics (see the accuracy guard)."""
+        return _knobs.pair_arm(self, baseline)
+
     def describe(self) -> str:
         """One line naming the knobs, for logs and summaries."""
         s = self.lr_schedule

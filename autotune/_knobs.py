@@ -47,6 +47,7 @@ __all__ = [
     "numerics_free_knobs",
     "numerics_id",
     "numerics_key",
+    "pair_arm",
     "values_of",
 ]
 
@@ -448,6 +449,15 @@ def numerics_free_knobs() -> tuple[str, ...]:
     """Knobs that leave the numerics alone and cost nothing up front: their values can be
     tried on a measured config as throughput-only trials."""
     return tuple(k.name for k in KNOBS if not k.numerics and not k.late)
+
+
+def pair_arm(cfg: TrainingConfig, baseline: TrainingConfig) -> TrainingConfig:
+    """The config an accuracy run of ``cfg`` trains as one arm of a pair with ``baseline``'s
+    run: ``baseline``'s settings with ``cfg``'s numerics (and its checkpointing, which only
+    trades memory), so that the two runs of a pair differ only in the numerics being judged
+    (not in workers, memory format, cuDNN or compile) and pay no compile or worker start-up."""
+    changes = {name: getattr(cfg, name) for name in NUMERIC_FIELDS}
+    return baseline.replace(**changes, checkpointing=cfg.checkpointing)
 
 
 def numerics_key(cfg: TrainingConfig, *, split_free: bool = False) -> tuple[Any, ...]:

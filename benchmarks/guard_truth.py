@@ -11,15 +11,18 @@ candidates:
 - ``bf16``: the baseline in bf16 autocast (the same optimizer steps);
 - ``batch2x``: twice the batch, with the LR rule the search's own bold guess applies
   (``policy.fast_guesses``: sqrt batch scaling of the peak LR, a cosine schedule, 5% warm-up),
-  built by the space's own ``config_from``.
+  built by the space's own ``config_from``;
+- ``lr10`` and ``batch8x``: harmful changes, the learning rate x10 and the batch x8 with the
+  LR left as it is (8x fewer optimizer steps on the same samples).
 
 1. **Horizon H**: the samples per accuracy run a ``--timeout`` (240 s) search would give the
    baseline: ``plan_accuracy_budget`` with the baseline's throughput measured here, as the
    search's calibration measures it.
 2. **The guard's verdict**: paired runs at H (same data-order seeds for baseline and
-   candidate), looked at as the search buys seeds: look 1 at 3 seeds, then 6, 12, ... while
-   unresolved, up to ``--guard-cap`` seeds, each look by ``AccuracyGuard.confirm(runs,
-   looks=k)``.
+   candidate), looked at as the search buys seeds: look 1 at 3 seeds, then the seeds
+   ``evidence.next_target`` asks for while unresolved, up to ``--guard-cap`` seeds, each look
+   by ``AccuracyGuard.confirm`` with the runs' per-example outcomes (the study's first check);
+   the seconds its runs took, and the least that would have decided it at that spread.
 3. **Truth**: baseline and candidate trained ``--horizon-multiple`` x H over ``--seeds``
    other data-order seeds; the mean paired drop with a two-sided 95% t-interval: "within"
    (upper bound <= tolerance), "beyond" (lower bound > tolerance), else "unclear".
@@ -45,8 +48,15 @@ from scipy import stats
 import autotune
 from autotune._device import environment
 from autotune._knobs import config_from
-from autotune._search.guard import AccuracyGuard, Confirmation, Verdict, plan_accuracy_budget
-from autotune._trial.runner import Budget, Trainer, evaluate, measure_throughput
+from autotune._search.evidence import next_target, unit_sums
+from autotune._search.guard import (
+    AccuracyGuard,
+    Confirmation,
+    Verdict,
+    plan_accuracy_budget,
+    seeds_to_settle,
+)
+from autotune._trial.runner import AccuracyRun, Budget, Trainer, evaluate, measure_throughput
 from autotune._trial.runner import train_for_accuracy as train_run
 from autotune._trial.workload import Workload
 
@@ -56,7 +66,7 @@ from realworld import workload_for
 from speedup import code_version, write_section
 
 WORKLOAD_NAMES = ("cnn", "bert", "resnet", "gpt2")
-CANDIDATES = ("bf16", "batch2x")
+CANDIDATES = ("bf16", "batch2x", "lr10", "batch8x")
 # gpt2 guards its validation loss (nats per token, lower is better): 0.01 nats is the
 # tolerance realworld.py's gpt2 search ran with (find_best's default), about 1% of a loss
 # near 1 nat and a fraction of a percent of one near 4.
@@ -69,6 +79,10 @@ TRUTH_SEED0 = 1000  # the long runs' data-order seeds are others than the guard'
 def candidate(name: str, base: autotune.TrainingConfig) -> autotune.TrainingConfig:
     if name == "bf16":
         return base.replace(precision="bf16")
+    if name == "lr10":  # a harmful change: the learning rate x10
+        return config_from({"lr_multiplier": 10.0}, base)
+    if name == "batch8x":  # a harmful one: batch x8, the LR left as it was (8x fewer steps)
+        return config_from({"batch_size": 8 * base.batch_size, "lr_batch_scaling": "none"}, base)
     # The search's bold guess (policy.fast_guesses), at 2x the batch instead of up to 4x.
     params = {
         "batch_size": 2 * base.batch_size,
@@ -86,6 +100,7 @@ class Runs:
     def __init__(self, work: Workload, cfg: autotune.TrainingConfig, samples: int) -> None:
         self.work, self.cfg, self.samples = work, cfg, samples
         self.metrics: dict[int, float] = {}
+        self.runs: dict[int, AccuracyRun] = {}
         self.seconds = 0.0
 
     def get(self, seeds: range) -> list[float]:
@@ -94,6 +109,7 @@ class Runs:
                 with self.cfg.backends():
                     run = train_run(self.cfg, self.work, self.samples, seed)
                 self.metrics[seed] = run.metric
+                self.runs[seed] = run
                 self.seconds += run.seconds
                 print(
                     f"    {self.cfg.describe()} seed {seed} at {self.samples:,}: "
@@ -119,17 +135,31 @@ def baseline_throughput(work: Workload, base: autotune.TrainingConfig) -> float:
 
 
 def guard_verdict(
-    guard_of: Any, base_runs: Runs, cand_runs: Runs, cap: int
-) -> tuple[Confirmation, int]:
-    """Look 1 at REPEATS seeds, then double the seeds while unresolved, up to ``cap``."""
+    guard_of: Any, base_runs: Runs, cand_runs: Runs, cap: int, tol: float
+) -> tuple[Confirmation, int, float, float | None]:
+    """As the search decides (``evidence.confirm``): look 1 at REPEATS seeds, then the seeds
+    ``evidence.next_target`` asks for while unresolved, up to ``cap`` in all; the runs'
+    per-example outcomes in every look. Returns the verdict, its looks and the seconds its
+    runs took (both arms) and the least seconds that would have decided it at look 1, were its
+    final mean and spread known in advance (None: no number of seeds would)."""
     seeds, look = REPEATS, 1
     while True:
-        guard: AccuracyGuard = guard_of(base_runs.get(range(seeds)))
-        result = guard.confirm(cand_runs.get(range(seeds)), looks=look)
+        guard: AccuracyGuard = guard_of(base_runs.get(range(seeds)), base_runs)
+        metrics = cand_runs.get(range(seeds))
+        runs = [cand_runs.runs[s] for s in range(seeds)]
+        result = guard.confirm(
+            metrics, units=unit_sums(runs), squares=guard.pair_squares(runs), looks=look
+        )
         print(f"    look {look}: {result.verdict} - {result.describe()}", flush=True)
-        if result.verdict is not Verdict.UNRESOLVED or 2 * seeds > cap:
-            return result, look
-        seeds, look = 2 * seeds, look + 1
+        spent = sum(base_runs.runs[s].seconds + cand_runs.runs[s].seconds for s in range(seeds))
+        target = next_target(seeds, result.need, 1.0, float(cap - seeds))
+        if result.verdict is not Verdict.UNRESOLVED or target is None:
+            drops = guard.paired_drops(metrics)
+            noise = guard.sample_noise(unit_sums(runs), drops, guard.pair_squares(runs))
+            least = seeds_to_settle(drops, tol, 1, noise=noise)
+            least_s = None if least is None else least * spent / seeds
+            return result, look, spent, least_s
+        seeds, look = target, look + 1
 
 
 def interval(drops: list[float]) -> tuple[float, float, float]:
@@ -154,6 +184,8 @@ class Row:
     upper: float | None
     seeds: int
     looks: int
+    seconds: float  # the guard's runs, both arms, until its verdict
+    least: float | None  # the fewest seconds that decide at look 1, at the final spread
     truth_drop: float
     truth_lo: float
     truth_hi: float
@@ -199,7 +231,9 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
         initial = evaluate(Trainer(base, work, 1).model, base, work)
     print(f"    untrained model: {task.metric_name} {initial:.4f}", flush=True)
 
-    def guard_of(runs: list[float]) -> AccuracyGuard:
+    def guard_of(runs: list[float], source: Runs | None = None) -> AccuracyGuard:
+        units = () if source is None else tuple(source.runs[s].units for s in range(len(runs)))
+        counts = None if source is None else source.runs[0].counts
         return AccuracyGuard(
             metric_name=task.metric_name,
             higher_is_better=task.higher_is_better,
@@ -207,6 +241,8 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
             baseline_runs=tuple(runs),
             accuracy_samples=h,
             initial_metric=initial,
+            baseline_units=units,
+            unit_counts=counts,
         )
 
     # As the search does (baseline.lengthen_until_learned): a baseline that did not learn
@@ -225,7 +261,9 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
     for cand_name in args.candidate or CANDIDATES:
         cfg = candidate(cand_name, base)
         print(f"[{name}] candidate {cand_name}: {cfg.describe()}", flush=True)
-        result, looks = guard_verdict(guard_of, base_h, Runs(work, cfg, h), args.guard_cap)
+        result, looks, spent, least = guard_verdict(
+            guard_of, base_h, Runs(work, cfg, h), args.guard_cap, tol
+        )
         b = base_long.get(truth_seeds)
         c = Runs(work, cfg, long).get(truth_seeds)
         sign = 1.0 if task.higher_is_better else -1.0
@@ -244,6 +282,8 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
             upper=result.bound,
             seeds=len(result.runs),
             looks=looks,
+            seconds=spent,
+            least=least,
             truth_drop=mean,
             truth_lo=lo,
             truth_hi=hi,
@@ -292,14 +332,15 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
         " worse) ± two-sided 95% t-interval. Tolerance 0.01 for every workload (gpt2: nats of "
         "validation loss, lower is better; the tolerance its realworld.py search used).",
         "",
-        "| workload | candidate | guard verdict (drop, bounds, seeds/looks) | long-run drop "
-        "[95% CI] | label | agreement |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| workload | candidate | guard verdict (drop, bounds, seeds/looks) | seconds to decide "
+        "(least at that spread) | long-run drop [95% CI] | label | agreement |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
             f"| {r.workload} ({r.metric}) | {r.candidate} | {r.verdict} ({_f(r.drop)}, "
-            f"{_f(r.lower)} .. {_f(r.upper)}, {r.seeds}/{r.looks}) | {r.truth_drop:+.4f} "
+            f"{_f(r.lower)} .. {_f(r.upper)}, {r.seeds}/{r.looks}) | {r.seconds:.0f} s "
+            f"({'-' if r.least is None else f'{r.least:.0f} s'}) | {r.truth_drop:+.4f} "
             f"[{_f(r.truth_lo)}, {_f(r.truth_hi)}] | {r.label} | {r.agreement} |"
         )
     lines += [

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 from collections.abc import Callable
 
 import optuna
@@ -29,6 +30,18 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+VAL_ITEMS = 2000  # the simulated validation set
+
+
+def per_example(seed: int, metric: float, items: int = VAL_ITEMS) -> tuple[float, ...]:
+    """A run's per-example outcomes (1: correct) with accuracy ``metric``: the first
+    ``metric * items`` examples of an order fixed per seed are right, so that two runs of one
+    seed (a pair) disagree on as few examples as their accuracies allow."""
+    order = random.Random(seed).sample(range(items), items)
+    right = set(order[: round(metric * items)])
+    return tuple(1.0 if i in right else 0.0 for i in range(items))
 
 
 @dataclasses.dataclass
@@ -55,6 +68,7 @@ class SimulatedExecutor:
         self.model = model
         self.runs = 0
         self.budgets: list[Budget] = []
+        self.arms: list[tuple[TrainingConfig, TrainingConfig]] = []  # (trial's, accuracy runs')
         self.interrupt_at = interrupt_at
 
     def run(
@@ -92,14 +106,18 @@ class SimulatedExecutor:
             )
         runs = []
         if accuracy is not None:
+            arm = accuracy.config or cfg
+            self.arms.append((cfg, arm))
             for seed in accuracy.seeds:
                 seconds = accuracy.samples / tp
                 cost += seconds
-                metric = self.model.metric(cfg, seed)
+                metric = self.model.metric(arm, seed)
                 if accuracy.samples < self.model.learns_after:
                     metric = self.model.initial + 0.001 * math.sin(seed)
-                runs.append(AccuracyRun(seed=seed, metric=metric, final_loss=0.5,
-                                        samples=accuracy.samples, seconds=seconds))  # fmt: skip
+                units = per_example(seed, metric)
+                runs.append(AccuracyRun(seed=seed, metric=sum(units) / len(units), final_loss=0.5,
+                                        samples=accuracy.samples, seconds=seconds,
+                                        units=units))  # fmt: skip
         if time_limit is not None and cost > time_limit:
             self.clock.now += time_limit
             return TrialOutcome(

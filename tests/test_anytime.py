@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
 from sim import Model, noise, search
 
 from autotune._search.ledger import Ledger
@@ -114,17 +113,17 @@ def test_no_time_is_kept_back_when_nothing_is_pending() -> None:
 
 
 def test_an_unresolved_confirmation_takes_the_seeds_that_settle_it_when_they_fit() -> None:
-    """bf16's paired drop alternates +-0.004 from seed to seed: the first look (three seeds,
-    one-sided 97.5%) bounds the drop at +0.0115, coarser than the 0.01 tolerance; five seeds
-    at the second look (99.2%) bound it at +0.0098. The search runs the two seeds (the
-    baseline's too) and confirms it, within the budget."""
+    """bf16's paired drop alternates +-0.003 from seed to seed: the first look (three seeds,
+    the study's first check at one-sided 98.75%, the validation sample's noise included)
+    bounds the drop above the 0.01 tolerance; the seeds its runs say would settle it fit, and
+    the second look confirms it, within the budget."""
     base = bert_like()
 
     def metric(cfg, seed: int) -> float:
         value = base.metric(cfg, seed)
         if cfg.precision.value == "bf16":
             value += 0.001 * (seed % 2)  # undo bert_like's own jitter
-            value -= 0.004 if seed % 2 == 0 else -0.004
+            value -= 0.003 if seed % 2 == 0 else -0.003
         return value
 
     model = dataclasses.replace(base, metric=metric)
@@ -135,12 +134,13 @@ def test_an_unresolved_confirmation_takes_the_seeds_that_settle_it_when_they_fit
     assert best is not None and best.config.precision.value == "bf16", "\n".join(lines)
     confirmation = ledger.confirmation(best)
     assert confirmation is not None and confirmation.passed, "\n".join(lines)
-    assert len(confirmation.runs) == 5 and confirmation.looks == 2
-    assert confirmation.drop == pytest.approx(0.0008, abs=1e-9)  # +.004, -.004, ... over 5
+    assert len(confirmation.runs) > 3 and confirmation.looks == 2, "\n".join(lines)
+    assert "unresolved over 3 seeds; running" in "\n".join(lines)
     assert confirmation.bound is not None and confirmation.bound <= 0.01
-    accuracy = ledger.baseline_accuracy
-    assert accuracy is not None and [r.seed for r in accuracy.runs] == [0, 1, 2, 3, 4]
-    assert any("unresolved over 3 seeds; running 5" in line for line in lines), "\n".join(lines)
+    accuracy = ledger.baseline_accuracy  # the baseline's runs of the new seeds too: pairs
+    n = len(confirmation.runs)
+    assert accuracy is not None and [r.seed for r in accuracy.runs] == list(range(n))
+    assert any(f"unresolved over 3 seeds; running {n}" in line for line in lines)
 
 
 def test_the_side_by_side_rounds_use_the_time_left() -> None:
@@ -198,3 +198,27 @@ def test_a_compile_longer_than_the_budget_runs_with_what_is_left_and_says_why() 
     assert missing[0]["why"].startswith(f"trial #{compiled[0].number}: timeout")
     assert "not measured: compile_mode=default (trial #" in result.summary()
     assert any("nothing left to try; not measured: compile_mode=default" in x for x in lines)
+
+
+def test_both_arms_of_a_pair_differ_only_in_the_numerics_being_judged() -> None:
+    """A candidate with workers and a larger batch: its accuracy runs train the baseline's
+    settings (no workers, no compile) with its batch and precision, so that a pair differs
+    only in what the guard judges (and pays no worker start-up in accuracy runs)."""
+    run, _, lines = search(bert_like(workers_help=1.3), knobs=KNOBS, timeout=240.0)
+    arms = run.bench.executor.arms
+    base = run.settings.baseline
+    judged = [(trial, arm) for trial, arm in arms if trial != base]
+    assert judged, "\n".join(lines)
+    assert any(trial.num_workers != base.num_workers for trial, _ in judged), "\n".join(lines)
+    for trial, arm in judged:
+        assert arm.numerics_key() == trial.numerics_key()
+        assert (
+            arm.replace(
+                batch_size=base.batch_size,
+                precision=base.precision,
+                gradient_accumulation_steps=base.gradient_accumulation_steps,
+                lr_schedule=base.lr_schedule,
+                checkpointing=base.checkpointing,
+            )
+            == base
+        )

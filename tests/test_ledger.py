@@ -7,6 +7,8 @@ import dataclasses
 
 import optuna
 import pytest
+from sim import per_example
+from test_guard import check
 
 import autotune
 from autotune import TrainingConfig
@@ -37,10 +39,15 @@ def measurement(step_time: float, batch: int = 32) -> Measurement:
 
 
 def runs(*metrics: float) -> tuple[AccuracyRun, ...]:
-    return tuple(
-        AccuracyRun(seed=i, metric=m, final_loss=0.5, samples=256, seconds=1.0)
-        for i, m in enumerate(metrics)
-    )
+    """Accuracy runs of seeds 0, 1, ... with their per-example outcomes (see sim.per_example)."""
+    out = []
+    for i, m in enumerate(metrics):
+        units = per_example(i, m)
+        metric = sum(units) / len(units)
+        run = AccuracyRun(seed=i, metric=metric, final_loss=0.5, samples=256, seconds=1.0,
+                          units=units)  # fmt: skip
+        out.append(run)
+    return tuple(out)
 
 
 def settings(**changes) -> SearchSettings:
@@ -215,7 +222,7 @@ def test_a_change_of_the_numerics_wins_only_once_confirmed() -> None:
     assert ledger.screened(ledger.entries[1]) is True
     assert not ledger.feasible(ledger.entries[1]) and ledger.best().number == 0
     assert ledger.pending().number == 1
-    confirmed = ledger.guard.confirm([0.905, 0.91, 0.889])
+    confirmed = check(ledger.guard, [0.905, 0.91, 0.889])
     assert confirmed.passed
     storage.file_confirmation(study, autotune._knobs.numerics_id(bf16), confirmed)
     ledger = Ledger.read(study, settings())
@@ -357,3 +364,40 @@ def test_a_config_the_rounds_measured_slower_than_the_baseline_is_never_the_answ
     )
     best = Ledger.read(study, settings(baseline=base_cfg)).best()
     assert best is not None and best.number == 1
+
+
+def test_baseline_seeds_added_by_two_workers_at_once_are_both_kept() -> None:
+    """Two workers extend the baseline's runs at the same time (seeds 3-4 and 5): each files
+    its own seeds, so neither overwrites the other's (the whole record used to be rewritten,
+    last writer wins, and a candidate seed then paired with the baseline's mean)."""
+    study = _study_with([_base()])
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+    )
+    more = runs(0.90, 0.91, 0.89, 0.92, 0.88, 0.905)
+    storage.add_baseline_runs(study, more[5:])  # the second worker's, filed first
+    storage.add_baseline_runs(study, more[3:5])
+    accuracy = storage.read_baseline_accuracy(study)
+    assert accuracy is not None
+    assert [r.seed for r in accuracy.runs] == [0, 1, 2, 3, 4, 5]
+    assert [r.metric for r in accuracy.runs] == [r.metric for r in more]
+    assert accuracy.seconds == pytest.approx(3.0)
+    guard = Ledger.read(study, settings()).guard
+    assert guard is not None and guard.repeats == 6 and guard.baseline_units[5] == more[5].units
+
+
+def test_each_check_of_a_study_spends_its_own_share_of_the_answers_error_rate() -> None:
+    """Two checks filed under one study: re-judged from their runs, the first opened is the
+    study's check 1 and the second its check 2 (a stricter level), whatever they stored."""
+    study = _study_with([_base()])
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+    )
+    guard = Ledger.read(study, settings()).guard
+    first = dataclasses.replace(check(guard, [0.897, 0.904, 0.889], trial=1), order=1)
+    second = dataclasses.replace(check(guard, [0.897, 0.904, 0.889], trial=2), order=1)
+    storage.file_confirmation(study, "a", first)
+    storage.file_confirmation(study, "b", second)
+    ledger = Ledger.read(study, settings())
+    assert [ledger.confirmations[k].order for k in ("a", "b")] == [1, 2]
+    assert ledger.confirmations["a"].bound < ledger.confirmations["b"].bound

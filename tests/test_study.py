@@ -10,6 +10,8 @@ import sys
 import optuna
 import pytest
 import torch
+from sim import per_example
+from test_guard import check
 from test_ledger import _base, _candidate, _study_with, settings
 
 import autotune
@@ -78,15 +80,16 @@ def _confirmed_study():
     study = _study_with([_base(), _candidate(TrainingConfig(precision="bf16"), 100.0)])
     base = (0.90, 0.91, 0.89, 0.90)
     runs = tuple(
-        AccuracyRun(seed=i, metric=m, final_loss=0.5, samples=256, seconds=1.0)
+        AccuracyRun(seed=i, metric=m, final_loss=0.5, samples=256, seconds=1.0,
+                    units=per_example(i, m))
         for i, m in enumerate(base)
-    )
+    )  # fmt: skip
     storage.write_baseline_accuracy(
         study, BaselineAccuracy(runs=runs, samples=256, seconds=4.0, initial_metric=0.5)
     )
     ledger = Ledger.read(study, settings())
     entry = ledger.entries[1]
-    c = ledger.guard.confirm([0.895, 0.905, 0.885, 0.894], looks=1, trial=1)
+    c = check(ledger.guard, [0.895, 0.905, 0.885, 0.894], looks=1, trial=1)
     storage.file_confirmation(study, ledger.numerics_id(entry.config), c)
     return study, entry
 

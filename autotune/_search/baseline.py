@@ -68,9 +68,14 @@ class Baseline:
     @property
     def check(self) -> AccuracyCheck | None:
         """The accuracy run every candidate that changes the numerics makes (seed 0)."""
-        if self.accuracy is None:
-            return None
-        return AccuracyCheck(samples=self.accuracy.samples, seeds=(0,))
+        return None if self.accuracy is None else self.check_of(None, (0,))
+
+    def check_of(self, cfg: TrainingConfig | None, seeds: tuple[int, ...]) -> AccuracyCheck:
+        """Accuracy runs of ``seeds`` for ``cfg``'s arm of each pair: the baseline's settings
+        with ``cfg``'s numerics (see ``TrainingConfig.pair_arm``); None: the trial's own."""
+        assert self.accuracy is not None
+        arm = None if cfg is None else cfg.pair_arm(self.record.config)
+        return AccuracyCheck(samples=self.accuracy.samples, seeds=seeds, config=arm)
 
     def run_seconds(self, throughput: float | None = None) -> float:
         """Expected seconds of one accuracy run of a config with ``throughput`` (the

@@ -196,8 +196,8 @@ def _measure(
             measure_seconds=measured,
             pruned=True,
         )
-    check = baseline.check
-    assert check is not None and outcome.measurement is not None
+    assert baseline.accuracy is not None and outcome.measurement is not None
+    check = baseline.check_of(cfg, (0,))
     outcome = bench.execute(
         cfg,
         accuracy=check,

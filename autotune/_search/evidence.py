@@ -13,17 +13,17 @@ would settle it rather than one seed at a time.
 
 from __future__ import annotations
 
-import dataclasses
 import math
+from collections.abc import Sequence
 
 from autotune._search import storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
-from autotune._search.guard import Confirmation, Verdict, p_inferior
+from autotune._search.guard import Confirmation, SampleNoise, Verdict, p_inferior
 from autotune._search.ledger import Entry
-from autotune._trial.runner import AccuracyCheck
+from autotune._trial.runner import AccuracyCheck, AccuracyRun
 
-__all__ = ["STEP", "confirm", "evidence_value", "next_target"]
+__all__ = ["STEP", "confirm", "evidence_value", "next_target", "unit_sums"]
 
 STEP = 4  # a look adds at most this many times the seeds the check already has
 UNTIMED_SEEDS = 32  # with no time budget (n_trials only), a check's seeds at the most
@@ -63,12 +63,18 @@ def evidence_value(speedup: float, p_within: float, seconds: float) -> float:
     return max(0.0, speedup - 1.0) * p_within / max(seconds, 1e-9)
 
 
-def p_within(confirmation: Confirmation | None, tolerance: float, drops: list[float]) -> float:
+def p_within(
+    confirmation: Confirmation | None,
+    tolerance: float,
+    drops: list[float],
+    noise: SampleNoise | None = None,
+) -> float:
     """How likely a check is to end confirmed, from what its runs show: one minus the p-value
-    of "the drop is beyond the tolerance" (an even chance before any runs)."""
+    of "the drop is beyond the tolerance", the validation sample's ``noise`` included (an even
+    chance before any runs)."""
     if confirmation is None or len(drops) < 2:
         return 0.5
-    return 1.0 - p_inferior(drops, tolerance)
+    return 1.0 - p_inferior(drops, tolerance, noise)
 
 
 def seed_seconds(baseline: Baseline, entry: Entry, seed: int) -> float:
@@ -105,7 +111,7 @@ def confirm(
         bench.report.trial(f"confirmation of trial #{entry.number}")
         result = _first_look(bench, baseline, entry)
         _file(bench, entry, result)
-    while result.verdict is Verdict.UNRESOLVED and result.failure is None:
+    while result.verdict is Verdict.UNRESOLVED and result.confirmable:
         current = Baseline.of(bench.ledger()) or baseline
         n = len(result.runs)
         left = bench.deadline.left()
@@ -148,23 +154,45 @@ def _first_look(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
     record = entry.record
     m = record.measurement
     throughput = m.throughput if m is not None else None
-    check = AccuracyCheck(
-        samples=baseline.accuracy.samples, seeds=tuple(range(1, baseline.guard.repeats))
-    )
+    check = baseline.check_of(entry.config, tuple(range(1, baseline.guard.repeats)))
     outcome = bench.execute(
         entry.config, accuracy=check, measured=m, expected=baseline.confirm_seconds(throughput)
     )
-    metric = record.accuracy[0].metric if record.accuracy else None
-    if not outcome.ok or metric is None:
+    first = record.accuracy[0] if record.accuracy else None
+    order = 1 + len(bench.ledger().confirmations)
+    if not outcome.ok or first is None:
         return Confirmation(
             runs=(),
             verdict=Verdict.REJECTED,
             failure=outcome.message,
             trial=entry.number,
             at=bench.deadline.now(),
+            order=order,
         )
-    runs = [metric, *(r.metric for r in outcome.accuracy)]
-    return baseline.guard.confirm(runs, looks=1, trial=entry.number, at=bench.deadline.now())
+    runs = [first, *outcome.accuracy]
+    return baseline.guard.confirm(
+        [r.metric for r in runs],
+        units=unit_sums(runs),
+        squares=baseline.guard.pair_squares(runs),
+        looks=1,
+        order=order,
+        trial=entry.number,
+        at=bench.deadline.now(),
+    )
+
+
+def unit_sums(
+    runs: Sequence[AccuracyRun], earlier: Sequence[float] | None = ()
+) -> tuple[float, ...] | None:
+    """The runs' per-unit sums added up over the runs (and onto ``earlier``'s; None: not
+    recorded for some run)."""
+    if earlier is None or any(r.units is None for r in runs):
+        return None
+    columns = [list(earlier)] if earlier else []
+    columns += [list(r.units) for r in runs if r.units is not None]
+    if not columns or len({len(c) for c in columns}) != 1:
+        return None
+    return tuple(math.fsum(values) for values in zip(*columns, strict=True))
 
 
 def _file(bench: Bench, entry: Entry, result: Confirmation) -> None:
@@ -194,16 +222,10 @@ def _more_seeds(
         )
         if not more.ok:
             return None
-        acc = baseline.accuracy
-        storage.write_baseline_accuracy(
-            bench.study,
-            dataclasses.replace(
-                acc, runs=(*acc.runs, *more.accuracy), seconds=acc.seconds + more.seconds
-            ),
-        )
+        storage.add_baseline_runs(bench.study, more.accuracy)
     outcome = bench.execute(
         entry.config,
-        accuracy=AccuracyCheck(samples=samples, seeds=new_seeds),
+        accuracy=baseline.check_of(entry.config, new_seeds),
         measured=m,
         expected=baseline.run_seconds(throughput) * len(new_seeds),
     )
@@ -211,6 +233,15 @@ def _more_seeds(
     if not outcome.ok or extended is None or extended.guard is None:
         return None
     all_runs = [*runs, *(r.metric for r in outcome.accuracy)]
+    more_squares = extended.guard.pair_squares(outcome.accuracy)
     return extended.guard.confirm(
-        all_runs, looks=last.looks + 1, trial=entry.number, at=bench.deadline.now()
+        all_runs,
+        units=unit_sums(outcome.accuracy, last.units),
+        squares=None
+        if last.squares is None or more_squares is None
+        else last.squares + more_squares,
+        looks=last.looks + 1,
+        order=last.order,
+        trial=entry.number,
+        at=bench.deadline.now(),
     )

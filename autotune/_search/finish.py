@@ -41,6 +41,8 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
             if ledger.numerics_id(entry.config) in done:
                 continue
             c = ledger.confirmation(entry)
+            if c is not None and not c.confirmable:
+                continue  # no number of seeds would confirm it
             m = entry.record.measurement
             first = c is None
             cost = (
@@ -49,9 +51,10 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
                 else seed_seconds(current, entry, len(c.runs) if c is not None else 0)
             )
             drops = guard.paired_drops(c.runs) if c is not None else []
+            noise = guard.sample_noise(c.units, drops, c.squares) if c is not None else None
             # Over the answer so far; none known (no answer yet, or no time): no gain.
             speedup = figures.speedup(floor, ledger.projected(entry)) or 1.0
-            value = evidence_value(speedup, p_within(c, guard.tolerance, drops), cost)
+            value = evidence_value(speedup, p_within(c, guard.tolerance, drops, noise), cost)
             options.append((value, entry, cost))
         if not options:
             return

@@ -1,8 +1,18 @@
 """The accuracy guard: is a candidate's validation metric within tolerance of the baseline's?
 
-Accuracy runs are paired: a candidate's run with data-order seed ``s`` starts from the same
-initial weights and sees the same samples in the same order as the baseline's run with seed
-``s``, so the noise the two share cancels in their difference. The guard decides in two steps:
+**What a pair shares, and what it does not.** A candidate's accuracy run with data-order seed
+``s`` and the baseline's run with seed ``s`` start from the same initial weights, see the same
+training samples in the same order (the same DataLoader generator seed; augmentation drawn in
+the loader's workers is not shared where the worker seeding differs) and are scored on the same
+validation examples, in the same batches. Both arms train the *baseline's* numerics-free
+settings (workers, memory format, cuDNN, no compile; the candidate's checkpointing, which only
+trades memory), so a pair differs only in the numerics being judged: batch size and
+accumulation, precision, LR schedule. What the pair does not share: every random draw that the
+judged change moves (a larger batch consumes the data order differently; dropout and other
+in-model RNG streams advance with the batch), and the kernels a different precision selects.
+What pairing cancels is the noise the two runs share; what is left, it measures from the pairs.
+
+The guard decides in two steps:
 
 - **Screening** (every candidate whose numerics change, one run, seed 0): rejected only for a
   drop larger than the tolerance plus what one pair can vary by. Before any confirmation that
@@ -10,16 +20,26 @@ initial weights and sees the same samples in the same order as the baseline's ru
   have measured how much paired differences really vary, by that (much tighter, since the
   shared noise cancels), so a clearly worse candidate is not sent to a costly confirmation.
 - **Confirmation**, a sequential non-inferiority test on the mean paired drop ``δ`` (how much
-  worse the candidate is; negative: better). H0: ``δ > tolerance``. At each look (the baseline's
-  seeds first, then more seeds while the search buys them) the one-sided Student-t confidence
-  bounds of the mean paired drop are taken at level ``1 - α_k``: *confirmed* when the upper
-  bound is within the tolerance, *rejected* when the lower bound is beyond it, otherwise
-  *unresolved* (and it says how many seeds would settle it). The looks share the error rate by
-  an alpha-spending rule, ``α_k = α / (k (k + 1))``, whose sum over any number of looks stays
-  below ``α = 1 - CONFIDENCE``: however many times the search looks, a candidate whose true drop
-  is beyond the tolerance is confirmed with probability at most ``α`` (a union bound; the
-  rejections are non-binding, so they cannot raise it). A confirmation states the confidence it
-  achieved: one minus the error spent on its earlier looks and the last look's p-value.
+  worse the candidate is on the *data* the validation set was drawn from; negative: better).
+  H0: ``δ > tolerance``. The standard error has two parts: the seeds' (``s² / n``, the pairs'
+  own spread) and the validation sample's (the same examples judge every seed, so more seeds do
+  not shrink it), which the runs' per-example outcomes measure (:func:`sample_noise`: a seed x
+  example analysis of variance; never below what ``3 / N`` of the examples disagreeing would
+  give for a counting metric). Without per-example values (a trainer's logged metric) that part
+  cannot be bounded, and nothing is confirmed. At each look the one-sided bounds (Student's t,
+  Welch-Satterthwaite degrees of freedom) are taken at level ``1 - α_{j,k}``: *confirmed* when
+  the upper bound is within the tolerance, *rejected* when the lower bound is beyond it,
+  otherwise *unresolved* (and it says how many seeds would settle it, or that a larger
+  validation set would). **The error rate is held for the answer**: the study's ``j``-th check
+  may spend ``α_j = α / (j (j + 1))`` and its ``k``-th look ``α_j / (k (k + 1))``; their sum
+  over any number of checks and looks stays below ``α = 1 - CONFIDENCE``, so the answer (the
+  fastest confirmed candidate) is a candidate whose true drop is beyond the tolerance with
+  probability at most ``α`` (a union bound; rejections are non-binding, so they cannot raise
+  it). The bound is as good as its normal approximation: a failure mode that no run of a check
+  has shown (a run that fails to take off 1 time in 10) slips through any test on a few pairs
+  (``benchmarks/guard_error_rates.py`` measures how often). A confirmation states the
+  confidence it achieved: one minus the error its earlier looks spent and the last look's
+  p-value.
 
 Where the baseline did not learn measurably in its accuracy budget (its metric barely moved
 from the untrained model's), no change of the numerics can be confirmed: every check would
@@ -44,7 +64,9 @@ __all__ = [
     "AccuracyGuard",
     "AccuracyPlan",
     "Confirmation",
+    "SampleNoise",
     "Verdict",
+    "check_alpha",
     "look_alpha",
     "percent",
     "plan_accuracy_budget",
@@ -62,7 +84,7 @@ MAX_NEED = 10_000  # seeds beyond which an unresolved check counts as unsettleab
 
 
 @functools.lru_cache(maxsize=4096)
-def _t_quantile(q: float, dof: int) -> float:
+def _t_quantile(q: float, dof: float) -> float:
     return float(stats.t.ppf(q, dof))
 
 
@@ -71,56 +93,176 @@ def percent(confidence: float) -> str:
     return ">99.9%" if confidence > 0.999 else f"{confidence:.1%}"
 
 
-def look_alpha(look: int) -> float:
-    """The error rate the ``look``-th look (1, 2, ...) of a confirmation may spend."""
-    return ALPHA / (look * (look + 1))
+def check_alpha(order: int) -> float:
+    """The error rate the ``order``-th check of a study (1, 2, ...) may spend over all its
+    looks: ``α / (j (j + 1))``, which sums to less than ``α`` over any number of checks, so
+    the *answer* (the fastest confirmed candidate) is a false accept with probability at most
+    ``α`` however many candidates were checked."""
+    return ALPHA / (order * (order + 1))
 
 
-def spent_alpha(looks: int) -> float:
-    """The error rate ``looks`` looks have spent in all: ``α (1 - 1 / (looks + 1))`` < ``α``."""
-    return ALPHA * looks / (looks + 1)
+def look_alpha(look: int, order: int = 1) -> float:
+    """The error rate the ``look``-th look (1, 2, ...) of the ``order``-th check may spend."""
+    return check_alpha(order) / (look * (look + 1))
 
 
-def paired_bounds(drops: Sequence[float], look: int) -> tuple[float, float, float]:
-    """(mean, lower, upper): the mean paired drop and its one-sided confidence bounds at the
-    ``look``-th look's level (infinite with fewer than two pairs)."""
-    mean = statistics.fmean(drops)
+def spent_alpha(looks: int, order: int = 1) -> float:
+    """The error rate ``looks`` looks of the ``order``-th check have spent in all."""
+    return check_alpha(order) * looks / (looks + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleNoise:
+    """The validation sample's own noise in a mean paired drop over ``pairs`` pairs: its
+    ``variance`` (of the mean drop as an estimate for the data the validation set was drawn
+    from) and the degrees of freedom of that estimate; ``shrinks``, the part of it that more
+    seeds would reduce (an example's outcome varying from seed to seed), the rest being what
+    the same examples judging every seed leaves however many seeds there are."""
+
+    variance: float
+    dof: float
+    shrinks: float = 0.0
+    pairs: int = 1
+    floor: float = 0.0
+
+    def at(self, pairs: int) -> float:
+        """The variance expected over ``pairs`` pairs, were the runs' spreads to hold."""
+        fixed = self.variance - self.shrinks
+        return max(self.floor, fixed + self.shrinks * self.pairs / max(pairs, 1))
+
+
+def sample_noise(
+    differences: Sequence[float],
+    counts: Sequence[float],
+    *,
+    counting: bool,
+    drops: Sequence[float] = (),
+    squares: float | None = None,
+) -> SampleNoise | None:
+    """The validation sample's noise in a mean paired drop, from the per-unit ``differences``
+    (the baseline's sum less the candidate's in each validation unit, averaged over the pairs
+    and signed so that positive is worse) and the items each unit counts: the ratio
+    estimator's variance over units, ``U / (U - 1) Σ (d_u - D n_u)² / N²``.
+
+    In a seed x example analysis of variance the mean drop's variance is ``σ²_seed / n +
+    σ²_example / N + σ²_within / (n N)``; the pairs' own spread measures the first and last
+    terms, and this estimate holds the last two (the within term counted twice: conservative;
+    subtracting it, as the analysis would, made the bound too narrow in simulation at the
+    small error rates of later checks). With one item per unit, the pairs' ``drops`` and
+    ``squares`` (the sum over pairs and units of the squared per-unit differences) say how
+    much of it is the within term, which more seeds reduce (:meth:`SampleNoise.at`).
+
+    For a ``counting`` metric (correct predictions: a unit's difference is at most its items),
+    never less than if ``3 / U`` of the units (the 95% bound on a rate never observed in
+    ``U``) disagreed entirely: identical predictions on a finite sample bound the disagreement
+    on the data, they do not make it zero."""
+    units = len(differences)
+    total = float(sum(counts))
+    if units < 2 or total <= 0.0:
+        return None
+    drop = math.fsum(differences) / total
+    spread = math.fsum((d - drop * n) ** 2 for d, n in zip(differences, counts, strict=True))
+    variance = units / (units - 1) * spread / total**2
+    n = len(drops)
+    shrinks = 0.0
+    if squares is not None and n >= 2 and all(c == 1.0 for c in counts):
+        within_ss = (
+            squares
+            - n * math.fsum(d * d for d in differences)
+            - units * math.fsum(x * x for x in drops)
+            + n * units * drop * drop
+        )
+        within = max(0.0, within_ss) / ((n - 1) * (units - 1))  # MS_within
+        shrinks = min(variance, within / (n * units))
+    floor = 3.0 * max(counts) ** 2 / total**2 if counting else 0.0
+    if variance <= floor:
+        if floor <= 0.0:
+            return None
+        return SampleNoise(variance=floor, dof=float(units - 1), pairs=max(n, 1), floor=floor)
+    return SampleNoise(
+        variance=variance, dof=float(units - 1), shrinks=shrinks, pairs=max(n, 1), floor=floor
+    )
+
+
+def standard_error(drops: Sequence[float], noise: SampleNoise | None) -> tuple[float, float] | None:
+    """(standard error, degrees of freedom) of the mean paired drop as an estimate of the
+    drop on the data: the seed-to-seed part from the pairs (``s² / n``) plus the validation
+    sample's part (``noise``), with Welch-Satterthwaite degrees of freedom. None: no bound
+    (one pair, or pairs that agree exactly with nothing to say what the validation sample's
+    noise is: a zero spread is not a certainty)."""
     n = len(drops)
     if n < 2:
-        return mean, -math.inf, math.inf
-    half = _t_quantile(1.0 - look_alpha(look), n - 1) * statistics.stdev(drops) / math.sqrt(n)
+        return None
+    seed = statistics.variance(drops) / n
+    if noise is None:
+        return (math.sqrt(seed), float(n - 1)) if seed > 0.0 else None
+    total = seed + noise.variance
+    if total <= 0.0:
+        return None
+    parts = seed**2 / (n - 1) + (noise.variance**2 / noise.dof if noise.dof > 0 else 0.0)
+    dof = total**2 / parts if parts > 0.0 else float(n - 1)
+    return math.sqrt(total), dof
+
+
+def paired_bounds(
+    drops: Sequence[float], look: int, *, order: int = 1, noise: SampleNoise | None = None
+) -> tuple[float, float, float]:
+    """(mean, lower, upper): the mean paired drop and its one-sided confidence bounds at the
+    level of the ``look``-th look of the ``order``-th check (infinite where there is no
+    bound; see :func:`standard_error`)."""
+    mean = statistics.fmean(drops)
+    se = standard_error(drops, noise)
+    if se is None:
+        # Pairs that agree exactly bound nothing above; they may still reject (a rejection
+        # is non-binding: it cannot raise the false-accept rate).
+        lower = mean if len(drops) > 1 and statistics.variance(drops) == 0.0 else -math.inf
+        return mean, lower, math.inf
+    half = _t_quantile(1.0 - look_alpha(look, order), se[1]) * se[0]
     return mean, mean - half, mean + half
 
 
-def p_inferior(drops: Sequence[float], tolerance: float) -> float:
-    """The one-sided p-value of H0 ``δ >= tolerance`` (Student's t on the paired drops): small
-    when the drops are clearly within the tolerance."""
-    n = len(drops)
-    mean = statistics.fmean(drops)
-    if n < 2:
+def p_inferior(drops: Sequence[float], tolerance: float, noise: SampleNoise | None = None) -> float:
+    """The one-sided p-value of H0 ``δ >= tolerance`` (Student's t on the paired drops, the
+    validation sample's noise included): small when the drops are clearly within the
+    tolerance; 1 where there is no bound."""
+    se = standard_error(drops, noise)
+    if se is None:
         return 1.0
-    se = statistics.stdev(drops) / math.sqrt(n)
-    if se == 0.0:
-        return 0.0 if mean < tolerance else 1.0
-    return float(stats.t.sf((tolerance - mean) / se, n - 1))
+    return float(stats.t.sf((tolerance - statistics.fmean(drops)) / se[0], se[1]))
 
 
-def seeds_to_settle(drops: Sequence[float], tolerance: float, look: int) -> int | None:
-    """The fewest seeds with which the ``look``-th look would settle the check (either way),
-    were the drops' mean and spread to hold; None beyond :data:`MAX_NEED` (a drop at the
-    tolerance itself never settles)."""
+def seeds_to_settle(
+    drops: Sequence[float],
+    tolerance: float,
+    look: int,
+    *,
+    order: int = 1,
+    noise: SampleNoise | None = None,
+) -> int | None:
+    """The fewest pairs with which the ``look``-th look would settle the check (either way),
+    were the drops' mean and spread (and the validation sample's noise, which more seeds do
+    not reduce) to hold; None beyond :data:`MAX_NEED` (a drop at the tolerance itself never
+    settles, nor one within the validation sample's own noise of it)."""
     n = len(drops)
     if n < 2:
         return None
     gap = abs(statistics.fmean(drops) - tolerance)
-    sd = statistics.stdev(drops)
-    if sd == 0.0:
-        return n if gap > 0 else None
+    seed_var = statistics.variance(drops)
     if gap == 0.0:
         return None
+    alpha = look_alpha(look, order)
 
     def settles(m: int) -> bool:
-        return _t_quantile(1.0 - look_alpha(look), m - 1) * sd / math.sqrt(m) < gap
+        sample = noise.at(m) if noise is not None else 0.0
+        part = seed_var / m
+        total = part + sample
+        if total <= 0.0:
+            return False
+        den = (part**2 / (m - 1) if part else 0.0) + (
+            sample**2 / noise.dof if noise is not None and noise.dof > 0 else 0.0
+        )
+        dof = total**2 / den if den > 0.0 else float(m - 1)
+        return _t_quantile(1.0 - alpha, dof) * math.sqrt(total) < gap
 
     if not settles(MAX_NEED):
         return None
@@ -152,6 +294,12 @@ class Confirmation:
 
     runs: tuple[float, ...]  # the candidate's metric per seed (0, 1, ...)
     verdict: Verdict
+    # The candidate's metric sums per validation unit, summed over its seeds (None: the
+    # metric has no units, a trainer's logged one): with the baseline's, the validation
+    # sample's own noise in the mean drop.
+    units: tuple[float, ...] | None = None
+    squares: float | None = None  # Σ over seeds and units of the squared paired difference
+    order: int = 1  # the study's order-th check: its share of the answer's error rate
     mean: float | None = None
     drop: float | None = None
     resolution: float | None = None
@@ -165,10 +313,18 @@ class Confirmation:
     need: int | None = None  # seeds that would settle it at the next look, at the pairs' spread
     trial: int | None = None  # the trial it checked
     at: float | None = None  # wall-clock time it was filed
+    no_bound: str | None = None  # why the pairs give no confidence bound
+    sample_error: float | None = None  # the validation sample's part of the standard error
 
     @property
     def passed(self) -> bool:
         return self.verdict is Verdict.CONFIRMED
+
+    @property
+    def confirmable(self) -> bool:
+        """Whether more seeds could still confirm it: its runs bound the validation sample's
+        error (per-example values were recorded), or there are not yet two pairs to tell."""
+        return self.failure is None and (len(self.runs) < 2 or self.sample_error is not None)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -176,6 +332,8 @@ class Confirmation:
             "verdict": self.verdict.value,
             "passed": self.passed,
             "looks": self.looks,
+            "order": self.order,
+            "units": None if self.units is None else [_compact(u) for u in self.units],
         }
         for key in _OPTIONAL:
             if getattr(self, key) is not None:
@@ -184,10 +342,13 @@ class Confirmation:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Confirmation:
+        units = data.get("units")
         return cls(
             runs=tuple(float(r) for r in data.get("runs") or ()),
             verdict=Verdict(data["verdict"]),
             looks=int(data.get("looks") or 1),
+            order=int(data.get("order") or 1),
+            units=None if units is None else tuple(float(u) for u in units),
             **{key: data.get(key) for key in _OPTIONAL},
         )
 
@@ -196,9 +357,15 @@ class Confirmation:
             return str(self.failure)
         text = f"mean paired drop {self.drop:+.4f} over {len(self.runs)} seeds"
         if self.bound is None or self.lower is None:
-            return f"{text}, no confidence bound (one seed)"
-        level = 1.0 - look_alpha(self.looks)
-        text += f", upper bound {self.bound:+.4f} ({level:.1%} one-sided, look {self.looks})"
+            text += f", no confidence bound ({self.no_bound or 'one seed'})"
+            if self.verdict is Verdict.REJECTED and self.lower is not None:
+                text += f"; every pair {self.lower:+.4f} worse, beyond it"
+            return text
+        level = 1.0 - look_alpha(self.looks, self.order)
+        text += (
+            f", upper bound {self.bound:+.4f} ({level:.2%} one-sided, look {self.looks} of "
+            f"check {self.order})"
+        )
         if self.tolerance is not None:
             text += f" against tolerance {self.tolerance:g}"
         if self.confidence is not None:
@@ -210,8 +377,13 @@ class Confirmation:
 
 _OPTIONAL = (
     "mean", "drop", "resolution", "bound", "lower", "confidence", "tolerance", "failure",
-    "settle", "need", "trial", "at",
+    "settle", "need", "trial", "at", "no_bound", "sample_error", "squares",
 )  # fmt: skip
+
+
+def _compact(value: float) -> float | int:
+    """A whole number as an int (per-example sums of an accuracy are counts)."""
+    return int(value) if value.is_integer() else value
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -227,6 +399,10 @@ class AccuracyGuard:
     # The spread (std) of paired differences that confirmations measured, and its dof.
     paired_spread: float | None = None
     paired_dof: int = 0
+    # Per baseline seed, its metric's sums per validation unit (None: not recorded), and the
+    # items each unit counts (None: one each).
+    baseline_units: tuple[tuple[float, ...] | None, ...] = ()
+    unit_counts: tuple[float, ...] | None = None
 
     @property
     def repeats(self) -> int:
@@ -283,13 +459,52 @@ class AccuracyGuard:
         return diff if self.higher_is_better else -diff
 
     def _paired_drop(self, seed: int, metric: float) -> float:
-        base = self.baseline_runs[seed] if seed < self.repeats else self.baseline_metric
-        diff = base - metric
+        diff = self.baseline_runs[seed] - metric
         return diff if self.higher_is_better else -diff
 
     def paired_drops(self, runs: Sequence[float]) -> list[float]:
-        """The candidate's ``runs`` (seeds 0, 1, ...) less the baseline's run of each seed."""
-        return [self._paired_drop(seed, m) for seed, m in enumerate(runs)]
+        """The candidate's ``runs`` (seeds 0, 1, ...) less the baseline's run of each seed,
+        for the seeds the baseline has a run of: a candidate's seed without its baseline run
+        is not a pair, and is not used (never compared with the baseline's mean)."""
+        return [self._paired_drop(seed, m) for seed, m in enumerate(runs[: self.repeats])]
+
+    def pair_squares(self, runs: Sequence[Any]) -> float | None:
+        """The sum over ``runs`` (the candidate's accuracy runs, each with its ``seed`` and
+        ``units``) and over validation units of the squared difference from the baseline's
+        run of the same seed: what :func:`sample_noise` splits the variance with. None where
+        a run or its baseline run has no units."""
+        total = 0.0
+        for run in runs:
+            base = self.baseline_units[run.seed] if run.seed < len(self.baseline_units) else None
+            if run.units is None or base is None or len(base) != len(run.units):
+                return None
+            total += math.fsum((b - c) ** 2 for b, c in zip(base, run.units, strict=True))
+        return total
+
+    def sample_noise(
+        self, units: Sequence[float] | None, drops: Sequence[float], squares: float | None = None
+    ) -> SampleNoise | None:
+        """The validation sample's noise in the mean of the paired ``drops``, from the
+        candidate's per-unit sums over their seeds (``units``), the baseline's per-unit sums of
+        the same seeds and the pairs' ``squares`` (see :meth:`pair_squares`); None where the
+        units were not recorded."""
+        pairs = len(drops)
+        base = self.baseline_units[:pairs]
+        if units is None or pairs < 1 or len(base) < pairs or any(b is None for b in base):
+            return None
+        if any(len(b) != len(units) for b in base if b is not None):
+            return None
+        sign = 1.0 if self.higher_is_better else -1.0
+        sums = [math.fsum(column) for column in zip(*base, strict=True)]
+        differences = [sign * (b - c) / pairs for b, c in zip(sums, units, strict=True)]
+        counts = self.unit_counts or (1.0,) * len(units)
+        counting = all(
+            v.is_integer() and 0.0 <= v <= n
+            for b in base
+            if b is not None
+            for v, n in zip(b, counts, strict=True)
+        )
+        return sample_noise(differences, counts, counting=counting, drops=drops, squares=squares)
 
     @property
     def screening_margin(self) -> float:
@@ -329,48 +544,76 @@ class AccuracyGuard:
         self,
         runs: Sequence[float],
         *,
+        units: Sequence[float] | None = None,
+        squares: float | None = None,
         looks: int = 1,
+        order: int = 1,
         trial: int | None = None,
         at: float | None = None,
     ) -> Confirmation:
-        """The ``looks``-th look at ``runs`` (the candidate's metric for seeds 0, 1, ...),
-        paired with the baseline's runs of the same seeds: the sequential non-inferiority test
-        of the module's docstring."""
+        """The ``looks``-th look of the study's ``order``-th check at ``runs`` (the
+        candidate's metric for seeds 0, 1, ...; ``units``, its per-unit sums over those
+        seeds), paired with the baseline's runs of the same seeds: the sequential
+        non-inferiority test of the module's docstring."""
         drops = self.paired_drops(runs)
-        mean = statistics.fmean(runs)
+        pairs = len(drops)
         base = Confirmation(
             runs=tuple(runs), verdict=Verdict.REJECTED, looks=looks, tolerance=self.tolerance,
-            mean=mean, trial=trial, at=at,
+            mean=statistics.fmean(runs), trial=trial, at=at, order=order,
+            units=None if units is None else tuple(units), squares=squares,
         )  # fmt: skip
+        if not drops:
+            return dataclasses.replace(
+                base, verdict=Verdict.UNRESOLVED, no_bound="no seed paired with the baseline's"
+            )
         if not all(math.isfinite(d) for d in drops):
             return dataclasses.replace(base, drop=math.inf, failure="a run's metric is not finite")
-        drop, lower, upper = paired_bounds(drops, looks)
+        # Units summed over seeds the baseline lacks would not match its sums: no pairs there.
+        noise = self.sample_noise(units, drops, squares) if pairs == len(runs) else None
+        drop, lower, upper = paired_bounds(drops, looks, order=order, noise=noise)
         tol = self.tolerance
         confidence = None
         if lower > tol:
             verdict = Verdict.REJECTED
-        elif upper <= tol and self.learned:
+        elif upper <= tol and self.learned and noise is not None:
             verdict = Verdict.CONFIRMED
-            confidence = 1.0 - (spent_alpha(looks - 1) + p_inferior(drops, tol))
+            p = p_inferior(drops, tol, noise)
+            confidence = 1.0 - (spent_alpha(looks - 1, order) + p)
         else:
             verdict = Verdict.UNRESOLVED
         settle, need = None, None
         if verdict is Verdict.UNRESOLVED:
-            settle, need = self._settle(drops, looks)
+            settle, need = self._settle(drops, looks, order, noise)
         finite = math.isfinite(upper)
+        no_bound = None
+        if not finite:
+            no_bound = (
+                "one seed"
+                if pairs < 2
+                else "the pairs agree exactly, and the metric has no per-example values to "
+                "bound the validation sample's noise"
+            )
         return dataclasses.replace(
             base,
             verdict=verdict,
             drop=drop,
             resolution=upper - drop if finite else None,
             bound=upper if finite else None,
-            lower=lower if finite else None,
+            lower=lower if math.isfinite(lower) else None,
             confidence=confidence,
             settle=settle,
             need=need,
+            no_bound=no_bound,
+            sample_error=None if noise is None else math.sqrt(noise.variance),
         )
 
-    def _settle(self, drops: Sequence[float], looks: int) -> tuple[str, int | None]:
+    def _settle(
+        self,
+        drops: Sequence[float],
+        looks: int,
+        order: int = 1,
+        noise: SampleNoise | None = None,
+    ) -> tuple[str, int | None]:
         """What would settle an unresolved check, and how many seeds at the next look (None:
         more seeds would not do it)."""
         if self.wrong_way:
@@ -384,10 +627,27 @@ class AccuracyGuard:
         if len(drops) < 2:
             return "accuracy_repeats >= 2 would let the check measure its own noise", None
         sd = statistics.stdev(drops)
-        need = seeds_to_settle(drops, self.tolerance, looks + 1)
-        if need is None:
+        mean = statistics.fmean(drops)
+        if noise is None:
             return (
-                f"its mean paired drop {statistics.fmean(drops):+.4f} sits at the tolerance "
+                f"the {self.metric_name} has no per-example values (a metric your trainer "
+                "logs), so the validation sample's own error, which every seed shares, cannot "
+                "be bounded: no number of seeds can confirm it (a rejection still stands); "
+                "autotune's own loop (find_best) records them"
+            ), None
+        need = seeds_to_settle(drops, self.tolerance, looks + 1, order=order, noise=noise)
+        if need is None:
+            fixed = math.sqrt(noise.at(MAX_NEED)) if noise is not None else 0.0
+            level = _t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof) if noise else 0.0
+            if noise is not None and level * fixed >= abs(mean - self.tolerance):
+                return (
+                    f"its mean paired drop {mean:+.4f} is within the validation sample's own "
+                    f"noise (±{fixed:.4f}) of the tolerance "
+                    f"{self.tolerance:g}: more seeds would not tell, a larger validation set "
+                    "would"
+                ), None
+            return (
+                f"its mean paired drop {mean:+.4f} sits at the tolerance "
                 f"{self.tolerance:g} (pairs vary by ±{sd:.4f}): no practical number of seeds "
                 "would tell; a longer accuracy budget might"
             ), None
@@ -435,8 +695,9 @@ class AccuracyGuard:
             "paired": True,
             "test": (
                 f"sequential non-inferiority: confirmed when the one-sided upper bound of the "
-                f"mean paired drop is within the tolerance; look k at level 1 - {ALPHA:g}/(k(k+1))"
-                f", at most {ALPHA:g} false accepts across all looks"
+                f"mean paired drop (seed-to-seed and validation-sample noise) is within the "
+                f"tolerance; check j, look k at level 1 - {ALPHA:g}/(j(j+1)k(k+1)), at most "
+                f"{ALPHA:g} false accepts for the answer across all checks and looks"
             ),
             "advice": self.advice(),
         }

@@ -119,19 +119,32 @@ def make_guard(settings: SearchSettings, accuracy: BaselineAccuracy) -> Accuracy
         baseline_runs=tuple(run.metric for run in accuracy.runs),
         accuracy_samples=accuracy.samples,
         initial_metric=accuracy.initial_metric,
+        baseline_units=tuple(run.units for run in accuracy.runs),
+        unit_counts=next((run.counts for run in accuracy.runs if run.counts is not None), None),
     )
 
 
 def rejudged(
     confirmations: Mapping[str, Confirmation], guard: AccuracyGuard
 ) -> dict[str, Confirmation]:
-    """The confirmations, each judged under ``guard``'s tolerance: one filed under another
-    tolerance (a report that asks for a different one) is judged again from its stored runs,
-    paired with the baseline's, at the look it was filed at; its verdict is not carried over."""
+    """The confirmations, each judged from its stored runs under ``guard`` (its tolerance,
+    the baseline's runs as they are now), at the look it was filed at: a verdict is derived,
+    never carried over. Each check's share of the answer's error rate follows from its rank
+    among the study's checks (by the order each was opened in, then its trial), so that two
+    checks never spend the same share."""
+    ranked = sorted(confirmations.items(), key=lambda kv: (kv[1].order, kv[1].trial or 0, kv[0]))
     out = {}
-    for key, c in confirmations.items():
-        if c.failure is None and c.tolerance is not None and c.tolerance != guard.tolerance:
-            c = guard.confirm(c.runs, looks=c.looks, trial=c.trial, at=c.at)
+    for rank, (key, c) in enumerate(ranked, start=1):
+        if c.failure is None:
+            c = guard.confirm(
+                c.runs,
+                units=c.units,
+                squares=c.squares,
+                looks=c.looks,
+                order=rank,
+                trial=c.trial,
+                at=c.at,
+            )
         out[key] = c
     return out
 

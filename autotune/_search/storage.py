@@ -14,12 +14,13 @@ the one place that knows where autotune keeps what in it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,10 @@ from autotune._search.guard import Confirmation
 from autotune._search.record import BaselineAccuracy, Record
 from autotune._search.settings import SearchSettings, differences
 from autotune._trial.probe import MemoryLimits
+from autotune._trial.runner import AccuracyRun
 
 __all__ = [
+    "add_baseline_runs",
     "add_round",
     "file_confirmation",
     "heartbeat",
@@ -67,6 +70,7 @@ ROLE = "autotune_role"  # trial attribute: "baseline" or "candidate"
 SETTINGS = "autotune_settings"  # study attribute: the search's settings
 MEMORY = "autotune_memory"  # study attribute: the memory probe's findings
 BASELINE_ACCURACY = "autotune_baseline_accuracy"  # study attribute: the guard's baseline runs
+BASELINE_RUN = "autotune_baseline_run:"  # + seed: a baseline run a check bought later
 ROUNDS = "autotune_rounds"  # study attribute: side-by-side rounds, trial -> projected time
 # One study attribute per key, so that processes adding them at once never overwrite each other.
 CONFIRMATION = "autotune_confirmation:"  # + numerics id: the confirmation filed under it
@@ -124,12 +128,31 @@ def write_memory(study: optuna.Study, memory: MemoryLimits) -> None:
 
 
 def read_baseline_accuracy(study: optuna.Study) -> BaselineAccuracy | None:
-    data = study.user_attrs.get(BASELINE_ACCURACY)
-    return BaselineAccuracy.from_dict(data) if isinstance(data, dict) else None
+    """The baseline's accuracy runs: its first ones, then the seeds that checks bought later
+    (each filed under its own attribute), as far as they run on from seed to seed."""
+    attrs = study.user_attrs
+    data = attrs.get(BASELINE_ACCURACY)
+    if not isinstance(data, dict):
+        return None
+    accuracy = BaselineAccuracy.from_dict(data)
+    runs = list(accuracy.runs)
+    while isinstance(more := attrs.get(f"{BASELINE_RUN}{len(runs)}"), dict):
+        runs.append(AccuracyRun.from_dict(more))
+    extra = runs[len(accuracy.runs) :]
+    return dataclasses.replace(
+        accuracy, runs=tuple(runs), seconds=accuracy.seconds + sum(r.seconds for r in extra)
+    )
 
 
 def write_baseline_accuracy(study: optuna.Study, accuracy: BaselineAccuracy) -> None:
     study.set_user_attr(BASELINE_ACCURACY, accuracy.to_dict())
+
+
+def add_baseline_runs(study: optuna.Study, runs: Sequence[AccuracyRun]) -> None:
+    """File more of the baseline's accuracy runs, each under its seed: workers that extend the
+    baseline at once add their seeds side by side instead of overwriting each other's."""
+    for run in runs:
+        study.set_user_attr(f"{BASELINE_RUN}{run.seed}", run.to_dict())
 
 
 def read_rounds(study: optuna.Study) -> list[dict[int, float]]:

@@ -31,7 +31,7 @@ __all__ = [
     "BUILTIN_METRICS",
     "IGNORE_INDEX",
     "MetricChoice",
-    "accuracy_sum",
+    "accuracy_rows",
     "batch_items",
     "choose_metric",
     "describe_output",
@@ -40,7 +40,7 @@ __all__ = [
     "label_items",
     "logits_of",
     "own_loss",
-    "token_accuracy_sum",
+    "token_accuracy_rows",
 ]
 
 AUTO = "auto"
@@ -165,19 +165,25 @@ def _integer_labels(targets: Any, metric: str) -> torch.Tensor:
     )
 
 
-def accuracy_sum(outputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(correct, counted): argmax of the logits against the labels, labels -100 not counted."""
+def _rows(values: torch.Tensor) -> torch.Tensor:
+    """Per example: the sum over everything but the leading (batch) dimension."""
+    return values.reshape(values.shape[0], -1).sum(dim=1) if values.dim() > 1 else values
+
+
+def accuracy_rows(outputs: Any, targets: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(correct, counted) per example: argmax of the logits against the labels, labels -100
+    not counted."""
     labels = _integer_labels(targets, "accuracy")
     counted = labels != IGNORE_INDEX
     correct = (logits_of(outputs).argmax(dim=-1) == labels) & counted
-    return correct.sum(), counted.sum()
+    return _rows(correct), _rows(counted)
 
 
-def token_accuracy_sum(
+def token_accuracy_rows(
     outputs: Any, targets: Any, *, causal_lm: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(correct, counted) tokens: labels -100 not counted; a causal LM's prediction at t is
-    compared with label t + 1."""
+    """(correct, counted) tokens per example: labels -100 not counted; a causal LM's
+    prediction at t is compared with label t + 1."""
     labels = _integer_labels(targets, "token_accuracy")
     logits = logits_of(outputs)
     if logits.dim() != labels.dim() + 1 or logits.shape[:-1] != labels.shape:
@@ -190,7 +196,7 @@ def token_accuracy_sum(
         logits, labels = logits[..., :-1, :], _next_tokens(labels, causal_lm)
     counted = labels != IGNORE_INDEX
     correct = (logits.argmax(dim=-1) == labels) & counted
-    return correct.sum(), counted.sum()
+    return _rows(correct), _rows(counted)
 
 
 def choose_metric(outputs: Any, targets: Any, *, default_loss: bool) -> MetricChoice:

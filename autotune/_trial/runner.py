@@ -125,22 +125,51 @@ class AccuracyCheck:
     samples: int
     seeds: tuple[int, ...]
     initial: bool = False  # also evaluate the untrained model (the baseline's first check)
+    # The config the runs train, where it is not the trial's: a pair's arm, the baseline's
+    # settings with the numerics being judged (see AccuracyGuard), so that the two runs of a
+    # pair differ only in what the guard judges.
+    config: TrainingConfig | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AccuracyRun:
+    """One accuracy run: the validation metric after training on ``samples`` samples with
+    data-order ``seed``; ``units``, the metric's sums per validation unit (see
+    :class:`Validation`), and ``counts``, the items per unit (None: one each), where the
+    metric is autotune's own (a trainer's logged metric has none)."""
+
     seed: int
     metric: float
     final_loss: float
     samples: int
     seconds: float
+    units: tuple[float, ...] | None = None
+    counts: tuple[float, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        for key in ("units", "counts"):
+            values = getattr(self, key)
+            out[key] = None if values is None else [_compact(v) for v in values]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AccuracyRun:
-        return cls(**data)
+        units, counts = data.get("units"), data.get("counts")
+        return cls(
+            seed=int(data["seed"]),
+            metric=float(data["metric"]),
+            final_loss=float(data["final_loss"]),
+            samples=int(data["samples"]),
+            seconds=float(data["seconds"]),
+            units=None if units is None else tuple(float(v) for v in units),
+            counts=None if counts is None else tuple(float(v) for v in counts),
+        )
+
+
+def _compact(value: float) -> float | int:
+    """A whole number as an int (an accuracy's per-example sums are counts): a shorter JSON."""
+    return int(value) if value.is_integer() else value
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -530,15 +559,27 @@ def _eval_batch(trainer: Trainer, cfg: TrainingConfig, workload: Workload) -> No
         eager.train()
 
 
-def evaluate(model: nn.Module, cfg: TrainingConfig, workload: Workload) -> float:
+@dataclasses.dataclass(frozen=True)
+class Validation:
+    """One evaluation: the metric, and its sums and counts per unit (an example for the
+    accuracies, a batch otherwise; see ``ResolvedTask.metric_units``), in the validation set's
+    fixed order: the same units, in the same order, for every config."""
+
+    metric: float
+    units: tuple[float, ...]
+    counts: tuple[float, ...]
+
+
+def validate(model: nn.Module, cfg: TrainingConfig, workload: Workload) -> Validation:
     """The validation metric: its sum over the validation set's items over the items counted
     (tokens not -100 for a token metric), in the workload's fixed batches, so it does not
-    depend on the config's batch size."""
+    depend on the config's batch size; with its per-unit sums and counts."""
     eager = apply.unwrap_compiled(model)  # validation speed is not tuned: skip recompiling
     was_training = eager.training
     eager.eval()
     loader = _val_loader(cfg, workload)
-    total, count = 0.0, 0
+    units: list[float] = []
+    counts: list[float] = []
     try:
         with torch.no_grad():
             for i, batch in enumerate(loader):
@@ -546,17 +587,23 @@ def evaluate(model: nn.Module, cfg: TrainingConfig, workload: Workload) -> float
                 batch = cfg.to_device(batch)
                 with cfg.autocast():
                     outputs, targets = workload.task.forward(eager, batch)
-                value, n = workload.task.metric_sum(outputs, targets)
-                total += value
-                count += n
+                sums, ns = workload.task.metric_units(outputs, targets)
+                units.extend(sums)
+                counts.extend(ns)
     finally:
         eager.train(was_training)
+    count = sum(counts)
     if count == 0:
         raise DataError(
             f"The validation set has no item the {workload.task.metric_name} counts (every "
             "label is -100?): give it labeled items."
         )
-    return total / count
+    return Validation(metric=sum(units) / count, units=tuple(units), counts=tuple(counts))
+
+
+def evaluate(model: nn.Module, cfg: TrainingConfig, workload: Workload) -> float:
+    """The validation metric (see :func:`validate`)."""
+    return validate(model, cfg, workload).metric
 
 
 def initial_metric(cfg: TrainingConfig, workload: Workload) -> float:
@@ -601,7 +648,8 @@ def train_for_accuracy(
         trainer.check(losses)
         final_loss = float(losses[-1])
         del batches, loader
-        metric = evaluate(trainer.model, cfg, workload)
+        validation = validate(trainer.model, cfg, workload)
+    metric = validation.metric
     if not math.isfinite(metric):
         raise Diverged(f"diverged: validation {workload.task.metric_name} is {metric}")
     return AccuracyRun(
@@ -610,6 +658,8 @@ def train_for_accuracy(
         final_loss=final_loss,
         samples=steps * cfg.batch_size,
         seconds=time.perf_counter() - start,
+        units=validation.units,
+        counts=None if all(c == 1.0 for c in validation.counts) else validation.counts,
     )
 
 
@@ -645,8 +695,10 @@ def run_trial(
             if accuracy is not None and accuracy.initial:
                 initial = initial_metric(cfg, workload)
             if accuracy is not None:
-                for seed in accuracy.seeds:
-                    runs.append(train_for_accuracy(cfg, workload, accuracy.samples, seed))
+                arm = accuracy.config or cfg
+                with arm.backends():
+                    for seed in accuracy.seeds:
+                        runs.append(train_for_accuracy(arm, workload, accuracy.samples, seed))
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # any failure inside a trial is recorded, never fatal

@@ -30,7 +30,7 @@ from autotune._trial.metrics import (
     BUILTIN_METRICS,
     GIVEN,
     MetricChoice,
-    accuracy_sum,
+    accuracy_rows,
     batch_items,
     choose_metric,
     describe_output,
@@ -38,7 +38,7 @@ from autotune._trial.metrics import (
     label_items,
     logits_of,
     own_loss,
-    token_accuracy_sum,
+    token_accuracy_rows,
 )
 
 __all__ = [
@@ -122,12 +122,30 @@ class ResolvedTask:
         """The batch's metric as (sum over its items, items counted): the validation metric
         is the sum over all batches over the count, whatever the batches' sizes. A metric of
         yours (a value per batch) is weighted by the batch's items."""
-        if self.metric == "accuracy":
-            correct, counted = accuracy_sum(outputs, targets)
-            return float(correct), int(counted)
-        if self.metric == "token_accuracy":
-            correct, counted = token_accuracy_sum(outputs, targets, causal_lm=self.causal_lm)
-            return float(correct), int(counted)
+        sums, counts = self.metric_units(outputs, targets)
+        return float(sum(sums)), int(sum(counts))
+
+    def metric_units(
+        self, outputs: Any, targets: Any
+    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The batch's metric as (sum, items counted) per *unit*: per example (row) for the
+        accuracies, whose items are counts of correct predictions; the whole batch as one unit
+        for a loss or a metric of yours. The units are what the accuracy guard pairs example
+        by example between two configs (the validation batches are the same for every
+        config), to bound the validation sample's own noise."""
+        if self.metric in ("accuracy", "token_accuracy"):
+            if self.metric == "accuracy":
+                correct, counted = accuracy_rows(outputs, targets)
+            else:
+                correct, counted = token_accuracy_rows(outputs, targets, causal_lm=self.causal_lm)
+            return (
+                tuple(float(v) for v in correct.tolist()),
+                tuple(float(v) for v in counted.tolist()),
+            )
+        value, n = self._batch_metric(outputs, targets)
+        return (value,), (float(n),)
+
+    def _batch_metric(self, outputs: Any, targets: Any) -> tuple[float, int]:
         if self.metric == "loss":
             loss = float(self.loss_fn(outputs, targets))
             if self.loss_fn is default_loss:  # a mean over the label items it counts

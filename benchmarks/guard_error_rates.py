@@ -1,0 +1,285 @@
+"""The accuracy guard's error rates, by simulation: how often the search's *answer* is a
+candidate whose true drop is beyond the tolerance (a false accept), and how often a harmless
+candidate is confirmed (the power), under the drop shapes real tasks show.
+
+    python benchmarks/guard_error_rates.py                 # every scenario, 1,000 searches each
+    python benchmarks/guard_error_rates.py --searches 200 --scenario bimodal
+
+Each simulated search has one validation subset of ``N`` examples, drawn once and shared by
+every seed and every candidate (as the search's fixed validation subset is), and one baseline
+whose runs every candidate pairs with. A run is a vector of per-example outcomes (correct or
+not), so accuracies are discrete and the subset's own sampling error is in every drop:
+
+- example ``i`` is answered correctly by a baseline run with probability ``q_i + τ_s`` (``q_i``
+  its difficulty, ``τ_s`` the data-order seed's luck, which the candidate's run of the same
+  seed shares: what pairing cancels);
+- a candidate changes example ``i``'s probability by ``-Δ_i`` (``Δ_i`` drawn per example:
+  what the candidate breaks and fixes) plus a seed effect of its own ``η_s``; its run reuses
+  the baseline run's random draw per example with probability ``ρ`` (the two models agree on
+  most examples);
+- in the ``bimodal`` scenarios a candidate run fails to take off with probability ``f`` and
+  answers at chance.
+
+The true drop of a candidate is its expected drop on the *population* (examples drawn afresh,
+failures included). Under H0 the candidates sit exactly at the tolerance (the worst case a
+non-inferiority test must hold); under "harmless" their true drop is 0. Every candidate is
+checked as the search checks it (``AccuracyGuard.confirm`` at look 1 over the baseline's
+seeds, then as many seeds as ``evidence.next_target`` asks while unresolved, up to
+``--max-seeds``), the j-th candidate as the study's j-th check. The answer is a false accept
+when any candidate at the tolerance ends confirmed.
+
+Results go to benchmarks/RESULTS.md (machine, command, commit) between this benchmark's markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from autotune._device import environment
+from autotune._search.evidence import next_target
+from autotune._search.guard import AccuracyGuard, Confirmation, Verdict
+
+sys.path.insert(0, str(Path(__file__).parent))
+from speedup import code_version, write_section
+
+TOLERANCE = 0.01
+CHANCE = 0.1  # a run that fails to take off answers at chance (10 classes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """One family of tasks and candidates (see the module's docstring)."""
+
+    name: str
+    what: str
+    examples: int = 2048  # the validation subset
+    accuracy: float = 0.85  # the baseline's mean accuracy on the population
+    seed_sd: float = 0.01  # τ: a seed's luck, shared by both arms of a pair
+    own_sd: float = 0.004  # η: a candidate run's own seed effect
+    flips: float = 0.05  # share of examples whose probability the candidate changes
+    agree: float = 0.9  # ρ: a candidate run reuses the baseline run's draw per example
+    fail: float = 0.0  # f: a candidate run fails to take off
+    candidates: int = 1
+    units: bool = True  # per-example values recorded (False: a metric without them)
+    identical: bool = False  # the candidate computes exactly what the baseline does
+
+
+SCENARIOS = (
+    Scenario("normal", "one candidate, drops from per-example changes and seed noise"),
+    Scenario(
+        "no-units",
+        "the same, the metric without per-example values (a trainer's logged metric)",
+        units=False,
+    ),
+    Scenario(
+        "discrete-small",
+        "a 256-example validation set: accuracies in steps of 1/256",
+        examples=256,
+    ),
+    Scenario(
+        "bimodal",
+        "a candidate run fails to take off 10% of the time (chance accuracy), the baseline's "
+        "never; equal otherwise: true drop 0.075",
+        fail=0.1,
+    ),
+    Scenario(
+        "bimodal-rare",
+        "the same, failing 2% of the time: true drop 0.015",
+        fail=0.02,
+    ),
+    Scenario("3-candidates", "three candidates at the tolerance, one answer", candidates=3),
+    Scenario("6-candidates", "six candidates at the tolerance, one answer", candidates=6),
+    Scenario(
+        "identical",
+        "the candidate's runs equal the baseline's, seed for seed (true drop 0)",
+        identical=True,
+    ),
+)
+
+
+class Task:
+    """One simulated search's validation subset and baseline, drawn once; its candidates."""
+
+    def __init__(self, sc: Scenario, rng: np.random.Generator, *, true_drop: float) -> None:
+        self.sc, self.rng = sc, rng
+        a = sc.accuracy
+        # Difficulty: most examples easy, some hard (a Beta with the baseline's mean).
+        self.q = rng.beta(a * 4.0, (1.0 - a) * 4.0, size=sc.examples)
+        self.base_runs: list[np.ndarray] = []
+        self.draws: list[np.ndarray] = []
+        self.taus: list[float] = []
+        self.true_drop = true_drop
+
+    def baseline(self, seeds: int) -> list[np.ndarray]:
+        while len(self.base_runs) < seeds:
+            tau = float(self.rng.normal(0.0, self.sc.seed_sd))
+            u = self.rng.random(self.sc.examples)
+            self.taus.append(tau)
+            self.draws.append(u)
+            self.base_runs.append((u < np.clip(self.q + tau, 0, 1)).astype(float))
+        return self.base_runs[:seeds]
+
+    def candidate(self) -> Candidate:
+        """A candidate that moves a share ``flips`` of the examples, each to always wrong
+        (breaks it: ``q_i`` lost) or always right (fixes it: ``1 - q_i`` gained), with the
+        share it breaks set so that its expected drop on the population (its failures to
+        take off included) is the true drop asked for. No probability is clipped: the drop
+        is exact."""
+        sc = self.sc
+        if sc.identical:
+            return Candidate(self, np.zeros(sc.examples, dtype=bool), np.zeros(sc.examples))
+        a = sc.accuracy
+        fail_cost = sc.fail * (a - CHANCE)
+        per_moved = (self.true_drop - fail_cost) / ((1.0 - sc.fail) * sc.flips)
+        # per_moved = b a - (1 - b)(1 - a), b the share of moved examples it breaks.
+        b = (per_moved + 1.0 - a) / 1.0
+        assert 0.0 <= b <= 1.0, f"scenario {sc.name}: no share of breaks gives that drop"
+        moved = self.rng.random(sc.examples) < sc.flips
+        broken = self.rng.random(sc.examples) < b
+        return Candidate(self, moved, np.where(broken, 0.0, 1.0))
+
+
+class Candidate:
+    def __init__(self, task: Task, moved: np.ndarray, moved_to: np.ndarray) -> None:
+        self.task, self.moved, self.moved_to = task, moved, moved_to
+        self.runs: list[np.ndarray] = []
+
+    def run(self, seed: int) -> np.ndarray:
+        t, sc, rng = self.task, self.task.sc, self.task.rng
+        t.baseline(seed + 1)
+        if sc.identical:
+            return t.base_runs[seed]
+        if rng.random() < sc.fail:
+            return (rng.random(sc.examples) < CHANCE).astype(float)
+        eta = float(rng.normal(0.0, sc.own_sd))
+        same = rng.random(sc.examples) < sc.agree
+        u = np.where(same, t.draws[seed], rng.random(sc.examples))
+        p = np.clip(t.q + t.taus[seed] + eta, 0, 1)
+        return np.where(self.moved, self.moved_to, (u < p).astype(float))
+
+    def runs_for(self, seeds: int) -> list[np.ndarray]:
+        while len(self.runs) < seeds:
+            self.runs.append(self.run(len(self.runs)))
+        return self.runs
+
+
+def guard_of(task: Task, seeds: int) -> AccuracyGuard:
+    base = task.baseline(seeds)
+    return AccuracyGuard(
+        metric_name="accuracy",
+        higher_is_better=True,
+        tolerance=TOLERANCE,
+        baseline_runs=tuple(float(r.mean()) for r in base),
+        accuracy_samples=10_000,
+        initial_metric=CHANCE,
+        baseline_units=tuple(tuple(r) for r in base) if task.sc.units else (),
+    )
+
+
+def check(task: Task, cand: Candidate, order: int, repeats: int, max_seeds: int) -> Confirmation:
+    """The check as the search makes it: look 1 over the baseline's seeds, then the seeds
+    ``next_target`` asks for while unresolved (one second a seed, ``max_seeds`` in all)."""
+    n, look = repeats, 1
+    while True:
+        runs = cand.runs_for(n)[:n]
+        units, squares = None, None
+        if task.sc.units:
+            units = tuple(np.sum(runs, axis=0))
+            base = task.baseline(n)
+            squares = float(sum(((b - r) ** 2).sum() for b, r in zip(base, runs, strict=True)))
+        c = guard_of(task, n).confirm(
+            [float(r.mean()) for r in runs],
+            units=units,
+            squares=squares,
+            looks=look,
+            order=order,
+        )
+        if c.verdict is not Verdict.UNRESOLVED:
+            return c
+        target = next_target(n, c.need, 1.0, float(max_seeds - n))
+        if target is None:
+            return c
+        n, look = target, look + 1
+
+
+def simulate(
+    sc: Scenario, *, true_drop: float, searches: int, repeats: int, max_seeds: int, seed: int
+) -> tuple[float, float]:
+    """(share of searches whose answer was confirmed, mean seeds per check)."""
+    rng = np.random.default_rng(seed)
+    accepted, seeds = 0, 0
+    for _ in range(searches):
+        task = Task(sc, rng, true_drop=true_drop)
+        verdicts = []
+        for j in range(1, sc.candidates + 1):
+            c = check(task, task.candidate(), j, repeats, max_seeds)
+            verdicts.append(c.passed)
+            seeds += len(c.runs)
+        accepted += any(verdicts)
+    return accepted / searches, seeds / (searches * sc.candidates)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--searches", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3, help="the baseline's first seeds")
+    parser.add_argument("--max-seeds", type=int, default=48)
+    parser.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS])
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    chosen = [s for s in SCENARIOS if not args.scenario or s.name in args.scenario]
+    rows = [
+        "| scenario | what | false accepts of the answer (candidates at the tolerance) "
+        "| harmless confirmed (power) | seeds per check (H0 / harmless) |",
+        "|---|---|---|---|---|",
+    ]
+    start = time.perf_counter()
+    for i, sc in enumerate(chosen):
+        common = dict(searches=args.searches, repeats=args.repeats, max_seeds=args.max_seeds)
+        nan = float("nan")
+        fa, fa_seeds, power, p_seeds = nan, nan, nan, nan
+        if not sc.identical:
+            # Candidates at the tolerance; with failures to take off, as harmful as those make
+            # them (equal otherwise), which is beyond it.
+            drop = max(TOLERANCE, sc.fail * (sc.accuracy - CHANCE))
+            fa, fa_seeds = simulate(sc, true_drop=drop, seed=2 * i, **common)  # type: ignore[arg-type]
+        if not sc.fail:
+            power, p_seeds = simulate(sc, true_drop=0.0, seed=2 * i + 1, **common)  # type: ignore[arg-type]
+        bad = "" if fa != fa or fa <= 0.05 else " **(over 0.05)**"
+        row = (
+            f"| {sc.name} | {sc.what} | {fa:.3f}{bad} | {power:.3f} | "
+            f"{fa_seeds:.1f} / {p_seeds:.1f} |"
+        )
+        rows.append(row.replace("nan", "-"))
+        print(rows[-1], flush=True)
+    took = time.perf_counter() - start
+    env = environment("cpu")
+    command = " ".join(["python benchmarks/guard_error_rates.py", *sys.argv[1:]])
+    text = "\n".join(
+        [
+            f"### The guard's error rates, simulated (`guard_error_rates.py`, "
+            f"{datetime.date.today()})",
+            "",
+            f"Machine: {env['cpu_model']}, {env['cpu_count']} CPUs. Command: `{command}` "
+            f"(code: {code_version()}); {took:.0f} s. {args.searches} simulated searches per "
+            f"cell, tolerance {TOLERANCE}, look 1 over the baseline's first {args.repeats} "
+            f"seeds, at most {args.max_seeds} seeds a check.",
+            "",
+            *rows,
+            "",
+        ]
+    )
+    if not args.no_write:
+        write_section("guard-error-rates", text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
