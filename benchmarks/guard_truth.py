@@ -258,14 +258,23 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
     truth_seeds = range(TRUTH_SEED0, TRUTH_SEED0 + args.seeds)
     base_long = Runs(work, base, long)
     rows: list[Row] = []
+    splits: list[str] = []
     for cand_name in args.candidate or CANDIDATES:
         cfg = candidate(cand_name, base)
         print(f"[{name}] candidate {cand_name}: {cfg.describe()}", flush=True)
+        guard_runs = Runs(work, cfg, h)
         result, looks, spent, least = guard_verdict(
-            guard_of, base_h, Runs(work, cfg, h), args.guard_cap, tol
+            guard_of, base_h, guard_runs, args.guard_cap, tol
         )
+        cand_h = Runs(work, cfg, h)
+        cand_h.runs, cand_h.metrics = guard_runs.runs, guard_runs.metrics
         b = base_long.get(truth_seeds)
-        c = Runs(work, cfg, long).get(truth_seeds)
+        cand_long = Runs(work, cfg, long)
+        c = cand_long.get(truth_seeds)
+        splits.append(
+            f"`{name}` {cand_name}: at H {split(guard_of, base_h, cand_h)}; at "
+            f"{args.horizon_multiple:g}xH {split(guard_of, base_long, cand_long)}"
+        )
         sign = 1.0 if task.higher_is_better else -1.0
         drops = [sign * (x - y) for x, y in zip(b, c, strict=True)]
         mean, lo, hi = interval(drops)
@@ -302,9 +311,36 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
         f"{guard.baseline_metric:.4f} ± {guard.spread:.4f} ({guard.repeats} seeds; "
         f"learned: {'yes' if guard.learned else 'no'}), at {args.horizon_multiple:g}xH "
         f"{statistics.fmean(at_long):.4f} ± "
-        f"{statistics.stdev(at_long) if len(at_long) > 1 else 0.0:.4f}; {wall:.0f} s"
+        f"{statistics.stdev(at_long) if len(at_long) > 1 else 0.0:.4f}; {wall:.0f} s",
+        *splits,
     ]
     return rows, notes
+
+
+def split(guard_of: Any, base: Runs, cand: Runs) -> str:
+    """Where a pair's spread comes from, over the seeds both ``base`` and ``cand`` ran: the
+    paired drops' sd, split into training randomness and the examples' outcomes varying from
+    seed to seed (the within term of the seed x example analysis of variance), and the part of
+    the mean's error that the validation subset adds however many seeds there are."""
+    seeds = sorted(set(base.runs) & set(cand.runs))
+    if len(seeds) < 2:
+        return "n/a (fewer than two pairs)"
+    guard: AccuracyGuard = guard_of([base.metrics[s] for s in seeds], base)
+    runs = [cand.runs[s] for s in seeds]
+    shifted = [dataclasses.replace(r, seed=i) for i, r in enumerate(runs)]
+    guard = dataclasses.replace(guard, baseline_units=tuple(base.runs[s].units for s in seeds))
+    drops = guard.paired_drops([r.metric for r in runs])
+    noise = guard.sample_noise(unit_sums(runs), drops, guard.pair_squares(shifted))
+    sd = statistics.stdev(drops)
+    if noise is None:
+        return f"pairs ±{sd:.4f} over {len(seeds)} (no per-example values to split them)"
+    within = math.sqrt(noise.shrinks * len(seeds))  # per pair: σ²_within / N
+    training = math.sqrt(max(0.0, sd * sd - within * within))
+    subset = math.sqrt(max(noise.floor, noise.variance - noise.shrinks))
+    return (
+        f"pairs ±{sd:.4f} over {len(seeds)} = training ±{training:.4f} and example outcomes "
+        f"±{within:.4f}; the validation subset adds ±{subset:.4f} to the mean"
+    )
 
 
 def _f(v: float | None) -> str:

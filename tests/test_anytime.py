@@ -222,3 +222,21 @@ def test_both_arms_of_a_pair_differ_only_in_the_numerics_being_judged() -> None:
             )
             == base
         )
+
+
+def test_a_candidate_that_differs_from_an_answer_only_in_its_schedule_gets_no_check() -> None:
+    """bf16 is confirmed; bf16 with a cosine schedule makes the same steps at the same cost,
+    so it cannot be faster whatever its measurement says: it gets no accuracy run, and the
+    budget goes elsewhere (a CNN search spent half its budget checking such a candidate)."""
+    knobs = {"precision": ["fp32", "bf16"], "lr_schedule": ["constant", "cosine"]}
+    run, _, lines = search(bert_like(), knobs=knobs, timeout=240.0)
+    ledger = _ledger(run)
+    bf16 = [e for e in ledger.candidates if e.config.precision.value == "bf16"]
+    confirmed = [e for e in bf16 if ledger.feasible(e)]
+    assert confirmed, "\n".join(lines)
+    twins = [e for e in bf16 if e.config.lr_schedule != confirmed[0].config.lr_schedule]
+    assert twins, "\n".join(lines)
+    for twin in twins:
+        assert not twin.record.accuracy and "only its LR schedule differs" in (
+            twin.record.message or ""
+        ), "\n".join(lines)

@@ -17,7 +17,7 @@ from autotune._search import ranking, storage
 from autotune._search.baseline import SLACK, Baseline, measurement_seconds
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm
-from autotune._search.ledger import Ledger
+from autotune._search.ledger import Entry, Ledger
 from autotune._search.policy import STAGE_ATTR, Stage, Step
 from autotune._search.record import Record, Role
 from autotune._search.status import search_status, trial_line
@@ -237,9 +237,28 @@ def _no_accuracy_run(
             f"slower than the best verified config (trial #{best.number}): no accuracy run, it "
             "could not win"
         )
+    same = _same_speed_answer(ledger, outcome.config)
+    if same is not None:
+        return (
+            f"it trains as trial #{same.number}, an answer already, does (only its LR schedule "
+            "differs, which changes no step's cost): no accuracy run, it could not win"
+        )
     run = baseline.run_seconds(outcome.measurement.throughput)
     if not bench.deadline.fits(run + reserve):
         return f"no time left for its accuracy run (~{run:.0f} s)"
+    return None
+
+
+def _same_speed_answer(ledger: Ledger, cfg: TrainingConfig) -> Entry | None:
+    """A verified answer (safe or confirmed) that differs from ``cfg`` in its LR schedule
+    only: the same steps at the same cost, so ``cfg`` cannot be faster, whatever one noisy
+    measurement says (a CNN search spent half its budget checking bf16 with the LR x1.27,
+    measured 1.94x beside bf16's 1.79x)."""
+    for entry in ledger.entries:
+        other = entry.config
+        if other != cfg and cfg.replace(lr_schedule=other.lr_schedule) == other:
+            if ledger.feasible(entry):
+                return entry
     return None
 
 
