@@ -401,3 +401,19 @@ def test_each_check_of_a_study_spends_its_own_share_of_the_answers_error_rate() 
     ledger = Ledger.read(study, settings())
     assert [ledger.confirmations[k].order for k in ("a", "b")] == [1, 2]
     assert ledger.confirmations["a"].bound < ledger.confirmations["b"].bound
+
+
+def test_later_baseline_seeds_of_another_horizon_are_not_paired() -> None:
+    """Seeds bought at one horizon, then the baseline's runs measured again at a longer one
+    (a baseline that had not learned): the earlier seeds are not its runs at the new one."""
+    study = _study_with([_base()])
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+    )
+    storage.add_baseline_runs(study, runs(0.9, 0.9, 0.9, 0.92)[3:])
+    longer = tuple(dataclasses.replace(r, samples=512) for r in runs(0.95, 0.96, 0.94))
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=longer, samples=512, initial_metric=0.3)
+    )
+    accuracy = storage.read_baseline_accuracy(study)
+    assert accuracy is not None and len(accuracy.runs) == 3

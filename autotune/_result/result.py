@@ -294,7 +294,7 @@ class SearchResult:
                 "config": t.config.to_dict(),
                 "speedup": self.speedup_of(t),
                 "validation_metric": self.metrics_of(t)["validation_metric"],
-                "confirmation": t.confirmation.to_dict() if t.confirmation else None,
+                "confirmation": t.confirmation.summary() if t.confirmation else None,
             }
 
         # Faster than the chosen answer: none where its time is unknown (nothing to compare).

@@ -340,6 +340,14 @@ class Confirmation:
                 out[key] = getattr(self, key)
         return out
 
+    def summary(self) -> dict[str, Any]:
+        """What a result's JSON shows of it: all but the per-example values (which stay in
+        the study, where the verdict is derived from them)."""
+        out = self.to_dict()
+        out.pop("units", None)
+        out.pop("squares", None)
+        return out
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Confirmation:
         units = data.get("units")

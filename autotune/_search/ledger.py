@@ -92,7 +92,7 @@ class TrialRecord:
             "seconds": self.seconds,
             "reused": self.reused,
             "fingerprint": self.fingerprint,
-            "confirmation": self.confirmation.to_dict() if self.confirmation else None,
+            "confirmation": self.confirmation.summary() if self.confirmation else None,
             "safe": self.safe,
             "screened": self.screened,
         }

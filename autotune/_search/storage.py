@@ -136,8 +136,12 @@ def read_baseline_accuracy(study: optuna.Study) -> BaselineAccuracy | None:
         return None
     accuracy = BaselineAccuracy.from_dict(data)
     runs = list(accuracy.runs)
+    horizon = runs[0].samples if runs else None  # a later seed of another horizon is no pair
     while isinstance(more := attrs.get(f"{BASELINE_RUN}{len(runs)}"), dict):
-        runs.append(AccuracyRun.from_dict(more))
+        run = AccuracyRun.from_dict(more)
+        if run.samples != horizon:
+            break
+        runs.append(run)
     extra = runs[len(accuracy.runs) :]
     return dataclasses.replace(
         accuracy, runs=tuple(runs), seconds=accuracy.seconds + sum(r.seconds for r in extra)
