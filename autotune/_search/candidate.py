@@ -256,9 +256,9 @@ def _same_speed_answer(ledger: Ledger, cfg: TrainingConfig) -> Entry | None:
     measured 1.94x beside bf16's 1.79x)."""
     for entry in ledger.entries:
         other = entry.config
-        if other != cfg and cfg.replace(lr_schedule=other.lr_schedule) == other:
-            if ledger.feasible(entry):
-                return entry
+        same_steps = other != cfg and cfg.replace(lr_schedule=other.lr_schedule) == other
+        if same_steps and ledger.feasible(entry):
+            return entry
     return None
 
 
