@@ -223,7 +223,9 @@ def _no_accuracy_run(
     there is no guard (no time was left for the baseline's runs), it could not win (slower
     than the best verified answer beyond a tie: one measurement is noisy, and the best verified
     answer is the best of several, so a candidate within the tie gets its chance; the
-    side-by-side rounds decide), or its run does not fit the budget."""
+    side-by-side rounds decide), it makes the steps a verified answer makes (only its LR
+    schedule differs), or its run does not fit the budget. (An unguided search, a grid,
+    checks every config.)"""
     assert outcome.measurement is not None
     if baseline.check is None:
         return "no accuracy check: the baseline's accuracy runs were not measured"
@@ -237,7 +239,7 @@ def _no_accuracy_run(
             f"slower than the best verified config (trial #{best.number}): no accuracy run, it "
             "could not win"
         )
-    same = _same_speed_answer(ledger, outcome.config)
+    same = _same_speed_answer(ledger, outcome.config) if s.guided else None
     if same is not None:
         return (
             f"it trains as trial #{same.number}, an answer already, does (only its LR schedule "
