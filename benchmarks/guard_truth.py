@@ -325,10 +325,14 @@ def split(guard_of: Any, base: Runs, cand: Runs) -> str:
     seeds = sorted(set(base.runs) & set(cand.runs))
     if len(seeds) < 2:
         return "n/a (fewer than two pairs)"
-    guard: AccuracyGuard = guard_of([base.metrics[s] for s in seeds], base)
+    guard: AccuracyGuard = guard_of([base.metrics[s] for s in seeds])
     runs = [cand.runs[s] for s in seeds]
-    shifted = [dataclasses.replace(r, seed=i) for i, r in enumerate(runs)]
-    guard = dataclasses.replace(guard, baseline_units=tuple(base.runs[s].units for s in seeds))
+    shifted = [dataclasses.replace(r, seed=i) for i, r in enumerate(runs)]  # pairs 0, 1, ...
+    guard = dataclasses.replace(
+        guard,
+        baseline_units=tuple(base.runs[s].units for s in seeds),
+        unit_counts=base.runs[seeds[0]].counts,
+    )
     drops = guard.paired_drops([r.metric for r in runs])
     noise = guard.sample_noise(unit_sums(runs), drops, guard.pair_squares(shifted))
     sd = statistics.stdev(drops)

@@ -20,11 +20,11 @@ The guard decides in two steps:
   have measured how much paired differences really vary, by that (much tighter, since the
   shared noise cancels), so a clearly worse candidate is not sent to a costly confirmation.
 - **Confirmation**, a sequential non-inferiority test on the mean paired drop ``δ`` (how much
-  worse the candidate is on the *data* the validation set was drawn from; negative: better).
-  H0: ``δ > tolerance``. The standard error has two parts: the seeds' (``s² / n``, the pairs'
-  own spread) and the validation sample's (the same examples judge every seed, so more seeds do
-  not shrink it), which the runs' per-example outcomes measure (:func:`sample_noise`: a seed x
-  example analysis of variance; never below what ``3 / N`` of the examples disagreeing would
+  worse the candidate is on the *data* the validation set was drawn from; negative: better). H0:
+  ``δ > tolerance``. The standard error has two parts: the seeds' (``s² / n``, the pairs' own
+  spread) and the validation sample's (the same examples judge every seed, so more seeds do not
+  shrink it), which the runs' per-example outcomes measure (:func:`sample_noise`: over the
+  validation units, conservatively; never below what ``3 / N`` of the examples disagreeing would
   give for a counting metric). Without per-example values (a trainer's logged metric) that part
   cannot be bounded, and nothing is confirmed. At each look the one-sided bounds (Student's t,
   Welch-Satterthwaite degrees of freedom) are taken at level ``1 - α_{j,k}``: *confirmed* when
@@ -37,9 +37,8 @@ The guard decides in two steps:
   probability at most ``α`` (a union bound; rejections are non-binding, so they cannot raise
   it). The bound is as good as its normal approximation: a failure mode that no run of a check
   has shown (a run that fails to take off 1 time in 10) slips through any test on a few pairs
-  (``benchmarks/guard_error_rates.py`` measures how often). A confirmation states the
-  confidence it achieved: one minus the error its earlier looks spent and the last look's
-  p-value.
+  (``benchmarks/guard_error_rates.py`` measures how often). A confirmation states the confidence
+  it achieved: one minus the error its earlier looks spent and the last look's p-value.
 
 Where the baseline did not learn measurably in its accuracy budget (its metric barely moved
 from the untrained model's), no change of the numerics can be confirmed: every check would
