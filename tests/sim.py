@@ -20,7 +20,13 @@ from autotune._search.settings import SearchSettings
 from autotune._task import TaskRefs
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyCheck, AccuracyRun, Budget, TrialOutcome
+from autotune._trial.runner import (
+    AccuracyCheck,
+    AccuracyRun,
+    Budget,
+    TrialOutcome,
+    halfway_is_a_shorter_run,
+)
 from autotune._trial.runner import fitted_steps as _runner_fitted
 
 
@@ -55,6 +61,16 @@ class Model:
     initial: float = 0.5  # the untrained model's metric
     learns_after: int = 0  # runs of fewer samples score the untrained metric (plus seed noise)
     compile_seconds: float = 0.0  # a compiled config's first step, on top of its set-up
+    # The metric after a number of samples (config, seed, samples), where the horizon matters;
+    # ``metric`` (and ``learns_after``) otherwise.
+    metric_at: Callable[[TrainingConfig, int, int], float] | None = None
+
+    def score(self, cfg: TrainingConfig, seed: int, samples: int) -> float:
+        if self.metric_at is not None:
+            return self.metric_at(cfg, seed, samples)
+        if samples < self.learns_after:
+            return self.initial + 0.001 * math.sin(seed)
+        return self.metric(cfg, seed)
 
 
 class SimulatedExecutor:
@@ -111,13 +127,14 @@ class SimulatedExecutor:
             for seed in accuracy.seeds:
                 seconds = accuracy.samples / tp
                 cost += seconds
-                metric = self.model.metric(arm, seed)
-                if accuracy.samples < self.model.learns_after:
-                    metric = self.model.initial + 0.001 * math.sin(seed)
-                units = per_example(seed, metric)
+                units = per_example(seed, self.model.score(arm, seed, accuracy.samples))
+                halfway = None
+                if accuracy.midpoint and halfway_is_a_shorter_run(arm):
+                    half = per_example(seed, self.model.score(arm, seed, accuracy.samples // 2))
+                    halfway = sum(half) / len(half)
                 runs.append(AccuracyRun(seed=seed, metric=sum(units) / len(units), final_loss=0.5,
                                         samples=accuracy.samples, seconds=seconds,
-                                        units=units))  # fmt: skip
+                                        units=units, midpoint=halfway))  # fmt: skip
         if time_limit is not None and cost > time_limit:
             self.clock.now += time_limit
             return TrialOutcome(

@@ -14,6 +14,7 @@ from autotune._errors import AutotuneError
 from autotune._search import storage
 from autotune._search.bench import Bench
 from autotune._search.guard import AccuracyGuard, plan_accuracy_budget
+from autotune._search.horizon import HorizonPlan, plan_horizon
 from autotune._search.ledger import Entry, Ledger
 from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._space import Choice, SearchSpace
@@ -25,7 +26,7 @@ __all__ = [
     "Baseline",
     "Calibration",
     "calibrate",
-    "lengthen_until_learned",
+    "choose_horizon",
     "measure_baseline",
     "measure_baseline_accuracy",
     "measurement_seconds",
@@ -271,11 +272,16 @@ def accuracy_plan_seconds(bench: Bench, baseline: Baseline) -> tuple[int, float,
 
 
 def measure_baseline_accuracy(
-    bench: Bench, baseline: Baseline, samples: int | None = None
+    bench: Bench,
+    baseline: Baseline,
+    samples: int | None = None,
+    plans: tuple[str, ...] = (),
+    reserve: float = 0.0,
 ) -> Baseline:
     """The baseline's accuracy runs over ``accuracy_repeats`` seeds (and the untrained model's
-    metric), stored in the study: the guard every candidate is then held to. ``samples``: a
-    horizon other than the plan's (a longer one, where the plan's did not learn)."""
+    metric), each validated halfway too, stored in the study with the horizon's plan (after
+    the ``plans`` of the horizons tried before): the guard every candidate is then held to.
+    ``samples``: a horizon other than the plan's (a longer one, see :func:`choose_horizon`)."""
     s = bench.settings
     planned, expected, note = accuracy_plan_seconds(bench, baseline)
     if samples is None:
@@ -284,7 +290,9 @@ def measure_baseline_accuracy(
         expected, note = expected * samples / planned, None
     if note is not None:
         bench.report(f"accuracy guard: {note}")
-    check = AccuracyCheck(samples=samples, seeds=tuple(range(s.accuracy_repeats)), initial=True)
+    check = AccuracyCheck(
+        samples=samples, seeds=tuple(range(s.accuracy_repeats)), initial=True, midpoint=True
+    )
     bench.report.trial("the baseline's accuracy runs (the accuracy guard)")
     outcome = bench.execute(
         s.baseline, accuracy=check, measured=baseline.record.measurement, expected=expected
@@ -300,6 +308,8 @@ def measure_baseline_accuracy(
         seconds=outcome.seconds,
         note=note,
     )
+    plan = horizon_plan(bench, accuracy, reserve)
+    accuracy = dataclasses.replace(accuracy, plans=(*plans, plan.describe()))
     storage.write_baseline_accuracy(bench.study, accuracy)
     measured = Baseline.of(bench.ledger())
     assert measured is not None and measured.guard is not None
@@ -309,34 +319,73 @@ def measure_baseline_accuracy(
         f"± {guard.spread:.4f} over {guard.repeats} seeds of {samples} samples "
         f"(untrained model: {_fmt(guard.initial_metric)}), in {outcome.seconds:.0f} s"
     )
+    bench.report(f"accuracy guard: horizon: {plan.describe()}")
     advice = guard.advice()
     if advice:
         bench.report(f"accuracy guard: {advice}")
     return measured
 
 
-def lengthen_until_learned(bench: Bench, baseline: Baseline, reserve: float) -> Baseline:
-    """Where the baseline did not learn measurably at the planned horizon, every check would
-    compare untrained models: double the horizon (the baseline's runs again), up to the
-    planned run, while the longer runs and a candidate's check after them fit before the
-    deadline with ``reserve`` seconds kept. Not where the user fixed ``accuracy_samples``, nor
-    for a metric that moved the wrong way (a longer run would not fix the metric)."""
+def horizon_plan(bench: Bench, accuracy: BaselineAccuracy, reserve: float) -> HorizonPlan:
+    """The horizon's plan (see :mod:`autotune._search.horizon`) from the baseline's runs, with
+    the time left but ``reserve`` seconds for checks."""
+    s = bench.settings
+    left = bench.deadline.left()
+    mean = statistics.fmean(r.seconds for r in accuracy.runs) if accuracy.runs else 0.0
+    return plan_horizon(
+        accuracy.runs,
+        samples=accuracy.samples,
+        limit=max(accuracy.samples, s.planned_samples),
+        tolerance=s.tolerance,
+        run_seconds=SLACK * mean,
+        left=None if left is None else max(0.0, left - reserve),
+    )
+
+
+def choose_horizon(bench: Bench, baseline: Baseline, reserve: float) -> Baseline:
+    """Double the baseline's horizon (its runs again, at twice the samples, up to the planned
+    run) where it did not learn measurably (every check would compare untrained models),
+    where some of its seeds had not taken off while another had (``AccuracyGuard.lagging``:
+    pairs would set a run that learned beside one that did not), or where the horizon's plan
+    says the longer horizon is the better place to check (its runs spread so much less there
+    that fewer pairs make up for their cost; see :class:`HorizonPlan.reason`); while the
+    longer runs and a candidate's check after them fit before the deadline with ``reserve``
+    seconds kept. Not where the user fixed ``accuracy_samples``, nor for a metric that moved
+    the wrong way (a longer run would not fix the metric)."""
     s = bench.settings
     while True:
         guard, accuracy = baseline.guard, baseline.accuracy
-        if guard is None or accuracy is None or guard.learned or guard.wrong_way:
+        if guard is None or accuracy is None or guard.wrong_way:
             return baseline
         samples = min(2 * accuracy.samples, s.planned_samples)
         if s.accuracy_samples is not None or samples <= accuracy.samples:
             return baseline
-        seconds = 2 * SLACK * s.accuracy_repeats * samples / max(baseline.throughput, 1e-9)
-        if not bench.deadline.fits(seconds + reserve):
+        plan = horizon_plan(bench, accuracy, reserve)
+        if guard.learned and not guard.lagging and not plan.lengthen:
             return baseline
-        bench.report(
-            f"accuracy guard: the baseline's {guard.metric_name} barely moved from the "
-            f"untrained model's in {accuracy.samples:,} samples per run; trying {samples:,}"
+        seconds = 2 * SLACK * s.accuracy_repeats * samples / max(baseline.throughput, 1e-9)
+        if not guard.learned:
+            why = (
+                f"the baseline's {guard.metric_name} barely moved from the untrained model's "
+                f"in {accuracy.samples:,} samples per run"
+            )
+        elif guard.lagging:
+            why = (
+                f"{guard.lagging} of the baseline's {guard.repeats} seeds had not taken off in "
+                f"{accuracy.samples:,} samples per run where another had"
+            )
+        else:
+            why = f"at {plan.longer:,} samples {plan.reason}"
+        if not bench.deadline.fits(seconds + reserve):
+            bench.report(
+                f"accuracy guard: {why}, but runs of {samples:,} samples (~{seconds:.0f} s for "
+                "the baseline's and one check) do not fit in the time left"
+            )
+            return baseline
+        bench.report(f"accuracy guard: {why}; trying {samples:,}")
+        baseline = measure_baseline_accuracy(
+            bench, baseline, samples, plans=accuracy.plans, reserve=reserve
         )
-        baseline = measure_baseline_accuracy(bench, baseline, samples)
 
 
 def _fmt(value: float | None) -> str:

@@ -70,6 +70,7 @@ __all__ = [
     "percent",
     "plan_accuracy_budget",
     "spent_alpha",
+    "t_quantile",
 ]
 
 CONFIDENCE = 0.95
@@ -83,7 +84,7 @@ MAX_NEED = 10_000  # seeds beyond which an unresolved check counts as unsettleab
 
 
 @functools.lru_cache(maxsize=4096)
-def _t_quantile(q: float, dof: float) -> float:
+def t_quantile(q: float, dof: float) -> float:
     return float(stats.t.ppf(q, dof))
 
 
@@ -216,7 +217,7 @@ def paired_bounds(
         # is non-binding: it cannot raise the false-accept rate).
         lower = mean if len(drops) > 1 and statistics.variance(drops) == 0.0 else -math.inf
         return mean, lower, math.inf
-    half = _t_quantile(1.0 - look_alpha(look, order), se[1]) * se[0]
+    half = t_quantile(1.0 - look_alpha(look, order), se[1]) * se[0]
     return mean, mean - half, mean + half
 
 
@@ -261,7 +262,7 @@ def seeds_to_settle(
             sample**2 / noise.dof if noise is not None and noise.dof > 0 else 0.0
         )
         dof = total**2 / den if den > 0.0 else float(m - 1)
-        return _t_quantile(1.0 - alpha, dof) * math.sqrt(total) < gap
+        return t_quantile(1.0 - alpha, dof) * math.sqrt(total) < gap
 
     if not settles(MAX_NEED):
         return None
@@ -451,6 +452,22 @@ class AccuracyGuard:
         return took_off >= MIN_LEARNED_SEEDS
 
     @property
+    def lagging(self) -> int:
+        """How many of the baseline's seeds have not taken off where another has: each moved
+        the metric from the untrained model's by less than half as much as the seed that moved
+        it most (which moved it by more than the tolerance). At such a horizon a pair can set
+        a run that learned beside one that did not yet, and a change that only delays the
+        take-off reads as a loss (or a harmful one as none)."""
+        initial = self.initial_metric
+        if initial is None or not math.isfinite(initial) or self.wrong_way:
+            return 0
+        gains = [self._paired_gain(run, initial) for run in self.baseline_runs]
+        best = max(gains, default=0.0)
+        if best <= self.tolerance:
+            return 0
+        return sum(1 for gain in gains if gain < 0.5 * best)
+
+    @property
     def wrong_way(self) -> bool:
         """Whether training made the baseline's metric clearly *worse* than the untrained
         model's: a metric that cannot be right for the task (while the loss falls)."""
@@ -521,10 +538,10 @@ class AccuracyGuard:
         what that lets one pair vary by."""
         if self.repeats < 2:
             return self.tolerance
-        noise = _t_quantile(CONFIDENCE, self.repeats - 1) * self.spread * math.sqrt(2)
+        noise = t_quantile(CONFIDENCE, self.repeats - 1) * self.spread * math.sqrt(2)
         margin = max(self.tolerance, noise)
         if self.paired_spread is not None and self.paired_dof > 0:
-            paired = _t_quantile(CONFIDENCE, self.paired_dof) * self.paired_spread
+            paired = t_quantile(CONFIDENCE, self.paired_dof) * self.paired_spread
             margin = min(margin, self.tolerance + paired)
         return margin
 
@@ -645,7 +662,7 @@ class AccuracyGuard:
         need = seeds_to_settle(drops, self.tolerance, looks + 1, order=order, noise=noise)
         if need is None:
             fixed = math.sqrt(noise.at(MAX_NEED)) if noise is not None else 0.0
-            level = _t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof) if noise else 0.0
+            level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof) if noise else 0.0
             if noise is not None and level * fixed >= abs(mean - self.tolerance):
                 return (
                     f"its mean paired drop {mean:+.4f} is within the validation sample's own "

@@ -27,7 +27,7 @@ from autotune._search.baseline import (
     Baseline,
     accuracy_plan_seconds,
     calibrate,
-    lengthen_until_learned,
+    choose_horizon,
     measure_baseline,
     measure_baseline_accuracy,
     split_to_fit,
@@ -335,8 +335,10 @@ class Search:
                 f"searched; a timeout of {more:.0f} s or more would allow them"
             )
             return
-        state.measured(measure_baseline_accuracy(self.bench, state.baseline))
-        state.measured(lengthen_until_learned(self.bench, state.baseline, self._reserve(ledger)))
+        state.measured(
+            measure_baseline_accuracy(self.bench, state.baseline, reserve=self._reserve(ledger))
+        )
+        state.measured(choose_horizon(self.bench, state.baseline, self._reserve(ledger)))
 
     def _status(self) -> None:
         s = self.settings

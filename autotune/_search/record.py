@@ -118,6 +118,9 @@ class BaselineAccuracy:
     initial_metric: float | None = None
     seconds: float = 0.0  # all the runs, wall clock
     note: str | None = None  # what the budget plan said (a run shorter than an epoch)
+    # How the horizon was chosen: one line per horizon tried, the plan made at it (see
+    # autotune._search.horizon), the last one at ``samples``.
+    plans: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -126,6 +129,7 @@ class BaselineAccuracy:
             "initial_metric": self.initial_metric,
             "seconds": self.seconds,
             "note": self.note,
+            "plans": list(self.plans),
         }
 
     @classmethod
@@ -136,4 +140,5 @@ class BaselineAccuracy:
             initial_metric=_float(data.get("initial_metric")),
             seconds=float(data.get("seconds") or 0.0),
             note=data.get("note"),
+            plans=tuple(str(p) for p in data.get("plans") or ()),
         )

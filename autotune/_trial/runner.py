@@ -54,6 +54,7 @@ __all__ = [
     "evaluate",
     "fitted_steps",
     "graphs_compiled",
+    "halfway_is_a_shorter_run",
     "initial_metric",
     "measure_throughput",
     "measured_data",
@@ -129,6 +130,10 @@ class AccuracyCheck:
     # settings with the numerics being judged (see AccuracyGuard), so that the two runs of a
     # pair differ only in what the guard judges.
     config: TrainingConfig | None = None
+    # Also validate halfway (where that equals a run of half the samples: a constant rate
+    # without warm-up): the baseline's spread at two horizons, from which the search judges
+    # whether a longer horizon settles checks sooner (see autotune._search.horizon).
+    midpoint: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -136,7 +141,8 @@ class AccuracyRun:
     """One accuracy run: the validation metric after training on ``samples`` samples with
     data-order ``seed``; ``units``, the metric's sums per validation unit (see
     :class:`Validation`), and ``counts``, the items per unit (None: one each), where the
-    metric is autotune's own (a trainer's logged metric has none)."""
+    metric is autotune's own (a trainer's logged metric has none); ``midpoint``, the metric
+    after half the samples, where the check asked for it (see :class:`AccuracyCheck`)."""
 
     seed: int
     metric: float
@@ -145,6 +151,7 @@ class AccuracyRun:
     seconds: float
     units: tuple[float, ...] | None = None
     counts: tuple[float, ...] | None = None
+    midpoint: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -164,6 +171,7 @@ class AccuracyRun:
             seconds=float(data["seconds"]),
             units=None if units is None else tuple(float(v) for v in units),
             counts=None if counts is None else tuple(float(v) for v in counts),
+            midpoint=None if data.get("midpoint") is None else float(data["midpoint"]),
         )
 
 
@@ -613,18 +621,30 @@ def initial_metric(cfg: TrainingConfig, workload: Workload) -> float:
     return evaluate(Trainer(cfg, workload, 1).model, cfg, workload)
 
 
+def halfway_is_a_shorter_run(cfg: TrainingConfig) -> bool:
+    """Whether a run's metric halfway is what a run of half its samples would score: a
+    constant rate without warm-up (an annealed schedule is still at a high rate there)."""
+    s = cfg.lr_schedule
+    return s.kind is ScheduleKind.CONSTANT and s.warmup_fraction == 0.0
+
+
 def train_for_accuracy(
-    cfg: TrainingConfig, workload: Workload, samples: int, seed: int
+    cfg: TrainingConfig, workload: Workload, samples: int, seed: int, *, midpoint: bool = False
 ) -> AccuracyRun:
     """Train from the initial weights for ``samples`` samples with data-order ``seed``, the
     config's schedule annealed over exactly that budget; then validate. With gradient
     accumulation, whole global batches: the same optimizer steps on the same samples as a
-    config that takes each global batch in one piece. A workload trained by the user's own
-    trainer trains and validates through it."""
+    config that takes each global batch in one piece. ``midpoint``: also validate after half
+    the optimizer steps, where that is a shorter run's metric (:func:`halfway_is_a_shorter_run`),
+    with every RNG state kept, so the run trains exactly as one without it. A workload
+    trained by the user's own trainer trains and validates through it (no midpoint)."""
     if workload.loop is not None:
         return workload.loop.accuracy_run(cfg, workload, samples, seed)
     k = cfg.gradient_accumulation_steps
-    steps = max(1, math.ceil(samples / cfg.global_batch_size)) * k  # micro-batches
+    optimizer_steps = max(1, math.ceil(samples / cfg.global_batch_size))
+    steps = optimizer_steps * k  # micro-batches
+    half = (optimizer_steps // 2) * k if midpoint and halfway_is_a_shorter_run(cfg) else 0
+    halfway: float | None = None
     start = time.perf_counter()
     with seeded(seed, cfg.device):
         trainer = Trainer(cfg, workload, steps)
@@ -645,6 +665,9 @@ def train_for_accuracy(
             if len(losses) == 32:
                 trainer.check(losses)
                 losses = losses[-1:]
+            if i + 1 == half:
+                with preserved_rng(cfg.device):
+                    halfway = validate(trainer.model, cfg, workload).metric
         trainer.check(losses)
         final_loss = float(losses[-1])
         del batches, loader
@@ -660,6 +683,7 @@ def train_for_accuracy(
         seconds=time.perf_counter() - start,
         units=validation.units,
         counts=None if all(c == 1.0 for c in validation.counts) else validation.counts,
+        midpoint=halfway if halfway is not None and math.isfinite(halfway) else None,
     )
 
 
@@ -698,7 +722,11 @@ def run_trial(
                 arm = accuracy.config or cfg
                 with arm.backends():
                     for seed in accuracy.seeds:
-                        runs.append(train_for_accuracy(arm, workload, accuracy.samples, seed))
+                        runs.append(
+                            train_for_accuracy(
+                                arm, workload, accuracy.samples, seed, midpoint=accuracy.midpoint
+                            )
+                        )
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # any failure inside a trial is recorded, never fatal

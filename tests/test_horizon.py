@@ -1,0 +1,167 @@
+"""The accuracy runs' horizon (autotune/_search/horizon.py): lengthened where a longer one
+settles checks sooner or where only there can a check that moves training settle; kept where
+it settles them as soon; on plain numbers and on the simulated machine of tests/sim.py."""
+
+from __future__ import annotations
+
+import math
+
+from sim import Model, noise, search
+
+from autotune._search.guard import Verdict
+from autotune._search.horizon import pairs_to_confirm, plan_horizon
+from autotune._trial.runner import AccuracyRun
+
+DIGITS = {"batch_size": [32, 64], "precision": ["fp32"]}
+
+
+def runs(
+    metrics: list[float], halves: list[float] | None, samples: int = 2048
+) -> list[AccuracyRun]:
+    return [
+        AccuracyRun(
+            seed=i,
+            metric=m,
+            final_loss=0.5,
+            samples=samples,
+            seconds=2.0,
+            midpoint=None if halves is None else halves[i],
+        )
+        for i, m in enumerate(metrics)
+    ]
+
+
+def test_pairs_to_confirm_follow_the_spread() -> None:
+    assert pairs_to_confirm(0.0, 0.01, 3) == 3
+    assert pairs_to_confirm(0.002, 0.01, 3) == 3
+    few, many = pairs_to_confirm(0.01, 0.01, 3), pairs_to_confirm(0.02, 0.01, 3)
+    assert few is not None and many is not None and 3 < few < many
+    assert pairs_to_confirm(10.0, 0.01, 3) is None  # beyond any practical number
+
+
+def test_a_spread_that_falls_faster_than_the_cost_rises_lengthens_the_horizon() -> None:
+    """Halfway the baseline's runs vary by ±0.04, at the horizon by ±0.02: the variance
+    quarters when the horizon doubles, so twice as long a check needs a quarter of the pairs
+    at twice the cost each: half the seconds, the baseline's new runs included."""
+    plan = plan_horizon(
+        runs([0.90, 0.92, 0.94], [0.80, 0.84, 0.88]),
+        samples=2048,
+        limit=40_000,
+        tolerance=0.01,
+        run_seconds=2.0,
+    )
+    assert math.isclose(plan.spread, 0.02) and math.isclose(plan.half_spread or 0, 0.04)
+    assert plan.longer == 4096 and math.isclose(plan.longer_spread or 0, 0.01)
+    assert plan.longer_seconds < plan.seconds
+    assert plan.lengthen and "settle sooner" in (plan.reason or "")
+    assert "lengthen" in plan.describe() and "4,096 samples" in plan.describe()
+
+
+def test_a_spread_that_does_not_fall_keeps_the_horizon() -> None:
+    """The same spread halfway and at the horizon (noise that training does not average
+    away): a longer horizon costs twice as much per pair for nothing."""
+    plan = plan_horizon(
+        runs([0.90, 0.92, 0.94], [0.80, 0.82, 0.84]),
+        samples=2048,
+        limit=40_000,
+        tolerance=0.01,
+        run_seconds=2.0,
+        left=1e6,
+    )
+    assert not plan.lengthen and plan.describe().endswith("keep it")
+    # Nor where the planned run is reached, however the spread falls.
+    capped = plan_horizon(
+        runs([0.90, 0.92, 0.94], [0.50, 0.70, 0.90]),
+        samples=4000,
+        limit=4000,
+        tolerance=0.01,
+        run_seconds=2.0,
+    )
+    assert not capped.lengthen and "no longer horizon" in capped.describe()
+
+
+def test_where_no_check_fits_here_but_one_fits_there_the_horizon_is_lengthened() -> None:
+    """No halfway spread (a trainer's loop, an annealed schedule): nothing is projected; but
+    at ±0.1 a check that moves training needs thousands of seconds, 60 are left, and the
+    least check twice as long (3 pairs, 2 x 3 runs of 4 s) fits: only there can it settle."""
+    spread = runs([0.97, 0.70, 0.97], None)
+    plan = plan_horizon(spread, samples=2048, limit=40_000, tolerance=0.01, run_seconds=2.0)
+    assert plan.longer_spread is None and not plan.lengthen  # no time budget: nothing to force
+    timed = plan_horizon(
+        spread, samples=2048, limit=40_000, tolerance=0.01, run_seconds=2.0, left=60.0
+    )
+    assert timed.lengthen and "cannot be settled here" in (timed.reason or "")
+    short = plan_horizon(
+        spread, samples=2048, limit=40_000, tolerance=0.01, run_seconds=2.0, left=20.0
+    )
+    assert not short.lengthen  # the least check there (24 s) does not fit either
+
+
+def _took_off(cfg, seed: int, samples: int) -> bool:
+    """Whether this config's run of this seed has taken off by ``samples``: between 1,000
+    and 3,500 samples, drawn per seed and per batch size (a larger batch consumes the data
+    order differently); at 4,000 every run has."""
+    jitter = math.sin(12.9898 * seed + 78.233 * (cfg.batch_size == 64)) * 43758.5453
+    return samples >= 1000 + 2500 * (jitter - math.floor(jitter))
+
+
+def test_a_horizon_where_some_runs_have_not_taken_off_is_lengthened_and_checks_settle() -> None:
+    """The README's CNN at its planned horizon: some data orders have taken off (0.97) and
+    others not yet (0.70), for the baseline and for batch 64 alike, so pairs vary by ±0.2 and
+    no check of batch 64 could settle. The search doubles the horizon to the planned run,
+    where every run has taken off, says why, stores the plans, and confirms batch 64 (it
+    changes nothing but the take-off lottery) within the budget."""
+
+    def metric_at(cfg, seed: int, samples: int) -> float:
+        base = 0.97 if _took_off(cfg, seed, samples) else 0.70
+        own = 0.001 * math.sin(2.3 * seed + 1.0) if cfg.batch_size == 64 else 0.0
+        return base + noise(seed, 0.003) - own
+
+    model = Model(
+        throughput=1000.0,
+        overhead=0.2,
+        speed=lambda cfg: 1.73 if cfg.batch_size == 64 else 1.0,
+        metric_at=metric_at,
+    )
+    run, clock, lines = search(model, knobs=DIGITS, timeout=60.0, n_train=400)
+    ledger = run.ledger()
+    text = "\n".join(lines)
+    accuracy = ledger.baseline_accuracy
+    assert accuracy is not None and accuracy.samples == 4000, text
+    assert len(accuracy.plans) == 2, text
+    assert any("had not taken off" in line and "trying 4,000" in line for line in lines), text
+    assert any("horizon: runs of 2,048 samples" in line for line in lines), text
+    b64 = next(e for e in ledger.candidates if e.config.batch_size == 64)
+    c = ledger.confirmation(b64)
+    assert c is not None and c.verdict is Verdict.CONFIRMED, text
+    best = ledger.best()
+    assert best is not None and best.config.batch_size == 64, text
+    assert clock.now - run.settings.started <= 1.05 * 60, text
+
+
+def test_a_horizon_that_settles_checks_as_soon_is_kept() -> None:
+    """Runs that vary as much halfway as at the horizon (the digits MLP's noise): the
+    baseline's runs stay at the planned horizon, and the plan says so."""
+
+    def metric(cfg, seed: int) -> float:
+        own = 0.002 * math.sin(2.3 * seed + 1.0) if cfg.batch_size == 64 else 0.0
+        return 0.90 + noise(seed, 0.03) - own
+
+    model = Model(
+        throughput=1000.0,
+        overhead=0.2,
+        speed=lambda cfg: 1.73 if cfg.batch_size == 64 else 1.0,
+        metric=metric,
+    )
+    run, _, lines = search(model, knobs=DIGITS, timeout=60.0, n_train=400)
+    accuracy = run.ledger().baseline_accuracy
+    assert accuracy is not None and accuracy.samples == 2048, "\n".join(lines)
+    assert len(accuracy.plans) == 1 and accuracy.plans[0].endswith("keep it"), "\n".join(lines)
+
+
+def test_seeds_that_have_not_taken_off_where_another_has_are_counted() -> None:
+    from test_guard import guard
+
+    assert guard([0.97, 0.70, 0.97], initial=0.10).lagging == 0  # 0.60 of 0.87: taken off
+    assert guard([0.97, 0.30, 0.96], initial=0.10).lagging == 1  # 0.20 of 0.87: not yet
+    assert guard([0.105, 0.10, 0.104], initial=0.10).lagging == 0  # none learned: not lagging
