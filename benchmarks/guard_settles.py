@@ -70,6 +70,7 @@ def run(name: str, timeout: float) -> tuple[list[str], str]:
             seconds = "-"
             if ledger.baseline_accuracy is not None:
                 per = [r.seconds for r in ledger.baseline_accuracy.runs]
+                per += [per[-1]] * max(0, len(c.runs) - len(per))
                 seconds = f"~{2 * sum(per[: len(c.runs)]):.0f} s"
         base_time, own = ledger.projected(ledger.baseline), ledger.projected(entry)  # type: ignore[arg-type]
         speedup = base_time / own if base_time and own else float("nan")
@@ -83,6 +84,11 @@ def run(name: str, timeout: float) -> tuple[list[str], str]:
         f"`{name}`: {wall:.0f} s of {timeout:.0f} s, {len(ledger.entries)} trials; answer "
         f"{result.config.describe()} at {result.speedup:.2f}x ({kind})"
     )
+    accuracy = ledger.baseline_accuracy
+    if accuracy is not None:
+        summary += f"; accuracy runs of {accuracy.samples:,} samples"
+        for plan in accuracy.plans:
+            summary += f"\n  - horizon plan: {plan}"
     return rows, summary
 
 
