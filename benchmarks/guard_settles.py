@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import statistics
 import sys
 import tempfile
 import time
@@ -74,9 +75,15 @@ def run(name: str, timeout: float) -> tuple[list[str], str]:
                 seconds = f"~{2 * sum(per[: len(c.runs)]):.0f} s"
         base_time, own = ledger.projected(ledger.baseline), ledger.projected(entry)  # type: ignore[arg-type]
         speedup = base_time / own if base_time and own else float("nan")
+        rounds = ledger.round_speedups(entry)
+        side = (
+            f"; side by side {statistics.median(rounds):.2f}x over {len(rounds)} rounds"
+            if rounds
+            else ""
+        )
         rows.append(
-            f"| {name} | #{entry.number} {entry.config.describe()} | {speedup:.2f}x (screening) "
-            f"| {verdict} | {detail} | {seconds} |"
+            f"| {name} | #{entry.number} {entry.config.describe()} | {speedup:.2f}x (screening)"
+            f"{side} | {verdict} | {detail} | {seconds} |"
         )
     best = ledger.best()
     kind = "numerics unchanged" if best is None or ledger.safe(best) else "numerics changed"

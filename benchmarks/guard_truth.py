@@ -17,7 +17,8 @@ candidates:
 
 1. **Horizon H**: the samples per accuracy run a ``--timeout`` (240 s) search would give the
    baseline: ``plan_accuracy_budget`` with the baseline's throughput measured here, as the
-   search's calibration measures it.
+   search's calibration measures it; then doubled where the search's horizon rule
+   (``horizon.longer_reason``) says, from the baseline's runs and their halfway metrics.
 2. **The guard's verdict**: paired runs at H (same data-order seeds for baseline and
    candidate), looked at as the search buys seeds: look 1 at 3 seeds, then the seeds
    ``evidence.next_target`` asks for while unresolved, up to ``--guard-cap`` seeds, each look
@@ -56,6 +57,7 @@ from autotune._search.guard import (
     plan_accuracy_budget,
     seeds_to_settle,
 )
+from autotune._search.horizon import longer_reason, plan_horizon
 from autotune._trial.runner import AccuracyRun, Budget, Trainer, evaluate, measure_throughput
 from autotune._trial.runner import train_for_accuracy as train_run
 from autotune._trial.workload import Workload
@@ -97,8 +99,10 @@ def candidate(name: str, base: autotune.TrainingConfig) -> autotune.TrainingConf
 class Runs:
     """Accuracy runs of one config at one horizon, seed by seed, computed once each."""
 
-    def __init__(self, work: Workload, cfg: autotune.TrainingConfig, samples: int) -> None:
-        self.work, self.cfg, self.samples = work, cfg, samples
+    def __init__(
+        self, work: Workload, cfg: autotune.TrainingConfig, samples: int, midpoint: bool = False
+    ) -> None:
+        self.work, self.cfg, self.samples, self.midpoint = work, cfg, samples, midpoint
         self.metrics: dict[int, float] = {}
         self.runs: dict[int, AccuracyRun] = {}
         self.seconds = 0.0
@@ -107,7 +111,7 @@ class Runs:
         for seed in seeds:
             if seed not in self.metrics:
                 with self.cfg.backends():
-                    run = train_run(self.cfg, self.work, self.samples, seed)
+                    run = train_run(self.cfg, self.work, self.samples, seed, midpoint=self.midpoint)
                 self.metrics[seed] = run.metric
                 self.runs[seed] = run
                 self.seconds += run.seconds
@@ -227,6 +231,7 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
         f"tolerance {tol:g}",
         flush=True,
     )
+    horizons: list[str] = []
     with base.backends():
         initial = evaluate(Trainer(base, work, 1).model, base, work)
     print(f"    untrained model: {task.metric_name} {initial:.4f}", flush=True)
@@ -245,16 +250,28 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
             unit_counts=counts,
         )
 
-    # As the search does (baseline.lengthen_until_learned): a baseline that did not learn
-    # measurably at H gets H doubled, up to the planned run (here at most twice).
-    base_h = Runs(work, base, h)
+    # As the search does (baseline.choose_horizon, by horizon.longer_reason): H doubled, up
+    # to the planned run (here at most twice), where the baseline did not learn, where some
+    # of its seeds lag in take-off, or where the plan expects a check to settle sooner there
+    # (whether or not a --timeout search would have the time for it).
+    base_h = Runs(work, base, h, midpoint=True)
     for _ in range(2):
-        if guard_of(base_h.get(range(REPEATS))).learned or 2 * h > PLANNED_EPOCHS * n_train:
+        runs = [base_h.runs[s] for s in range(REPEATS)] if base_h.get(range(REPEATS)) else []
+        plan = plan_horizon(
+            runs,
+            samples=h,
+            limit=round(PLANNED_EPOCHS * n_train),
+            tolerance=tol,
+            run_seconds=statistics.fmean(r.seconds for r in runs),
+        )
+        horizons.append(plan.describe())
+        why = longer_reason(guard_of(base_h.get(range(REPEATS)), base_h), plan)
+        if why is None:
             break
-        h *= 2
+        h = plan.longer
         long = round(args.horizon_multiple * h)
-        print(f"    not learned at H: H doubled to {h:,} (long runs {long:,})", flush=True)
-        base_h = Runs(work, base, h)
+        print(f"    {why}: H doubled to {h:,} (long runs {long:,})", flush=True)
+        base_h = Runs(work, base, h, midpoint=True)
     truth_seeds = range(TRUTH_SEED0, TRUTH_SEED0 + args.seeds)
     base_long = Runs(work, base, long)
     rows: list[Row] = []
@@ -312,6 +329,7 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
         f"learned: {'yes' if guard.learned else 'no'}), at {args.horizon_multiple:g}xH "
         f"{statistics.fmean(at_long):.4f} ± "
         f"{statistics.stdev(at_long) if len(at_long) > 1 else 0.0:.4f}; {wall:.0f} s",
+        *[f"`{name}` horizon plan: {h}" for h in horizons],
         *splits,
     ]
     return rows, notes
@@ -365,7 +383,8 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
         "",
         f"Baseline `{autotune.TrainingConfig().describe()}` (realworld.py's). H: the samples "
         f"per accuracy run a {args.timeout:g}-s search plans for it (`plan_accuracy_budget` at "
-        f"the throughput measured here). Guard: paired seeds 0.. at H, look 1 at {REPEATS} "
+        f"the throughput measured here), doubled where the search's horizon rule says (the plans "
+        "below). Guard: paired seeds 0.. at H, look 1 at {REPEATS} "
         f"seeds, doubled while unresolved up to {args.guard_cap}, `AccuracyGuard.confirm`; "
         f"bounds are its one-sided bounds at that look's level. Long runs: "
         f"{args.horizon_multiple:g}xH over {args.seeds} other seeds, mean paired drop (positive:"

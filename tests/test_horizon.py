@@ -165,3 +165,27 @@ def test_seeds_that_have_not_taken_off_where_another_has_are_counted() -> None:
     assert guard([0.97, 0.70, 0.97], initial=0.10).lagging == 0  # 0.60 of 0.87: taken off
     assert guard([0.97, 0.30, 0.96], initial=0.10).lagging == 1  # 0.20 of 0.87: not yet
     assert guard([0.105, 0.10, 0.104], initial=0.10).lagging == 0  # none learned: not lagging
+
+
+def test_the_reason_to_lengthen_says_which_rule_holds() -> None:
+    from test_guard import guard
+
+    from autotune._search.horizon import longer_reason
+
+    flat = plan_horizon(
+        runs([0.90, 0.92, 0.94], [0.80, 0.82, 0.84]),
+        samples=2048,
+        limit=40_000,
+        tolerance=0.01,
+        run_seconds=2.0,
+    )
+    assert longer_reason(guard([0.90, 0.92, 0.94], initial=0.10), flat) is None
+    untrained = longer_reason(guard([0.101, 0.10, 0.102], initial=0.10), flat)
+    assert untrained is not None and "barely moved" in untrained
+    lag = longer_reason(guard([0.97, 0.30, 0.96], initial=0.10), flat)
+    assert lag is not None and "1 of the baseline's 3 seeds had not taken off" in lag
+    # A metric that got worse as it trained: no horizon fixes it.
+    assert longer_reason(guard([0.05, 0.051, 0.049], initial=0.50), flat) is None
+    capped = plan_horizon(runs([0.97, 0.30, 0.96], None), samples=4000, limit=4000,
+                          tolerance=0.01, run_seconds=2.0)  # fmt: skip
+    assert longer_reason(guard([0.97, 0.30, 0.96], initial=0.10), capped) is None

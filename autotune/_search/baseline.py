@@ -14,7 +14,7 @@ from autotune._errors import AutotuneError
 from autotune._search import storage
 from autotune._search.bench import Bench
 from autotune._search.guard import AccuracyGuard, plan_accuracy_budget
-from autotune._search.horizon import HorizonPlan, plan_horizon
+from autotune._search.horizon import HorizonPlan, longer_reason, plan_horizon
 from autotune._search.ledger import Entry, Ledger
 from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._space import Choice, SearchSpace
@@ -344,38 +344,21 @@ def horizon_plan(bench: Bench, accuracy: BaselineAccuracy, reserve: float) -> Ho
 
 def choose_horizon(bench: Bench, baseline: Baseline, reserve: float) -> Baseline:
     """Double the baseline's horizon (its runs again, at twice the samples, up to the planned
-    run) where it did not learn measurably (every check would compare untrained models),
-    where some of its seeds had not taken off while another had (``AccuracyGuard.lagging``:
-    pairs would set a run that learned beside one that did not), or where the horizon's plan
-    says the longer horizon is the better place to check (its runs spread so much less there
-    that fewer pairs make up for their cost; see :class:`HorizonPlan.reason`); while the
+    run) where :func:`horizon.longer_reason` says (it did not learn, some of its seeds lag
+    in take-off, or the plan finds the longer horizon the better place to check), while the
     longer runs and a candidate's check after them fit before the deadline with ``reserve``
-    seconds kept. Not where the user fixed ``accuracy_samples``, nor for a metric that moved
-    the wrong way (a longer run would not fix the metric)."""
+    seconds kept. Not where the user fixed ``accuracy_samples``."""
     s = bench.settings
     while True:
         guard, accuracy = baseline.guard, baseline.accuracy
-        if guard is None or accuracy is None or guard.wrong_way:
-            return baseline
-        samples = min(2 * accuracy.samples, s.planned_samples)
-        if s.accuracy_samples is not None or samples <= accuracy.samples:
+        if guard is None or accuracy is None or s.accuracy_samples is not None:
             return baseline
         plan = horizon_plan(bench, accuracy, reserve)
-        if guard.learned and not guard.lagging and not plan.lengthen:
+        why = longer_reason(guard, plan)
+        if why is None:
             return baseline
+        samples = plan.longer
         seconds = 2 * SLACK * s.accuracy_repeats * samples / max(baseline.throughput, 1e-9)
-        if not guard.learned:
-            why = (
-                f"the baseline's {guard.metric_name} barely moved from the untrained model's "
-                f"in {accuracy.samples:,} samples per run"
-            )
-        elif guard.lagging:
-            why = (
-                f"{guard.lagging} of the baseline's {guard.repeats} seeds had not taken off in "
-                f"{accuracy.samples:,} samples per run where another had"
-            )
-        else:
-            why = f"at {plan.longer:,} samples {plan.reason}"
         if not bench.deadline.fits(seconds + reserve):
             bench.report(
                 f"accuracy guard: {why}, but runs of {samples:,} samples (~{seconds:.0f} s for "

@@ -31,10 +31,10 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from autotune._search.guard import MAX_NEED, look_alpha, t_quantile
+from autotune._search.guard import MAX_NEED, AccuracyGuard, look_alpha, t_quantile
 from autotune._trial.runner import AccuracyRun
 
-__all__ = ["MAX_DECAY", "HorizonPlan", "pairs_to_confirm", "plan_horizon"]
+__all__ = ["MAX_DECAY", "HorizonPlan", "longer_reason", "pairs_to_confirm", "plan_horizon"]
 
 MAX_DECAY = 16.0  # the most a doubling of the horizon is projected to divide the variance by
 
@@ -175,3 +175,25 @@ def plan_horizon(
         least_longer_seconds=2 * repeats * run_seconds * longer / samples,
         left=left,
     )
+
+
+def longer_reason(guard: AccuracyGuard, plan: HorizonPlan) -> str | None:
+    """Why the baseline's runs should be made again at ``plan.longer`` samples, or None: it
+    did not learn measurably (every check would compare untrained models), some of its seeds
+    had not taken off where another had (:attr:`AccuracyGuard.lagging`: a pair could set a
+    run that learned beside one that had not yet), or the plan says the longer horizon is the
+    better place to check (:attr:`HorizonPlan.reason`). Never past the planned run, nor for a
+    metric that moved the wrong way (a longer run would not fix the metric)."""
+    if guard.wrong_way or plan.longer <= plan.samples:
+        return None
+    if not guard.learned:
+        return (
+            f"the baseline's {guard.metric_name} barely moved from the untrained model's in "
+            f"{plan.samples:,} samples per run"
+        )
+    if guard.lagging:
+        return (
+            f"{guard.lagging} of the baseline's {guard.repeats} seeds had not taken off in "
+            f"{plan.samples:,} samples per run where another had"
+        )
+    return None if plan.reason is None else f"at {plan.longer:,} samples {plan.reason}"
