@@ -189,3 +189,38 @@ def test_the_reason_to_lengthen_says_which_rule_holds() -> None:
     capped = plan_horizon(runs([0.97, 0.30, 0.96], None), samples=4000, limit=4000,
                           tolerance=0.01, run_seconds=2.0)  # fmt: skip
     assert longer_reason(guard([0.97, 0.30, 0.96], initial=0.10), capped) is None
+
+
+def test_validating_halfway_leaves_the_run_as_it_was() -> None:
+    """The baseline's runs validate halfway; its pairs are runs that do not. With dropout
+    drawing from the global RNG after the halfway validation, the run must still end exactly
+    as one without it: same metric, same per-example outcomes. Halfway it scores what a run
+    of half the samples scores (a constant rate without warm-up)."""
+    import torch
+    from torch import nn
+
+    import autotune
+    from autotune._trial.runner import train_for_accuracy
+    from autotune._trial.task import default_optimizer, make_task
+    from autotune._trial.workload import Workload
+    from autotune.examples import tiny_data
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 3))
+    work = Workload(
+        model=model,
+        train=tiny_data(),
+        val=tiny_data(96),
+        task=make_task(autotune.Task(metric="accuracy")),
+        optimizer=default_optimizer,
+    )
+    cfg = autotune.TrainingConfig(batch_size=16)
+    plain = train_for_accuracy(cfg, work, 320, seed=3)
+    halfway = train_for_accuracy(cfg, work, 320, seed=3, midpoint=True)
+    assert plain.midpoint is None and halfway.midpoint is not None
+    assert halfway.metric == plain.metric and halfway.units == plain.units
+    assert halfway.final_loss == plain.final_loss
+    assert halfway.midpoint == train_for_accuracy(cfg, work, 160, seed=3).metric
+    # An annealed schedule is still at a high rate halfway: no midpoint is taken.
+    cosine = cfg.replace(lr_schedule=autotune.LRSchedule(kind="cosine"))
+    assert train_for_accuracy(cosine, work, 320, seed=3, midpoint=True).midpoint is None
