@@ -384,7 +384,7 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
         f"Baseline `{autotune.TrainingConfig().describe()}` (realworld.py's). H: the samples "
         f"per accuracy run a {args.timeout:g}-s search plans for it (`plan_accuracy_budget` at "
         f"the throughput measured here), doubled where the search's horizon rule says (the plans "
-        "below). Guard: paired seeds 0.. at H, look 1 at {REPEATS} "
+        f"below). Guard: paired seeds 0.. at H, look 1 at {REPEATS} "
         f"seeds, doubled while unresolved up to {args.guard_cap}, `AccuracyGuard.confirm`; "
         f"bounds are its one-sided bounds at that look's level. Long runs: "
         f"{args.horizon_multiple:g}xH over {args.seeds} other seeds, mean paired drop (positive:"
