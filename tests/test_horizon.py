@@ -15,6 +15,16 @@ from autotune._trial.runner import AccuracyRun
 DIGITS = {"batch_size": [32, 64], "precision": ["fp32"]}
 
 
+def digits(**accuracy) -> Model:
+    """The digits MLP's speeds (1-s accuracy runs; batch 64 at 1.73x), its accuracy given."""
+    return Model(
+        throughput=1000.0,
+        overhead=0.2,
+        speed=lambda cfg: 1.73 if cfg.batch_size == 64 else 1.0,
+        **accuracy,
+    )
+
+
 def runs(
     metrics: list[float], halves: list[float] | None, samples: int = 2048
 ) -> list[AccuracyRun]:
@@ -117,12 +127,7 @@ def test_a_horizon_where_some_runs_have_not_taken_off_is_lengthened_and_checks_s
         own = 0.001 * math.sin(2.3 * seed + 1.0) if cfg.batch_size == 64 else 0.0
         return base + noise(seed, 0.003) - own
 
-    model = Model(
-        throughput=1000.0,
-        overhead=0.2,
-        speed=lambda cfg: 1.73 if cfg.batch_size == 64 else 1.0,
-        metric_at=metric_at,
-    )
+    model = digits(metric_at=metric_at)
     run, clock, lines = search(model, knobs=DIGITS, timeout=60.0, n_train=400)
     ledger = run.ledger()
     text = "\n".join(lines)
@@ -147,12 +152,7 @@ def test_a_horizon_that_settles_checks_as_soon_is_kept() -> None:
         own = 0.002 * math.sin(2.3 * seed + 1.0) if cfg.batch_size == 64 else 0.0
         return 0.90 + noise(seed, 0.03) - own
 
-    model = Model(
-        throughput=1000.0,
-        overhead=0.2,
-        speed=lambda cfg: 1.73 if cfg.batch_size == 64 else 1.0,
-        metric=metric,
-    )
+    model = digits(metric=metric)
     run, _, lines = search(model, knobs=DIGITS, timeout=60.0, n_train=400)
     accuracy = run.ledger().baseline_accuracy
     assert accuracy is not None and accuracy.samples == 2048, "\n".join(lines)
