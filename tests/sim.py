@@ -64,6 +64,9 @@ class Model:
     # The metric after a number of samples (config, seed, samples), where the horizon matters;
     # ``metric`` (and ``learns_after``) otherwise.
     metric_at: Callable[[TrainingConfig, int, int], float] | None = None
+    # What a config's first throughput measurement (its screening draw) reads, as a multiple of
+    # its true speed: a slow first window, or a family of configs whose draws run high.
+    first_draw: Callable[[TrainingConfig], float] = lambda cfg: 1.0
 
     def score(self, cfg: TrainingConfig, seed: int, samples: int) -> float:
         if self.metric_at is not None:
@@ -86,6 +89,7 @@ class SimulatedExecutor:
         self.budgets: list[Budget] = []
         self.arms: list[tuple[TrainingConfig, TrainingConfig]] = []  # (trial's, accuracy runs')
         self.interrupt_at = interrupt_at
+        self.drawn: set[TrainingConfig] = set()  # configs measured at least once
 
     def run(
         self,
@@ -103,11 +107,13 @@ class SimulatedExecutor:
             raise KeyboardInterrupt
         tp = self.model.throughput * self.model.speed(cfg)
         cost = self.model.overhead
+        draw = 1.0 if cfg in self.drawn or measured is not None else self.model.first_draw(cfg)
+        self.drawn.add(cfg)
         if cfg.compile_mode.value != "none":
             cost += self.model.compile_seconds
         m = measured
         if m is None:
-            step = cfg.batch_size / tp
+            step = cfg.batch_size / (tp * draw)
             timed = _fitted(budget.timed_steps(cfg.batch_size), budget, step)
             cost += (budget.warmup_steps + timed) * step
             m = Measurement(

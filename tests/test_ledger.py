@@ -417,3 +417,43 @@ def test_later_baseline_seeds_of_another_horizon_are_not_paired() -> None:
     )
     accuracy = storage.read_baseline_accuracy(study)
     assert accuracy is not None and len(accuracy.runs) == 3
+
+
+def test_a_safe_win_measured_side_by_side_is_never_lost_to_the_baselines_spread() -> None:
+    """The README's CNN on a fresh clone: the baseline's screening measurement had a slow first
+    window (300 s projected; 200, 205 and 195 in the rounds), so the range of its measurements
+    was capped at 25%, and channels_last, 1.18x faster than it in each of three paired rounds,
+    fell "within the noise" of the baseline, which won the tie as the simpler, settled config:
+    the search answered "keep the baseline". Paired rounds decide: channels_last is the answer."""
+    cl = BASE.replace(channels_last=True)
+    study = _study_with(
+        [dataclasses.replace(_base(), projected_time=300.0), _candidate(cl, 180.0)],
+        rounds=[{0: 200.0, 1: 170.0}, {0: 205.0, 1: 172.0}, {0: 195.0, 1: 165.0}],
+    )
+    ledger = Ledger.read(study, settings())
+    best = ledger.best()
+    assert best is not None and best.number == 1
+    assert ledger.side_speedup(best) == pytest.approx(195 / 165)  # the median round
+    # Within the tie side by side (2% faster), the baseline stays: a tie goes to the simpler.
+    study = _study_with(
+        [dataclasses.replace(_base(), projected_time=300.0), _candidate(cl, 180.0)],
+        rounds=[{0: 200.0, 1: 196.0}, {0: 205.0, 1: 201.0}, {0: 195.0, 1: 191.0}],
+    )
+    best = Ledger.read(study, settings()).best()
+    assert best is not None and best.number == 0
+
+
+def test_an_unmeasured_config_is_compared_with_the_rounds_leader_by_screening() -> None:
+    """Workers=2 screened at 1.67x and measured 1.10x side by side; channels_last (1.22x in
+    screening, never in a round) did not measure as fast as workers=2 did in the same kind of
+    draw, so workers=2 stays the answer, with its measured figure; a config whose screening
+    beats the leader's screening beyond the tie takes the lead (and the rounds measure it)."""
+    workers = BASE.replace(num_workers=2, persistent_workers=True)
+    cl = BASE.replace(channels_last=True)
+    records = [_base(), _candidate(workers, 120.0), _candidate(cl, 164.0)]
+    rounds = [{0: 200.0, 1: 182.0}, {0: 201.0, 1: 180.0}, {0: 199.0, 1: 185.0}]
+    ledger = Ledger.read(_study_with(records, rounds), settings())
+    assert ledger.best().number == 1
+    records[2] = _candidate(cl, 100.0)
+    ledger = Ledger.read(_study_with(records, rounds), settings())
+    assert ledger.best().number == 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from autotune._search import figures, storage
+from autotune._search import figures, ranking, storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm, evidence_value, p_within, seed_seconds
@@ -17,6 +17,8 @@ __all__ = ["ROUNDS", "confirm_pending", "side_by_side", "side_by_side_seconds"]
 
 ROUNDS = 3  # side-by-side rounds of the answers and the baseline
 MIN_ROUNDS = figures.MIN_ROUNDS  # the fewest that make a measured speedup
+SAFE_LEADERS = 2  # configs that train the baseline's model measured in the first rounds
+CHALLENGERS = 3  # configs a second pass of rounds may add, where they fit
 MAX_STRETCH = 4.0  # the rounds' measurements last at most this many times the search's
 
 
@@ -71,33 +73,98 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
 
 
 def _contenders(ledger: Ledger, extra: Entry | None = None) -> list[Entry]:
-    """The baseline and the answers: the safe one, and the fast one where there is one (or
-    ``extra``, a candidate that would become it if confirmed)."""
-    out: list[Entry] = []
-    for e in (ledger.baseline, ledger.best_safe(), extra or ledger.best_fast()):
+    """The baseline and the answers: the safe one with the next :data:`SAFE_LEADERS` - 1
+    fastest configs that train the baseline's model, each screened faster than the baseline
+    beyond a tie (screening is one draw each: the leader by one draw is often not the leader
+    side by side), and the fast one where there is one (or ``extra``, a candidate that would
+    become it if confirmed)."""
+    base = ledger.baseline
+    if base is None:
+        return []
+    out = [base]
+    floor = ledger.rank_time(base) * (1 - ranking.TIE)
+    ranked = sorted(
+        (e for e in ledger.candidates if ledger.feasible(e) and ledger.safe(e)),
+        key=ledger.rank_time,
+    )
+    leaders: list[Entry] = []
+    for e in (ledger.best_safe(), *ranked):
+        if (
+            e is not None
+            and len(leaders) < SAFE_LEADERS
+            and ledger.rank_time(e) < floor
+            and not ledger.slower_side_by_side(e)
+            and all(e.config != o.config for o in (*out, *leaders))
+        ):
+            leaders.append(e)
+    for e in (*leaders, extra or ledger.best_fast()):
         if e is not None and all(e.config != o.config for o in out):
             out.append(e)
     return out
 
 
+def _challengers(ledger: Ledger) -> list[Entry]:
+    """After the rounds: the configs they did not measure whose screening speedup beats the
+    answer's side-by-side one beyond a tie (the fastest first, at most :data:`CHALLENGERS`):
+    what could still be the answer if measured alike."""
+    base, best = ledger.baseline, ledger.best()
+    if base is None or best is None:
+        return []
+    bar = (ledger.side_speedup(best) or 1.0) * (1 + ranking.TIE)
+    out: list[Entry] = []
+    for e in sorted(ledger.entries, key=ledger.rank_time):
+        screening = figures.speedup(base.record.projected_time, e.record.projected_time)
+        if (
+            ledger.feasible(e)
+            and not e.record.reused
+            and ledger.side_speedup(e) is None
+            and not ledger.round_speedups(e)
+            and screening is not None
+            and screening > bar
+            and all(e.config != o.config for o in out)
+        ):
+            out.append(e)
+    return out[:CHALLENGERS]
+
+
+def _per_round(baseline: Baseline, contenders: list[Entry]) -> float:
+    return sum(baseline.measure_seconds * _relative_cost(e, baseline) for e in contenders)
+
+
+def _second_pass_seconds(ledger: Ledger, baseline: Baseline, contenders: list[Entry]) -> float:
+    """Seconds kept for a second pass of rounds (the baseline and one challenger, the fewest
+    rounds that make a measured speedup) where a feasible config beyond ``contenders`` was
+    screened faster than the baseline: what lets the rounds correct the first pass."""
+    base = ledger.baseline
+    if base is None or len(contenders) < 2:
+        return 0.0
+    floor = ledger.rank_time(base) * (1 - ranking.TIE)
+    more = any(
+        ledger.feasible(e) and ledger.rank_time(e) < floor
+        for e in ledger.candidates
+        if all(e.config != c.config for c in contenders)
+    )
+    return MIN_ROUNDS * 2 * baseline.measure_seconds if more else 0.0
+
+
 def side_by_side_seconds(ledger: Ledger, baseline: Baseline, extra: Entry | None = None) -> float:
     """Expected seconds of the side-by-side rounds, if the answers so far stand (or with
-    ``extra`` as the fast answer)."""
+    ``extra`` as the fast answer): kept back from the start of the search."""
     contenders = _contenders(ledger, extra)
     if len(contenders) < 2:
         return 0.0
-    per_round = sum(baseline.measure_seconds * _relative_cost(e, baseline) for e in contenders)
-    return ROUNDS * per_round
+    first = ROUNDS * _per_round(baseline, contenders)
+    return first + _second_pass_seconds(ledger, baseline, contenders)
 
 
-def _round_budget(bench: Bench, per_round: float) -> tuple[Budget, float]:
+def _round_budget(bench: Bench, per_round: float, keep: float) -> tuple[Budget, float]:
     """The measurement budget of the side-by-side rounds, and how many times the search's
-    measurement it lasts: stretched to fill the time left (never shortened)."""
+    measurement it lasts: stretched to fill the time left but ``keep`` (never shortened)."""
     budget = bench.settings.budget
     left = bench.deadline.left()
     if left is None or per_round <= 0:
         return budget, 1.0
-    stretch = min(MAX_STRETCH, max(1.0, left / (ROUNDS * per_round)))
+    stretch = min(MAX_STRETCH, max(1.0, (left - keep) / (ROUNDS * per_round)))
     if stretch <= 1.0:
         return budget, 1.0
     return dataclasses.replace(budget, timed_samples=round(budget.timed_samples * stretch)), stretch
@@ -113,20 +180,39 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
     order rotating from round to round, so that drift in the machine's state hits all alike
     and the speedup reported is what the same machine gives side by side. Each measurement is
     the search's, stretched (up to :data:`MAX_STRETCH` times the timed samples) to use the time
-    left: the reported ratio is the figure least exposed to noise. Where the rounds change
-    which answer leads, to one they did not measure, the new answers get rounds too while
-    they fit: the answer's speedup is a side-by-side one wherever the budget allows."""
-    measured: set[int] = set()
-    for _ in range(2):
-        contenders = _contenders(bench.ledger())
-        if len(contenders) < 2 or {e.number for e in contenders} <= measured:
-            break
-        if not _rounds(bench, baseline, contenders):
-            if not measured:
-                bench.report("no time left to measure the answers again side by side")
-                return
-            break
-        measured |= {n for e in contenders for n in bench.ledger().twins(e)}
+    left: the reported ratio is the figure least exposed to noise. The first pass measures the
+    answers and the next fastest safe configs (see :func:`_contenders`); where its figures fall
+    below what another config's screening promised, a second pass measures those challengers
+    beside the baseline and the answer, in the time kept for it."""
+    ledger = bench.ledger()
+    contenders = _contenders(ledger)
+    if len(contenders) < 2:
+        return
+    spare = _second_pass_seconds(ledger, baseline, contenders)
+    per_round = _per_round(baseline, contenders)
+    if not bench.deadline.fits(MIN_ROUNDS * per_round + spare):
+        spare = 0.0  # the answers' own rounds first
+    if not _rounds(bench, baseline, contenders, keep=spare):
+        bench.report("no time left to measure the answers again side by side")
+        return
+    ledger = bench.ledger()
+    challengers = _challengers(ledger)
+    best = ledger.best()
+    if challengers and best is not None and ledger.baseline is not None:
+        again = [ledger.baseline]
+        if best.config != ledger.baseline.config and ledger.side_speedup(best) is not None:
+            again.append(best)
+        fitting: list[Entry] = []
+        for e in challengers:  # as many as fit, the fastest screened first
+            if not bench.deadline.past(MIN_ROUNDS * _per_round(baseline, [*again, *fitting, e])):
+                fitting.append(e)
+        if fitting:
+            names = ", ".join(f"#{e.number}" for e in fitting)
+            bench.report(
+                f"side by side: screened faster than the rounds measured the answer: trial "
+                f"{names}; measured beside it"
+            )
+            _rounds(bench, baseline, [*again, *fitting], keep=0.0)
     ledger = bench.ledger()
     best, base = ledger.best(), ledger.baseline
     if best is not None and base is not None and best.number != base.number:
@@ -140,15 +226,19 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
             )
 
 
-def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry]) -> int:
+def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry], *, keep: float) -> int:
     """Up to :data:`ROUNDS` side-by-side rounds of ``contenders`` (the baseline first), as
-    many as fit; returns how many were measured."""
+    many as fit before the ``keep`` seconds held for later rounds, and none unless
+    :data:`MIN_ROUNDS` fit (one round is one draw, not a measured speedup); returns how many
+    were measured."""
     s = bench.settings
-    per_round = sum(baseline.measure_seconds * _relative_cost(e, baseline) for e in contenders)
-    budget, stretch = _round_budget(bench, per_round)
+    per_round = _per_round(baseline, contenders)
+    if bench.deadline.past(MIN_ROUNDS * per_round + keep):
+        return 0
+    budget, stretch = _round_budget(bench, per_round, keep)
     done = 0
     for r in range(ROUNDS):
-        if bench.deadline.past(per_round * stretch):  # the grace is the last it may take
+        if bench.deadline.past(per_round * stretch + keep):  # the grace is the last it may take
             break
         order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
         bench.report.trial(f"side by side with the baseline: round {r + 1}/{ROUNDS}")

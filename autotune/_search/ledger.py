@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -296,16 +297,78 @@ class Ledger:
         return confirmation is not None and confirmation.passed
 
     def _best_of(self, entries: list[Entry]) -> Entry | None:
+        """The fastest of ``entries``, compared like with like. Configs measured in the same
+        side-by-side rounds (the baseline is in every round) compare by their paired ratios:
+        the faster by the median over the rounds, a tie within :data:`ranking.TIE` going to the
+        simpler config. A config without rounds compares with that leader by their screening
+        measurements (one draw each, so a lucky screening figure never outranks the rounds'
+        figure of a config whose own screening was as lucky), ties going to the leader, whose
+        speedup was measured. The baseline's spread never widens a tie: a config measured
+        faster than it side by side beyond the tie is never lost to it."""
         base = self.baseline
         if base is None:
             return None
+        items = [e for e in entries if not self.slower_side_by_side(e)]
+        rounded = [e for e in items if self.side_speedup(e) is not None]
+        leader = None
+        if rounded:
+            fastest = max(rounded, key=self._side_speed)
+            equals = [e for e in rounded if self._side_tie(e, fastest)]
+            leader = min(
+                equals,
+                key=lambda e: (_knobs.complexity(e.config, base.config), -self._side_speed(e)),
+            )
+        rest = [e for e in items if e not in rounded]
+        if leader is None:
+            return ranking.best(
+                rest,
+                time=self.rank_time,
+                noise=self.noise,
+                complexity=lambda e: _knobs.complexity(e.config, base.config),
+            )
         return ranking.best(
-            [e for e in entries if not self.slower_side_by_side(e)],
-            time=self.rank_time,
-            noise=self.noise,
+            [leader, *rest],
+            time=lambda e: ranking.rank_time(
+                e.record.projected_time if e is leader else self.projected(e)
+            ),
+            noise=lambda e: ranking.TIE if e is leader else self.noise(e),
             complexity=lambda e: _knobs.complexity(e.config, base.config),
-            settled=lambda e: bool(self.remeasured(e)),
+            settled=lambda e: e is leader,
         )
+
+    def side_speedup(self, entry: Entry) -> float | None:
+        """Its speedup over the baseline measured side by side (the median over the rounds;
+        1 for the baseline once rounds ran); None with fewer than :data:`figures.MIN_ROUNDS`."""
+        base = self.baseline
+        if base is not None and entry.config == base.config:
+            return 1.0 if len(self.rounds) >= figures.MIN_ROUNDS else None
+        side = figures.side_by_side(self.round_speedups(entry))
+        return None if side is None else side[0]
+
+    def _side_speed(self, entry: Entry) -> float:
+        return self.side_speedup(entry) or 0.0
+
+    def _side_tie(self, entry: Entry, fastest: Entry) -> bool:
+        """Whether side by side ``entry`` is as fast as ``fastest`` within :data:`ranking.TIE`:
+        by the median of their paired ratios where rounds measured both, else by the ratio of
+        their speedups over the baseline (each paired with it)."""
+        if entry is fastest:
+            return True
+        ratios = self.paired_ratios(entry, fastest)
+        if len(ratios) >= figures.MIN_ROUNDS:
+            return statistics.median(ratios) <= 1 + ranking.TIE
+        return self._side_speed(fastest) <= self._side_speed(entry) * (1 + ranking.TIE)
+
+    def paired_ratios(self, entry: Entry, other: Entry) -> list[float]:
+        """``entry``'s projected time over ``other``'s, in each round that measured both."""
+        ours, theirs = set(self.twins(entry)), set(self.twins(other))
+        out = []
+        for r in self.rounds:
+            a = next((r[n] for n in ours if n in r), None)
+            b = next((r[n] for n in theirs if n in r), None)
+            if a is not None and b:
+                out.append(a / b)
+        return out
 
     def best_safe(self) -> Entry | None:
         """The fastest trial that trains the baseline's model (the baseline, at worst)."""
