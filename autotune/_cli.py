@@ -43,7 +43,7 @@ from autotune._trial.data import is_datamodule
 from autotune._trial.isolation import ISOLATION_MODES
 from autotune._trial.metrics import AUTO
 from autotune._trial.task import METRIC_CHOICES
-from autotune._verify import DEFAULT_BUDGET, RUN_LIMIT
+from autotune._verify import DEFAULT_BUDGET, LIMIT_FACTOR, RUN_LIMIT, START_UP
 
 __all__ = ["main"]
 
@@ -546,7 +546,9 @@ def _verify_arguments(v: argparse.ArgumentParser) -> None:
         (
             "--trial-timeout", float, None,
             f"seconds before a run is stopped (default: the search's trial limit, else "
-            f"{RUN_LIMIT:g})",
+            f"{LIMIT_FACTOR:g}x the longest run the study measured of that config, plus "
+            f"{START_UP:g} s where each run starts a process; {RUN_LIMIT:g} where it measured "
+            "none)",
         ),
     ):  # fmt: skip
         v.add_argument(flag, type=kind, default=default, help=text)

@@ -320,9 +320,11 @@ def verify(
     must be passed again, in ``task``).
     ``device`` overrides the result's device (e.g. to check a GPU result on this CPU). The
     environment the result was measured in is compared with this one: see ``report.warnings``.
-    Every run is stopped at ``time_limit`` seconds (by default the search's own trial limit,
-    else :data:`RUN_LIMIT`); a run stopped there is a failure that names the config and the
-    limit, and verify goes on to its report.
+    Every run is stopped at ``time_limit`` seconds: by default the search's own trial limit,
+    else :data:`LIMIT_FACTOR` times the longest run the study measured of that config (plus
+    :data:`START_UP` where each run starts a process; :data:`RUN_LIMIT` where it measured
+    none); a run stopped there is a failure that names the config, the limit and why it was
+    that long, and verify goes on to its report.
     """
     started = time.monotonic()
     data = _load(result)
@@ -359,8 +361,10 @@ def verify(
     workload = prepared.workload
     pair = {"baseline": baseline, "winner": winner}
     measure_budget = budget or DEFAULT_BUDGET
-    limit = time_limit or float(search.get("trial_limit") or RUN_LIMIT)
-    executor = _Limited(_executor(workload, here, report), limit)
+    inner = _executor(workload, here, report)
+    explicit = time_limit or _number(search.get("trial_limit"))
+    start_up = START_UP if inner.isolated else 0.0
+    executor = _Limited(inner, run_limits(data, pair, explicit, start_up=start_up))
     try:
         measured, failures = _measure_rounds(pair, executor, measure_budget, rounds, report)
         accuracy = _accuracy(data, pair, workload, executor, measure_budget, measured, failures,
@@ -387,23 +391,96 @@ def verify(
     )
 
 
-RUN_LIMIT = 600.0  # seconds a verify run may take, where neither the user nor the search said
+RUN_LIMIT = 600.0  # seconds a verify run may take where nothing says how long it should
+LIMIT_FACTOR = 3.0  # a run's limit: this many times the longest run the study measured of it
+START_UP = 30.0  # seconds on top where each run starts a process (imports, a CUDA context)
+MIN_LIMIT = 10.0  # seconds: no measured limit is shorter
+
+
+@dataclasses.dataclass(frozen=True)
+class RunLimit:
+    """How long one config's verify runs may take, and why that long: ``seconds`` for a
+    throughput run; an accuracy run adds ``LIMIT_FACTOR`` times its samples at ``throughput``
+    (the slowest the study measured; None: no measurement to scale by)."""
+
+    seconds: float
+    why: str
+    throughput: float | None = None
+
+    def of(self, accuracy: AccuracyCheck | None) -> tuple[float, str]:
+        if accuracy is None or self.throughput is None:
+            return self.seconds, self.why
+        training = len(accuracy.seeds) * accuracy.samples / self.throughput
+        return (
+            self.seconds + LIMIT_FACTOR * training,
+            f"{self.why}, plus {LIMIT_FACTOR:g}x the {training:.0f} s its accuracy runs "
+            "should train",
+        )
+
+
+def run_limits(
+    data: Mapping[str, Any],
+    pair: Mapping[str, TrainingConfig],
+    explicit: float | None,
+    *,
+    start_up: float = 0.0,
+) -> dict[TrainingConfig, RunLimit]:
+    """Each config's verify limit: ``explicit`` (the user's, or the search's own trial limit)
+    where given; else :data:`LIMIT_FACTOR` times the longest run the study measured of that
+    config, plus ``start_up`` where each run starts a process, at least :data:`MIN_LIMIT`;
+    :data:`RUN_LIMIT` where it measured none on this device (a model that hangs is then
+    stopped in seconds, not in ten minutes)."""
+    out: dict[TrainingConfig, RunLimit] = {}
+    for cfg in pair.values():
+        if explicit is not None:
+            out[cfg] = RunLimit(explicit, "the limit given (time_limit= / --trial-timeout)")
+            continue
+        runs = [
+            t
+            for t in data.get("trials") or []
+            if not t.get("failure") and t.get("seconds") and _same_config(t.get("config"), cfg)
+        ]
+        if not runs:
+            out[cfg] = RunLimit(
+                RUN_LIMIT, f"the default: the study measured no run of it on {cfg.device}"
+            )
+            continue
+        longest = max(float(t["seconds"]) for t in runs)
+        rates = [float(t["throughput"]) for t in runs if t.get("throughput")]
+        seconds = LIMIT_FACTOR * longest + start_up
+        why = f"{LIMIT_FACTOR:g}x the longest run the study measured of it ({longest:.1f} s)"
+        if start_up:
+            why += f" plus {start_up:g} s to start its process"
+        if seconds < MIN_LIMIT:
+            seconds, why = MIN_LIMIT, f"{MIN_LIMIT:g} s, the least ({why}: less)"
+        out[cfg] = RunLimit(seconds, why, min(rates) if rates else None)
+    return out
+
+
+def _same_config(stored: Any, cfg: TrainingConfig) -> bool:
+    """Whether a stored trial's config is ``cfg`` as measured on ``cfg``'s device."""
+    try:
+        return isinstance(stored, dict) and TrainingConfig.from_dict(stored) == cfg
+    except ConfigError:
+        return False
 
 
 class _Limited:
-    """An executor whose every run is stopped at ``limit`` seconds, its failure message naming
-    the config and the limit."""
+    """An executor whose every run is stopped at its config's limit (see :func:`run_limits`),
+    its failure message naming the config, the limit and why it was that long."""
 
-    def __init__(self, executor: TrialExecutor, limit: float) -> None:
-        self.executor, self.limit = executor, limit
+    def __init__(self, executor: TrialExecutor, limits: Mapping[TrainingConfig, RunLimit]) -> None:
+        self.executor, self.limits = executor, limits
         self.isolated = executor.isolated
 
     def run(self, cfg: TrainingConfig, budget: Budget, **kwargs: Any) -> TrialOutcome:
-        outcome = self.executor.run(cfg, budget, time_limit=self.limit, **kwargs)
+        default = RunLimit(RUN_LIMIT, "the default: nothing says how long it should take")
+        limit, why = self.limits.get(cfg, default).of(kwargs.get("accuracy"))
+        outcome = self.executor.run(cfg, budget, time_limit=limit, **kwargs)
         if outcome.failure is FailureReason.TIMEOUT:
             message = (
-                f"{cfg.describe()} ran past the {self.limit:g} s limit of a verify run and was "
-                "stopped (time_limit= / --trial-timeout sets it)"
+                f"{cfg.describe()} ran past the {limit:.0f} s limit of a verify run and was "
+                f"stopped; the limit was {why} (time_limit= / --trial-timeout sets it)"
             )
             outcome = dataclasses.replace(outcome, message=message)
         return outcome

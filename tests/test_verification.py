@@ -198,6 +198,29 @@ class HangsAbove(torch.nn.Module):
         return self.inner(x)  # type: ignore[no-any-return]
 
 
+def test_a_hanging_run_ends_at_a_limit_from_the_studys_own_run_times(result_file, monkeypatch):
+    """verify on a model that hangs waited its default 600 s, though the study knew each run of
+    that config took a second or two: the limit is 3x the longest run the study measured of the
+    config (no floor here, to keep the test short), and the failure says why it was that long."""
+    import time
+
+    from autotune import _verify
+
+    monkeypatch.setattr(_verify, "MIN_LIMIT", 0.5)
+    data = json.loads(Path(result_file).read_text())
+    longest = max(t["seconds"] for t in data["trials"] if t["config"] == data["config"])
+    start = time.monotonic()
+    report = autotune.verify(result_file, HangsAbove(64), tiny_data(), rounds=2, budget=FAST_BUDGET)
+    assert time.monotonic() - start < 3 * longest + 20  # the baseline's rounds, the hang's limit
+    failure = report.failures["winner"]
+    assert f"batch={data['config']['batch_size']}" in failure
+    assert f"ran past the {3 * longest:.0f} s limit of a verify run" in failure
+    assert f"the limit was 3x the longest run the study measured of it ({longest:.1f} s)" in failure
+    # Nothing measured of a config (a result edited by hand): the default, said as such.
+    limits = _verify.run_limits({"trials": []}, {"winner": autotune.TrainingConfig()}, None)
+    assert limits[autotune.TrainingConfig()].seconds == _verify.RUN_LIMIT
+
+
 def test_a_hanging_run_ends_at_its_limit_with_the_config_named(result_file):
     """verify gave no answer in 400 s on a model whose forward hangs: every run has a limit."""
     import time
