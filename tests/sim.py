@@ -64,9 +64,11 @@ class Model:
     # The metric after a number of samples (config, seed, samples), where the horizon matters;
     # ``metric`` (and ``learns_after``) otherwise.
     metric_at: Callable[[TrainingConfig, int, int], float] | None = None
-    # What a config's first throughput measurement (its screening draw) reads, as a multiple of
-    # its true speed: a slow first window, or a family of configs whose draws run high.
-    first_draw: Callable[[TrainingConfig], float] = lambda cfg: 1.0
+    # What a config's n-th throughput measurement (0: its first) reads, as a multiple of its
+    # true speed: a slow first window, or a family of configs whose screening draws run high.
+    draw: Callable[[TrainingConfig, int], float] = lambda cfg, n: 1.0
+    # A draw below 1 is a slow window: its first chunks read slow, the last at the true speed
+    # (the measurement's spread shows it).
 
     def score(self, cfg: TrainingConfig, seed: int, samples: int) -> float:
         if self.metric_at is not None:
@@ -89,7 +91,7 @@ class SimulatedExecutor:
         self.budgets: list[Budget] = []
         self.arms: list[tuple[TrainingConfig, TrainingConfig]] = []  # (trial's, accuracy runs')
         self.interrupt_at = interrupt_at
-        self.drawn: set[TrainingConfig] = set()  # configs measured at least once
+        self.drawn: dict[TrainingConfig, int] = {}  # how many times each config was measured
 
     def run(
         self,
@@ -107,8 +109,10 @@ class SimulatedExecutor:
             raise KeyboardInterrupt
         tp = self.model.throughput * self.model.speed(cfg)
         cost = self.model.overhead
-        draw = 1.0 if cfg in self.drawn or measured is not None else self.model.first_draw(cfg)
-        self.drawn.add(cfg)
+        draw = 1.0
+        if measured is None:
+            draw = self.model.draw(cfg, self.drawn.get(cfg, 0))
+            self.drawn[cfg] = self.drawn.get(cfg, 0) + 1
         if cfg.compile_mode.value != "none":
             cost += self.model.compile_seconds
         m = measured
@@ -116,10 +120,12 @@ class SimulatedExecutor:
             step = cfg.batch_size / (tp * draw)
             timed = _fitted(budget.timed_steps(cfg.batch_size), budget, step)
             cost += (budget.warmup_steps + timed) * step
+            chunk = step * (timed // budget.chunks)
+            last = chunk * draw if draw < 1 else chunk  # a slow window ends within the run
             m = Measurement(
                 batch_size=cfg.batch_size,
                 chunk_steps=timed // budget.chunks,
-                chunk_times=(step * (timed // budget.chunks),) * budget.chunks,
+                chunk_times=(chunk,) * (budget.chunks - 1) + (last,),
                 data_wait=0.0,
                 warmup_steps=budget.warmup_steps,
                 warmup_time=budget.warmup_steps * step,

@@ -257,12 +257,12 @@ def test_a_safe_win_is_never_dropped_for_configs_whose_screening_ran_high() -> N
     def speed(cfg) -> float:
         return (1.22 if cfg.channels_last else 1.0) * (0.9 if cfg.num_workers else 1.0)
 
-    def first_draw(cfg) -> float:
+    def draw(cfg, n: int) -> float:
         if cfg == TrainingConfig():
-            return 0.8  # the baseline's slow first window
-        return 1.6 if cfg.num_workers else 1.0
+            return 0.8 if n < 2 else 1.0  # the baseline's slow first windows
+        return 1.6 if cfg.num_workers and n == 0 else 1.0
 
-    model = Model(throughput=400.0, speed=speed, first_draw=first_draw)
+    model = Model(throughput=400.0, speed=speed, draw=draw)
     run, clock, lines = search(model, knobs=knobs, timeout=120.0)
     assert clock.now - run.settings.started <= 1.05 * 120, "\n".join(lines)
     ledger = _ledger(run)
@@ -270,3 +270,60 @@ def test_a_safe_win_is_never_dropped_for_configs_whose_screening_ran_high() -> N
     assert best is not None and best.config.channels_last, "\n".join(lines)
     assert best.config.num_workers == 0, "\n".join(lines)
     assert ledger.side_speedup(best) == pytest.approx(1.22, rel=0.01), "\n".join(lines)
+
+
+def test_the_table_the_headline_and_the_progress_lines_tell_one_figure() -> None:
+    """A newcomer's first run: the baseline's screening measurement had a slow first window, so
+    every screening ratio read high (the progress lines said "best 1.81x", the table 1.80x) and
+    the side-by-side rounds then measured 1.36x. The table's throughput ratio, the headline and
+    the projected-time ratio now agree, and a progress line with a higher figure says that it
+    is a screening one."""
+    import re
+
+    from autotune._result.result import SearchResult
+
+    knobs = {"num_workers": [0, 1], "channels_last": [False, True]}
+
+    def speed(cfg) -> float:
+        return 1.37 if cfg.channels_last else 1.0
+
+    def draw(cfg, n: int) -> float:
+        return 0.6 if cfg == TrainingConfig() and n < 2 else 1.0  # its screening draws
+
+    model = Model(throughput=400.0, speed=speed, draw=draw)
+    run, clock, lines = search(model, knobs=knobs, timeout=120.0)
+    assert clock.now - run.settings.started <= 1.05 * 120, "\n".join(lines)
+    ledger = _ledger(run)
+    result = SearchResult.from_ledger(
+        ledger, run.settings, study_name="s", storage=None, seconds=120.0, interrupted=False,
+        memory=None, skipped=(),
+    )  # fmt: skip
+    data = result.to_dict()
+    m, b = data["metrics"], data["baseline"]["metrics"]
+    assert data["speedup"] == pytest.approx(1.37, rel=0.01), "\n".join(lines)
+    assert m["throughput"] / b["throughput"] == pytest.approx(data["speedup"], rel=0.05)
+    projected = b["projected_training_time"] / m["projected_training_time"]
+    assert projected == pytest.approx(data["speedup"], rel=0.05)
+    rounds = f"side by side over {data['speedup_rounds']} rounds"
+    assert m["measured_as"] == b["measured_as"] == rounds
+    assert f"step time and projected time: {rounds}" in result.summary()
+    for line in lines:
+        for figure, label in re.findall(r"(\d+\.\d+)x( screening| side by side)?", line):
+            if float(figure) > 1.1 * data["speedup"]:
+                assert label == " screening", line
+    assert any("screening" in line and "1.37x" not in line for line in lines), "\n".join(lines)
+
+
+def test_a_baseline_measured_in_a_slow_window_is_measured_again() -> None:
+    """The yardstick of every screening ratio is the baseline's one measurement: one taken in a
+    slow window (its chunks spread 40%) is measured again, and the steadier one is kept."""
+
+    def draw(cfg, n: int) -> float:
+        return 0.6 if cfg == TrainingConfig() and n < 2 else 1.0  # calibration, first look
+
+    model = Model(throughput=400.0, draw=draw)
+    run, _, lines = search(model, knobs={"num_workers": [0, 1]}, timeout=60.0)
+    assert any("baseline: its step times spread 40% of the median; measuring it again" in line
+               for line in lines), "\n".join(lines)  # fmt: skip
+    m = _ledger(run).baseline.record.measurement
+    assert m is not None and m.spread == 0.0 and m.throughput == pytest.approx(400.0)

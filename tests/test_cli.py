@@ -47,6 +47,7 @@ def test_search_show_round_trip(tmp_path, capsys) -> None:
     assert json.loads(capsys.readouterr().out) == data["config"]
 
 
+@pytest.mark.slow
 def test_search_again_continues_the_study(tmp_path, capsys) -> None:
     storage = f"sqlite:///{tmp_path / 'a.db'}"
     args = [

@@ -54,6 +54,7 @@ def only_failure(result):
     return failed[0]
 
 
+@pytest.mark.slow
 def test_a_hang_in_a_worker_is_stopped_at_the_trial_limit() -> None:
     # 10 s: a fresh worker's start-up (importing torch) counts against the limit too, and
     # takes more than 5 s on a loaded 2-core machine.
@@ -66,6 +67,7 @@ def test_a_hang_in_a_worker_is_stopped_at_the_trial_limit() -> None:
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.slow
 def test_a_python_hang_in_process_is_interrupted_too() -> None:
     result = search(FaultAbove("hang"), trial_timeout=5, isolation="none")
     assert only_failure(result).failure == "timeout"
@@ -75,12 +77,14 @@ def test_a_python_hang_in_process_is_interrupted_too() -> None:
     ("fault", "says"),
     [("segfault", "killed by SIGSEGV"), ("exit", "exited with code 3")],
 )
+@pytest.mark.slow
 def test_a_dying_worker_ends_only_its_trial(fault: str, says: str) -> None:
     result = search(FaultAbove(fault))
     failed = only_failure(result)
     assert failed.failure == "crashed" and says in failed.message
 
 
+@pytest.mark.slow
 def test_the_search_goes_on_after_a_crash_in_a_fresh_worker() -> None:
     result = search(
         FaultAbove("segfault"),
@@ -160,6 +164,7 @@ def test_nan_loss_is_divergence() -> None:
     assert failed.failure == "diverged" and "loss became nan" in failed.message
 
 
+@pytest.mark.slow
 def test_a_dataset_item_that_raises_in_a_loader_worker() -> None:
     result = search(tiny_model(), FaultyInWorkers("raise"), space={"knobs": {"num_workers": [1]}})
     failed = only_failure(result)
@@ -189,6 +194,7 @@ def test_unpicklable_hooks_fall_back_to_in_process_trials_and_say_so() -> None:
         search(tiny_model(), loss_fn=lambda out, y: out.sum(), isolation="process")
 
 
+@pytest.mark.slow
 def test_in_process_oom_trials_give_their_memory_back() -> None:
     class Hog(torch.nn.Module):
         def __init__(self) -> None:

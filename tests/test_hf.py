@@ -78,6 +78,7 @@ def test_a_sequence_classifier_is_tuned_from_the_api_with_no_forward_hook() -> N
     assert not [t for t in result.trials if t.failure is not None], result.trials
 
 
+@pytest.mark.slow
 def test_a_sequence_classifier_is_tuned_from_the_cli_with_model_data_and_collate(
     tmp_path, capsys
 ) -> None:

@@ -48,6 +48,7 @@ def _workload() -> Workload:
     return Workload(model=tiny_model(), train=tiny_data(), val=tiny_data(64), task=task)
 
 
+@pytest.mark.slow
 def test_fresh_each_runs_every_trial_in_a_new_worker() -> None:
     """What verify's rounds do on a GPU."""
     executor = ProcessExecutor(_workload(), env=worker_env(), fresh_each=True)

@@ -187,6 +187,7 @@ def test_accuracy_constraint_rejects_a_candidate_that_drops_too_much(
     assert frozen.constraints["failed"] == 0
 
 
+@pytest.mark.slow
 def test_winner_must_pass_confirmation_over_several_seeds(fast_kwargs, bf16_capable) -> None:
     """Screening sees one lucky seed; the confirmation over the baseline's seeds rejects it."""
     result = find(
@@ -212,6 +213,7 @@ def test_winner_must_pass_confirmation_over_several_seeds(fast_kwargs, bf16_capa
     assert result.to_dict()["trials"][bf16.number]["confirmation"]["passed"] is False
 
 
+@pytest.mark.slow
 def test_confirmed_winner_reports_the_mean_over_seeds(fast_kwargs, bf16_capable) -> None:
     result = find(
         Recorder(slow_fp32=True),
@@ -267,6 +269,7 @@ def test_a_baseline_that_stays_the_winner_is_said_plainly(fast_kwargs) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_candidate_that_collapses_on_one_seed_in_two_is_rejected_once_seeds_show_it(
     fast_kwargs, bf16_capable
 ) -> None:

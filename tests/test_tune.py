@@ -111,6 +111,7 @@ def test_an_out_of_memory_error_inside_training_step_is_found_by_the_memory_prob
     assert result.baseline_trial.failure is None
 
 
+@pytest.mark.slow
 def test_a_hang_inside_training_step_is_stopped_at_the_trial_limit() -> None:
     """In a trial worker: the module is importable, so trials are isolated."""
     result = _tune_lightning(
@@ -261,6 +262,7 @@ def test_a_hugging_face_trainer_holds_its_own_model_and_data(tmp_path: Path) -> 
         autotune.tune(lt.hf_trainer(str(tmp_path)), torch.nn.Linear(2, 2))
 
 
+@pytest.mark.slow
 def test_the_cli_tunes_a_trainer_from_a_factory(tmp_path: Path) -> None:
     out = tmp_path / "best.json"
     done = subprocess.run(

@@ -216,6 +216,8 @@ def _headline_html(result: SearchResult) -> str:
     name = result.metric_name
     rows = [
         ("config", w.config.describe(), b.config.describe()),
+        # Throughput and projected time: from the side-by-side rounds where they measured it.
+        ("measured", w.measured_as, b.measured_as),
         ("throughput (samples/s)", _fmt(w.throughput, "{:,.0f}"), _fmt(b.throughput, "{:,.0f}")),
         (
             "step time (ms)",

@@ -43,6 +43,11 @@ def summary_parts(
         f"  winner:   {_describe(data['config'])}",
         f"  baseline: {_describe(data['baseline']['config'])}",
     ]
+    # Throughput and projected time come from the side-by-side rounds where they measured
+    # both (the headline's rounds); the rest of the table is the trials' screening measurement.
+    side = "side by side" in str(m.get("measured_as")) and "side by side" in str(
+        b.get("measured_as")
+    )
     rows = [
         ("throughput (samples/s)", m.get("throughput"), b.get("throughput"), "{:,.0f}"),
         ("spread", m.get("throughput_spread"), b.get("throughput_spread"), "{:.1%}"),
@@ -82,7 +87,15 @@ def summary_parts(
             _fmt_metric(b.get("validation_metric")),
         )
     )
-    return head, table, _answers(data, name) + _validation_lines(data) + _search_lines(data)
+    if side:
+        source = (
+            f"  throughput, step time and projected time: {m['measured_as']} (the headline's); "
+            "the other rows: each config's screening measurement"
+        )
+    else:
+        source = "  every row: each config's screening measurement (one draw)"
+    tail = [source, *_answers(data, name), *_validation_lines(data), *_search_lines(data)]
+    return head, table, tail
 
 
 def _headline(data: dict[str, Any]) -> str:

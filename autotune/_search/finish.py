@@ -243,12 +243,14 @@ def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry], *, keep: 
         order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
         bench.report.trial(f"side by side with the baseline: round {r + 1}/{ROUNDS}")
         measured: dict[int, float] = {}
+        rates: dict[int, float] = {}
         for entry in order:
             expected = stretch * baseline.measure_seconds * _relative_cost(entry, baseline)
             outcome = bench.execute(entry.config, expected=expected, budget=budget)
             if outcome.ok and outcome.measurement is not None:
                 measured[entry.number] = s.projected_time(outcome.measurement)
-        storage.add_round(bench.study, measured)
+                rates[entry.number] = outcome.measurement.throughput
+        storage.add_round(bench.study, measured, rates)
         done += 1
         if len(measured) < len(order):
             # A contender failed (stopped at the deadline on a loaded machine): the next round

@@ -53,6 +53,10 @@ class TrialRecord:
     confirmation: Confirmation | None = None
     safe: bool = False  # trains the baseline's model: numerics unchanged, no accuracy risk
     screened: bool | None = None  # passed its one-run accuracy screening (None: not checked)
+    # Measured again side by side with the baseline: in how many rounds, and its throughput
+    # there (the median); its figures then come from those rounds, not its screening.
+    side_rounds: int = 0
+    side_throughput: float | None = None
 
     @property
     def confirmed(self) -> bool | None:
@@ -62,12 +66,27 @@ class TrialRecord:
 
     @property
     def throughput(self) -> float | None:
+        """Samples/s: measured side by side where it was, else its screening measurement."""
+        if self.side_throughput is not None:
+            return self.side_throughput
         return self.measurement.throughput if self.measurement is not None else None
+
+    @property
+    def measured_as(self) -> str:
+        """Where its throughput and projected time come from."""
+        if self.side_rounds >= figures.MIN_ROUNDS:
+            return f"side by side over {self.side_rounds} rounds"
+        return "screening (one measurement)"
 
     def metrics(self, metric_name: str, planned_samples: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.measurement is not None:
             out.update(self.measurement.summary())
+            out["screening_throughput"] = self.measurement.throughput
+            if self.side_throughput is not None:  # the same fact as the throughput
+                out["step_time"] = self.measurement.batch_size / self.side_throughput
+        out["throughput"] = self.throughput
+        out["measured_as"] = self.measured_as
         runs = self.confirmation.runs if self.confirmation is not None else ()
         out["validation_metric"] = sum(runs) / len(runs) if runs else self.metric
         out["validation_metric_runs"] = len(runs) if runs else (1 if self.metric is not None else 0)
@@ -96,6 +115,7 @@ class TrialRecord:
             "confirmation": self.confirmation.summary() if self.confirmation else None,
             "safe": self.safe,
             "screened": self.screened,
+            "measured_as": self.measured_as,
         }
 
 
@@ -160,6 +180,8 @@ class Ledger:
     baseline_accuracy: BaselineAccuracy | None  # None until it is measured
     guard: AccuracyGuard | None  # made from it
     split_free: bool = False  # how the global batch is split leaves the numerics alone
+    # The same rounds' throughputs, trial -> samples/s (none in rounds filed before them).
+    round_throughputs: tuple[Mapping[int, float], ...] = ()
 
     @classmethod
     def read(cls, study: optuna.Study, settings: SearchSettings) -> Ledger:
@@ -172,6 +194,7 @@ class Ledger:
         return cls(
             entries=tuple(Entry(t.number, rec) for t, rec in storage.read_records(study)),
             rounds=tuple(storage.read_rounds(study)),
+            round_throughputs=tuple(storage.read_round_throughputs(study)),
             confirmations=confirmations,
             baseline_accuracy=accuracy,
             guard=guard,
@@ -247,9 +270,19 @@ class Ledger:
         return [] if first is None else [first, *self.remeasured(entry)]
 
     def projected(self, entry: Entry) -> float | None:
-        """Projected training time: the median over the measurement and re-measurements."""
-        times = self.times(entry)
+        """Projected training time: the median over the side-by-side rounds where they
+        measured it (at least :data:`figures.MIN_ROUNDS`: every figure of such a config comes
+        from them), else over its measurement (and a lone re-measurement)."""
+        again = self.remeasured(entry)
+        times = list(again) if len(again) >= figures.MIN_ROUNDS else self.times(entry)
         return ranking.median_time(times) if times else None
+
+    def side_throughput(self, entry: Entry) -> float | None:
+        """Its throughput measured side by side: the median over the rounds that measured it
+        (None with fewer than :data:`figures.MIN_ROUNDS`, or in rounds that kept none)."""
+        twins = self.twins(entry)
+        rates = [r[n] for r in self.round_throughputs for n in twins if n in r]
+        return float(statistics.median(rates)) if len(rates) >= figures.MIN_ROUNDS else None
 
     def rank_time(self, entry: Entry) -> float:
         """Its projected time as ranked: without one, it ranks last."""
@@ -297,42 +330,32 @@ class Ledger:
         return confirmation is not None and confirmation.passed
 
     def _best_of(self, entries: list[Entry]) -> Entry | None:
-        """The fastest of ``entries``, compared like with like. Configs measured in the same
-        side-by-side rounds (the baseline is in every round) compare by their paired ratios:
-        the faster by the median over the rounds, a tie within :data:`ranking.TIE` going to the
-        simpler config. A config without rounds compares with that leader by their screening
-        measurements (one draw each, so a lucky screening figure never outranks the rounds'
-        figure of a config whose own screening was as lucky), ties going to the leader, whose
-        speedup was measured. The baseline's spread never widens a tie: a config measured
-        faster than it side by side beyond the tie is never lost to it."""
+        """The fastest of ``entries``, like compared with like: configs measured side by side
+        by their rounds (:func:`ranking.best_side_by_side`; the baseline's spread never widens
+        a tie), a config without rounds with that leader by their screening draws, the tie
+        going to the leader, whose speedup was measured."""
         base = self.baseline
         if base is None:
             return None
         items = [e for e in entries if not self.slower_side_by_side(e)]
         rounded = [e for e in items if self.side_speedup(e) is not None]
-        leader = None
-        if rounded:
-            fastest = max(rounded, key=self._side_speed)
-            equals = [e for e in rounded if self._side_tie(e, fastest)]
-            leader = min(
-                equals,
-                key=lambda e: (_knobs.complexity(e.config, base.config), -self._side_speed(e)),
-            )
+        complexity = lambda e: _knobs.complexity(e.config, base.config)  # noqa: E731
+        leader = ranking.best_side_by_side(
+            rounded,
+            speedup=lambda e: self.side_speedup(e) or 0.0,
+            paired=self.paired_ratios,
+            complexity=complexity,
+        )
         rest = [e for e in items if e not in rounded]
         if leader is None:
-            return ranking.best(
-                rest,
-                time=self.rank_time,
-                noise=self.noise,
-                complexity=lambda e: _knobs.complexity(e.config, base.config),
-            )
+            return ranking.best(rest, time=self.rank_time, noise=self.noise, complexity=complexity)
         return ranking.best(
             [leader, *rest],
             time=lambda e: ranking.rank_time(
                 e.record.projected_time if e is leader else self.projected(e)
             ),
             noise=lambda e: ranking.TIE if e is leader else self.noise(e),
-            complexity=lambda e: _knobs.complexity(e.config, base.config),
+            complexity=complexity,
             settled=lambda e: e is leader,
         )
 
@@ -345,30 +368,11 @@ class Ledger:
         side = figures.side_by_side(self.round_speedups(entry))
         return None if side is None else side[0]
 
-    def _side_speed(self, entry: Entry) -> float:
-        return self.side_speedup(entry) or 0.0
-
-    def _side_tie(self, entry: Entry, fastest: Entry) -> bool:
-        """Whether side by side ``entry`` is as fast as ``fastest`` within :data:`ranking.TIE`:
-        by the median of their paired ratios where rounds measured both, else by the ratio of
-        their speedups over the baseline (each paired with it)."""
-        if entry is fastest:
-            return True
-        ratios = self.paired_ratios(entry, fastest)
-        if len(ratios) >= figures.MIN_ROUNDS:
-            return statistics.median(ratios) <= 1 + ranking.TIE
-        return self._side_speed(fastest) <= self._side_speed(entry) * (1 + ranking.TIE)
-
     def paired_ratios(self, entry: Entry, other: Entry) -> list[float]:
         """``entry``'s projected time over ``other``'s, in each round that measured both."""
-        ours, theirs = set(self.twins(entry)), set(self.twins(other))
-        out = []
-        for r in self.rounds:
-            a = next((r[n] for n in ours if n in r), None)
-            b = next((r[n] for n in theirs if n in r), None)
-            if a is not None and b:
-                out.append(a / b)
-        return out
+        ours, theirs = self.twins(entry), self.twins(other)
+        pairs = ((_measured_in(r, ours), _measured_in(r, theirs)) for r in self.rounds)
+        return [a / b for a, b in pairs if a is not None and b]
 
     def best_safe(self) -> Entry | None:
         """The fastest trial that trains the baseline's model (the baseline, at worst)."""
@@ -382,18 +386,6 @@ class Ledger:
         """The chosen answer: the fastest feasible trial, safe or confirmed; between trials
         whose difference is within their measured noise, the simpler config."""
         return self._best_of([e for e in self.entries if self.feasible(e)])
-
-    def leaders(self, top: int) -> list[Entry]:
-        """The ``top`` fastest feasible candidates, one per config."""
-        ranked = sorted(
-            (e for e in self.candidates if self.feasible(e) and not e.record.reused),
-            key=self.rank_time,
-        )
-        out: list[Entry] = []
-        for e in ranked:
-            if all(e.config != o.config for o in out):
-                out.append(e)
-        return out[:top]
 
     def open_checks(self, *, unresolved: bool = False) -> list[Entry]:
         """The candidates faster than the chosen answer that passed screening and have no
@@ -525,4 +517,11 @@ class Ledger:
             confirmation=self.confirmation(entry),
             safe=self.safe(entry),
             screened=self.screened(entry),
+            side_rounds=len(self.remeasured(entry)),
+            side_throughput=self.side_throughput(entry),
         )
+
+
+def _measured_in(round_: Mapping[int, float], numbers: tuple[int, ...]) -> float | None:
+    """The projected time a round measured for any of ``numbers`` (one config's trials)."""
+    return next((round_[n] for n in numbers if n in round_), None)

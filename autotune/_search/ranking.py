@@ -9,7 +9,17 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["MAX_NOISE", "TIE", "best", "median_time", "rank_time", "relative_noise"]
+from autotune._search.figures import MIN_ROUNDS
+
+__all__ = [
+    "MAX_NOISE",
+    "TIE",
+    "best",
+    "best_side_by_side",
+    "median_time",
+    "rank_time",
+    "relative_noise",
+]
 
 TIE = 0.03  # relative difference below which two configs count as equally fast (at least)
 MAX_NOISE = 0.25  # a wild outlier must not make every config "equal"
@@ -53,3 +63,30 @@ def best(
     floor = time(fastest)
     equals = [i for i in items if time(i) <= floor * (1 + max(noise(fastest), noise(i)))]
     return min(equals, key=lambda i: (not settled(i), complexity(i), time(i)))
+
+
+def best_side_by_side(
+    items: Sequence[T],
+    *,
+    speedup: Callable[[T], float],
+    paired: Callable[[T, T], Sequence[float]],
+    complexity: Callable[[T], tuple[float, ...]],
+) -> T | None:
+    """The fastest of ``items`` measured side by side with the baseline (``speedup``: the
+    median of its rounds' ratios); between it and an item as fast within :data:`TIE`, the
+    simpler. Two items measured in the same rounds compare by the median of their paired
+    time ratios (``paired(a, b)``: a's time over b's, round by round), others by their
+    speedups. None when ``items`` is empty."""
+    if not items:
+        return None
+    fastest = max(items, key=speedup)
+
+    def tie(item: T) -> bool:
+        if item is fastest:
+            return True
+        ratios = paired(item, fastest)
+        if len(ratios) >= MIN_ROUNDS:
+            return statistics.median(ratios) <= 1 + TIE
+        return speedup(fastest) <= speedup(item) * (1 + TIE)
+
+    return min((i for i in items if tie(i)), key=lambda i: (complexity(i), -speedup(i)))

@@ -40,9 +40,15 @@ def _verdict(ledger: Ledger, entry: Entry) -> str:
 
 
 def _speedup(ledger: Ledger, entry: Entry) -> str:
+    """Its speedup, saying which: measured side by side with the baseline (the rounds' median),
+    or a screening estimate (one draw each, which can run a third high on a busy machine)."""
+    side = ledger.side_speedup(entry)
+    if side is not None:
+        return f"{figures.format_speedup(side)} side by side"
     base = ledger.baseline
     base_time = ledger.projected(base) if base is not None else None
-    return figures.format_speedup(figures.speedup(base_time, ledger.projected(entry)))
+    figure = figures.speedup(base_time, ledger.projected(entry))
+    return figures.format_speedup(figure) + ("" if figure is None else " screening")
 
 
 def _best(ledger: Ledger) -> str:

@@ -48,6 +48,7 @@ __all__ = [
     "read_confirmations",
     "read_memory",
     "read_records",
+    "read_round_throughputs",
     "read_rounds",
     "read_settings",
     "reconcile_stale_trials",
@@ -159,18 +160,43 @@ def add_baseline_runs(study: optuna.Study, runs: Sequence[AccuracyRun]) -> None:
         study.set_user_attr(f"{BASELINE_RUN}{run.seed}", run.to_dict())
 
 
-def read_rounds(study: optuna.Study) -> list[dict[int, float]]:
-    """The side-by-side rounds: in each, the trials measured again one after the other, trial
-    number -> projected time. (Only the coordinator writes them.)"""
+def _round_values(study: optuna.Study) -> list[dict[int, Any]]:
     data = study.user_attrs.get(ROUNDS)
     if not isinstance(data, list):
         return []
-    return [{int(k): float(v) for k, v in r.items()} for r in data if isinstance(r, dict)]
+    return [{int(k): v for k, v in r.items()} for r in data if isinstance(r, dict)]
 
 
-def add_round(study: optuna.Study, measured: dict[int, float]) -> None:
-    rounds = [{str(k): v for k, v in r.items()} for r in read_rounds(study)]
-    study.set_user_attr(ROUNDS, [*rounds, {str(k): v for k, v in measured.items()}])
+def read_rounds(study: optuna.Study) -> list[dict[int, float]]:
+    """The side-by-side rounds: in each, the trials measured again one after the other, trial
+    number -> projected time. (Only the coordinator writes them.)"""
+    return [
+        {n: float(v["time"] if isinstance(v, dict) else v) for n, v in r.items()}
+        for r in _round_values(study)
+    ]
+
+
+def read_round_throughputs(study: optuna.Study) -> list[dict[int, float]]:
+    """The same rounds' steady-state throughputs, trial number -> samples/s (rounds filed
+    before they were kept have none)."""
+    return [
+        {n: float(v["throughput"]) for n, v in r.items() if isinstance(v, dict)}
+        for r in _round_values(study)
+    ]
+
+
+def add_round(
+    study: optuna.Study, measured: dict[int, float], throughputs: dict[int, float] | None = None
+) -> None:
+    """File a side-by-side round: each trial's projected time, and its throughput."""
+    rates = throughputs or {}
+
+    def value(n: int, time: float) -> Any:
+        return {"time": time, "throughput": rates[n]} if n in rates else time
+
+    rounds = study.user_attrs.get(ROUNDS)
+    rounds = rounds if isinstance(rounds, list) else []
+    study.set_user_attr(ROUNDS, [*rounds, {str(n): value(n, t) for n, t in measured.items()}])
 
 
 def read_confirmations(study: optuna.Study) -> dict[str, Confirmation]:
