@@ -118,12 +118,6 @@ class Task:
                 f"`metric` must be {known} or a callable (outputs, targets) -> float, "
                 f"but got {metric!r}."
             )
-        if metric == AUTO and higher is not None:
-            raise ArgumentError(
-                f"`higher_is_better` is {higher!r}, but metric='auto' chooses the metric and "
-                "its direction together. Pass metric='loss' or 'accuracy' (or a callable) to "
-                "say which is better."
-            )
         if metric in BUILTIN_METRICS and higher is not None and higher != BUILTIN_METRICS[metric]:
             better = "higher" if BUILTIN_METRICS[metric] else "lower"
             raise ArgumentError(
@@ -140,7 +134,8 @@ class Task:
         return dataclasses.replace(self, **changes)
 
     def with_metric(self, metric: str | MetricFn | None) -> Task:
-        """This task guarding ``metric`` (None: as it is). A metric given both ways must agree."""
+        """This task guarding ``metric`` (None: as it is). A metric given both ways must agree,
+        and so must its direction where the task gives one (``higher_is_better``)."""
         if metric is None or metric == self.metric:
             return self
         if self.metric != AUTO:
@@ -148,7 +143,32 @@ class Task:
                 f"`metric` is {metric!r}, but the task already says metric={self.metric!r}. "
                 "Give the metric once: as metric= or in the Task."
             )
+        higher = self.higher_is_better
+        if (
+            isinstance(metric, str)
+            and higher is not None
+            and BUILTIN_METRICS.get(metric) is (not higher)
+        ):
+            better = "higher" if BUILTIN_METRICS[metric] else "lower"
+            raise ArgumentError(
+                f"metric={metric!r} is better when {better}, but the task says "
+                f"Task(higher_is_better={higher!r}). Say the direction once: leave "
+                "higher_is_better out for a builtin metric."
+            )
         return self.replace(metric=metric)
+
+    def check_choice(self, metric: str, higher_is_better: bool) -> None:
+        """``metric="auto"`` chose ``metric`` (better when ``higher_is_better``): where the
+        task gave a direction of its own, they must agree (checked before any trial)."""
+        given = self.higher_is_better
+        if self.metric == AUTO and given is not None and given != higher_is_better:
+            better = "higher" if higher_is_better else "lower"
+            raise ArgumentError(
+                f"`higher_is_better` is {given!r} (--lower-is-better on the command line), "
+                f"but metric='auto' chose {metric} from the model's outputs, which is better "
+                f"when {better}. Give the metric too (metric='loss', 'accuracy', or a callable "
+                "with higher_is_better), or leave the direction out."
+            )
 
     def references(self) -> TaskRefs:
         """The references other processes load. ``metric="auto"`` must be resolved first, so

@@ -145,8 +145,8 @@ def test_model_factory_from_a_file(tmp_path, capsys) -> None:
         ),
         (
             ["--model", "autotune.examples:tiny_model", "--lower-is-better"],
-            "--lower-is-better: `higher_is_better` is False, but metric='auto' chooses the "
-            "metric and its direction",
+            "`higher_is_better` is False (--lower-is-better on the command line), but "
+            "metric='auto' chose accuracy from the model's outputs, which is better when higher",
         ),
         (
             [

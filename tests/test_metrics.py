@@ -102,9 +102,43 @@ def test_train_reports_the_loss_of_a_regression_model_by_default() -> None:
     assert report.val_metric == pytest.approx(mse, rel=1e-5)
 
 
-def test_auto_takes_no_direction() -> None:
-    with pytest.raises(autotune.ArgumentError, match=r"metric='auto' chooses the metric and"):
+def test_a_direction_given_with_auto_must_agree_with_its_choice() -> None:
+    """metric='auto' chooses accuracy for these logits: a task that says lower is better
+    contradicts it, an error naming both before any trial."""
+    with pytest.raises(
+        autotune.ArgumentError,
+        match=r"`higher_is_better` is False \(--lower-is-better on the command line\), but "
+        r"metric='auto' chose accuracy from the model's outputs, which is better when higher",
+    ):
         find(tiny_model(), tiny_data(), higher_is_better=False, n_trials=1)
+
+
+def _mean_abs_error(outputs: torch.Tensor, targets: torch.Tensor) -> float:
+    return float((outputs.argmax(-1) - targets).abs().float().mean())
+
+
+def test_the_metric_and_its_direction_may_be_given_in_two_places(fast_kwargs) -> None:
+    """find_best(metric=fn, task=Task(higher_is_better=False)) was refused at Task(...): what is
+    measured is said in one place and which way is better in another. It runs, lower is
+    better; a builtin metric whose direction the task contradicts names both."""
+    task = autotune.Task(higher_is_better=False)
+    result = autotune.find_best(
+        tiny_model(), tiny_data(), metric=_mean_abs_error, task=task,
+        space={"knobs": {"batch_size": [32, 64]}}, device="cpu",
+        options=autotune.SearchOptions(
+            n_trials=1, budget=fast_kwargs["budget"], accuracy_samples=2048, isolation="none"
+        ),
+    )  # fmt: skip
+    assert (
+        result.higher_is_better is False
+        and result.to_dict()["validation"]["higher_is_better"] is False
+    )
+    with pytest.raises(
+        autotune.ArgumentError,
+        match=r"metric='accuracy' is better when higher, but the task says "
+        r"Task\(higher_is_better=False\)",
+    ):
+        autotune.find_best(tiny_model(), tiny_data(), metric="accuracy", task=task)
 
 
 def _one_hot(predicted: list[list[int]], vocab: int = 4) -> torch.Tensor:

@@ -304,7 +304,8 @@ def set_up_task(
     resolved = checked_task(dataset, val_dataset, task, causal_lm=causal)
     choice = check_model_consumes(model, dataset, resolved)
     if resolved.metric == AUTO:
-        task = task.replace(metric=choice.metric)
+        task.check_choice(choice.metric, choice.higher_is_better)
+        task = task.replace(metric=choice.metric, higher_is_better=None)
         resolved = make_task(task, causal_lm=causal)
     return SetUp(resolved=resolved, task=task, choice=choice)
 
