@@ -150,6 +150,26 @@ def make_hf() -> Any:
     return hf_trainer(tempfile.mkdtemp(prefix="autotune-test-hf-"))
 
 
+class NanAbove(torch.nn.Module):
+    """A Hugging Face classifier whose training loss turns NaN from the 3rd training batch
+    larger than ``limit`` on (a learning rate too high for a bigger batch), and counts the
+    training batches it ran."""
+
+    def __init__(self, limit: int = 16) -> None:
+        super().__init__()
+        from autotune.examples import hf_model
+
+        self.inner, self.limit, self.big_batches = hf_model(), limit, 0
+
+    def forward(self, **batch: Any) -> Any:
+        out = self.inner(**batch)
+        if self.training and len(batch["input_ids"]) > self.limit:
+            self.big_batches += 1
+            if self.big_batches >= 3:
+                out.loss = out.loss * float("nan")
+        return out
+
+
 class EvalHungry(torch.nn.Module):
     """A Hugging Face classifier whose evaluation runs out of memory after training batches
     larger than ``limit``: the memory training holds plus evaluation's does not fit, though

@@ -257,6 +257,36 @@ def test_evaluation_memory_is_part_of_a_hugging_face_trial(tmp_path: Path) -> No
     assert result.metric_name == "eval_loss" and result.higher_is_better is False
 
 
+def test_a_hugging_face_trial_whose_loss_turns_nan_fails_at_that_step(tmp_path: Path) -> None:
+    """The Hugging Face path checked the loss only at the end of a run; like the plain loop it
+    now checks each step's: a candidate whose loss turns NaN at its 3rd step fails as
+    diverged, the step named, and the search goes on with the baseline."""
+    from transformers import Trainer, TrainingArguments
+
+    from autotune.examples import hf_collate, hf_data
+
+    train, val = hf_data(128)
+    model = lt.NanAbove(limit=16)
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(
+            output_dir=str(tmp_path), per_device_train_batch_size=16, use_cpu=True,
+            report_to="none", save_strategy="no", disable_tqdm=True,
+            remove_unused_columns=False, label_names=["labels"], learning_rate=5e-3,
+        ),
+        train_dataset=train, eval_dataset=val, data_collator=hf_collate,
+    )  # fmt: skip
+    result = autotune.tune(
+        trainer,
+        space={"knobs": {"batch_size": [16, 32]}},
+        options=autotune.SearchOptions(**{**FAST, "accuracy_samples": 1024}, n_trials=1),
+    )
+    failed = [t for t in result.trials if t.config.batch_size == 32]
+    assert failed and failed[0].failure == "diverged", [t.to_dict() for t in result.trials]
+    assert "diverged: loss became nan by step 3 under precision fp32" in (failed[0].message or "")
+    assert result.config.batch_size == 16
+
+
 def test_a_hugging_face_trainer_holds_its_own_model_and_data(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"leave out model"):
         autotune.tune(lt.hf_trainer(str(tmp_path)), torch.nn.Linear(2, 2))

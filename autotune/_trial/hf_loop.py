@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch.utils.data import Dataset, Subset
 from transformers import TrainerCallback, TrainingArguments
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -36,7 +37,7 @@ from autotune._errors import DataError
 from autotune._space import SearchSpace
 from autotune._trial.measure import Measurement, MemoryTracker
 from autotune._trial.runner import AccuracyRun, Budget, measured_data, seeded
-from autotune._trial.step_clock import StepClock
+from autotune._trial.step_clock import LossCheck, StepClock
 from autotune._trial.workload import Workload
 
 __all__ = ["APPLIED", "HFLoop"]
@@ -122,7 +123,9 @@ class HFLoop:
             clock = StepClock(cfg, budget, memory)
             data, _ = measured_data(cfg, workload, budget, clock.most_steps)
             steps = math.ceil(clock.most_steps / cfg.gradient_accumulation_steps)
-            trainer = self.trainer(cfg, workload, data, _Timed(clock), max_steps=steps, seed=0)
+            timed = _Timed(clock)
+            trainer = self.trainer(cfg, workload, data, timed, max_steps=steps, seed=0)
+            timed.watch(trainer)
             with _quiet():
                 trainer.train()
                 if budget.eval_peak:
@@ -143,9 +146,14 @@ class HFLoop:
         steps = max(1, math.ceil(samples / cfg.global_batch_size))
         start = time.perf_counter()
         with seeded(seed, cfg.device):
-            trainer = self.trainer(cfg, workload, workload.train, None, max_steps=steps, seed=seed)
+            checked = _Checked(LossCheck(cfg))
+            trainer = self.trainer(
+                cfg, workload, workload.train, checked, max_steps=steps, seed=seed
+            )
+            checked.watch(trainer)
             with _quiet():
                 out = trainer.train()
+                checked.losses.flush()
                 metric = self.evaluate(trainer, workload.val)
         return AccuracyRun(
             seed=seed,
@@ -209,10 +217,35 @@ class HFLoop:
         return float(metrics[self.metric])
 
 
-class _Timed(TrainerCallback):
-    """Tell a :class:`StepClock` how training advances; stop once it has measured."""
+class _StepLosses(TrainerCallback):
+    """A callback that sees each micro-batch's loss: the trainer's ``training_step`` (which
+    returns it, detached) is wrapped on the instance, so the loss reaches the callback that
+    follows it, as a Lightning callback gets its step's outputs."""
+
+    def __init__(self) -> None:
+        self.loss: torch.Tensor | None = None
+
+    def watch(self, trainer: Any) -> None:
+        step = trainer.training_step
+
+        def training_step(*args: Any, **kwargs: Any) -> Any:
+            loss = step(*args, **kwargs)
+            self.loss = loss if isinstance(loss, torch.Tensor) else None
+            return loss
+
+        trainer.training_step = training_step
+
+    def take(self) -> torch.Tensor | None:
+        loss, self.loss = self.loss, None
+        return loss
+
+
+class _Timed(_StepLosses):
+    """Tell a :class:`StepClock` how training advances (each micro-batch's loss checked for
+    NaN/inf with the chunk it ends, as the plain loop does); stop once it has measured."""
 
     def __init__(self, clock: StepClock) -> None:
+        super().__init__()
         self.clock = clock
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -222,11 +255,26 @@ class _Timed(TrainerCallback):
         self.clock.batch_started()
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.clock.batch_ended(None)
+        self.clock.batch_ended(self.take())
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.clock.batch_ended(None):
+        if self.clock.batch_ended(self.take()):
             control.should_training_stop = True
+
+
+class _Checked(_StepLosses):
+    """Keep an accuracy run's losses, checked for NaN/inf as it goes (see :class:`LossCheck`):
+    a diverged run fails with its step named, not after training to the end."""
+
+    def __init__(self, losses: LossCheck) -> None:
+        super().__init__()
+        self.losses = losses
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.losses.add(self.take())
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.losses.add(self.take())
 
 
 class _quiet(warnings.catch_warnings):
