@@ -414,7 +414,20 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    model, train, val = _model_and_data(args)
+    trainer = None
+    if args.trainer:
+        if args.model or args.data:
+            raise CLIError("--trainer: the trainer holds its model and data; leave out "
+                           "--model and --data.")  # fmt: skip
+        made = _call_factory(load_factory(args.trainer, "--trainer"), args.trainer, "--trainer")
+        given = _trainer_arguments(made, args.trainer)
+        trainer, model = given["trainer"], given.get("model")
+        train = given.get("datamodule") or given.get("train_dataloaders")
+        val = given.get("val_dataloaders")
+    elif not (args.model and args.data):
+        raise CLIError("verify: give --model and --data (or --trainer for a result of tune).")
+    else:
+        model, train, val = _model_and_data(args)
     task = _task(args)
     quiet = args.quiet or args.json
 
@@ -429,6 +442,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         args.path,
         model,
         train,
+        trainer=trainer,
         val_dataset=val,
         task=task,
         rounds=args.rounds,
@@ -528,8 +542,13 @@ def _worker_arguments(w: argparse.ArgumentParser) -> None:
 
 def _verify_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument("path", help="result JSON written by `autotune search` / result.save()")
-    v.add_argument("--model", required=True, help="the model factory the search used")
-    v.add_argument("--data", required=True, help="the data factory the search used")
+    v.add_argument("--model", help="the model factory the search used")
+    v.add_argument("--data", help="the data factory the search used")
+    v.add_argument(
+        "--trainer",
+        help="for a result of tune: the trainer factory the search used (instead of "
+        "--model/--data); both configs are measured through it",
+    )
     # Each default is verify's own (its signature, its budget, its run limit).
     defaults = inspect.signature(autotune.verify).parameters
     rounds, seeds = defaults["rounds"].default, defaults["accuracy_seeds"].default

@@ -283,22 +283,15 @@ def _load(result: SearchResult | Mapping[str, Any] | str | os.PathLike[str]) -> 
             "`result` is not an autotune result: it needs `config` and `baseline` (as "
             "result.save() writes them). A bare config has no baseline to compare against."
         )
-    trainer = (data.get("trainer") or {}).get("kind")
-    if trainer:
-        raise ArgumentError(
-            f"This result was measured through your {trainer} trainer (autotune.tune): verify "
-            "re-measures with autotune's own loop, which is not what that search measured. "
-            "Run tune again on the same study (it resumes and measures its answer side by "
-            "side), or time your trainer with result.trainer_settings() applied."
-        )
     return data
 
 
 def verify(
     result: SearchResult | Mapping[str, Any] | str | os.PathLike[str],
-    model: nn.Module,
-    dataset: Dataset[Any] | DataModuleLike,
+    model: nn.Module | None = None,
+    dataset: Dataset[Any] | DataModuleLike | None = None,
     *,
+    trainer: Any = None,
     val_dataset: Dataset[Any] | None = None,
     task: Task | None = None,
     rounds: int = VERIFY_ROUNDS,
@@ -318,6 +311,10 @@ def verify(
     in the search's validation batches, on the metric the search guarded (a ``task`` whose
     metric is ``"auto"`` guards the search's builtin metric; a callable metric of the search's
     must be passed again, in ``task``).
+    A result of :func:`autotune.tune` is measured through your trainer, as it was searched:
+    ``verify(result, trainer=hf_trainer)``, or ``verify(result, module, datamodule,
+    trainer=pl_trainer)`` (``dataset`` and ``val_dataset`` may be Lightning's train and
+    validation dataloaders instead).
     ``device`` overrides the result's device (e.g. to check a GPU result on this CPU). The
     environment the result was measured in is compared with this one: see ``report.warnings``.
     Every run is stopped at ``time_limit`` seconds: by default the search's own trial limit,
@@ -332,7 +329,15 @@ def verify(
         check_number("time_limit", time_limit, rule="> 0", ok=lambda v: v > 0)
     check_int("rounds", rounds, rule="an int >= 1", ok=lambda v: v >= 1)
     check_int("accuracy_seeds", accuracy_seeds, rule="an int >= 0", ok=lambda v: v >= 0)
-    check_model(model)
+    kind = (data.get("trainer") or {}).get("kind")
+    if trainer is None:
+        if kind:
+            raise ArgumentError(
+                f"This result was measured through your {kind} trainer (autotune.tune): pass "
+                "it, as tune took it (verify(result, trainer=...); --trainer FACTORY), and "
+                "verify measures both configs through it."
+            )
+        check_model(model)
     task = as_task(task)
     winner, baseline, here = _configs_here(data, device)
     report = reporter(progress)
@@ -343,22 +348,26 @@ def verify(
     recorded = (search.get("hooks") or {}).get("metric")
     if task.metric == AUTO and recorded in BUILTIN_METRICS:
         task = task.replace(metric=recorded)  # the metric the search chose and guarded
-    # The split find_best made, so an accuracy check validates on the same items.
-    prepared = prepare_workload(
-        model,
-        dataset,
-        val_dataset,
-        task,
-        val_fraction=float(search.get("val_fraction") or 0.1),
-        seed=int(search.get("seed") or 0),
-        # The search's validation batches (a result from before they were fixed: the baseline's).
-        eval_batch_size=int(
-            (data.get("validation") or {}).get("batch_size") or baseline.batch_size
-        ),
-    )
-    if prepared.note:
-        report(prepared.note)
-    workload = prepared.workload
+    if trainer is not None:
+        workload = _trainer_workload(data, kind, trainer, model, dataset, val_dataset)
+    else:
+        # The split find_best made, so an accuracy check validates on the same items.
+        prepared = prepare_workload(
+            model,  # type: ignore[arg-type]  # checked above
+            dataset,  # type: ignore[arg-type]
+            val_dataset,
+            task,
+            val_fraction=float(search.get("val_fraction") or 0.1),
+            seed=int(search.get("seed") or 0),
+            # The search's validation batches (a result from before they were fixed: the
+            # baseline's).
+            eval_batch_size=int(
+                (data.get("validation") or {}).get("batch_size") or baseline.batch_size
+            ),
+        )
+        if prepared.note:
+            report(prepared.note)
+        workload = prepared.workload
     pair = {"baseline": baseline, "winner": winner}
     measure_budget = budget or DEFAULT_BUDGET
     inner = _executor(workload, here, report)
@@ -389,6 +398,57 @@ def verify(
         accuracy=accuracy,
         seconds=time.monotonic() - started,
     )
+
+
+def _trainer_workload(
+    data: Mapping[str, Any],
+    kind: str | None,
+    trainer: Any,
+    model: Any,
+    dataset: Any,
+    val_dataset: Any,
+) -> Workload:
+    """The workload a :func:`autotune.tune` result was searched on: the user's trainer, its
+    module and data (Lightning) or what it holds (Hugging Face), guarding the same metric."""
+    from autotune._tune import trainer_kind
+
+    given = trainer_kind(trainer)
+    if given is None or not kind:
+        raise ArgumentError(
+            f"`trainer` is a {type(trainer).__name__}, but "
+            + (
+                f"this result was searched through a {kind} trainer."
+                if kind
+                else "this result was searched with find_best (autotune's own loop): pass "
+                "the model and dataset instead."
+            )
+        )
+    if given != kind:
+        raise ArgumentError(
+            f"`trainer` is a {given} trainer, but this result was searched through a {kind} one."
+        )
+    validation = data.get("validation") or {}
+    metric, higher = validation.get("metric"), validation.get("higher_is_better")
+    seed = int((data.get("search") or {}).get("seed") or 0)
+    if kind == "lightning":
+        from autotune._trial.lightning_setup import prepare_lightning
+
+        datamodule = dataset if hasattr(dataset, "train_dataloader") else None
+        start = prepare_lightning(
+            trainer, model, datamodule=datamodule,
+            train_dataloaders=None if datamodule is not None else dataset,
+            val_dataloaders=val_dataset, metric=metric, higher_is_better=higher, seed=seed,
+        )  # fmt: skip
+    else:
+        if model is not None or dataset is not None:
+            raise ArgumentError(
+                "A Hugging Face Trainer holds its model and data: leave out the model and "
+                "dataset (verify(result, trainer=trainer))."
+            )
+        from autotune._trial.hf_setup import prepare_hf
+
+        start = prepare_hf(trainer, metric=metric, higher_is_better=higher, seed=seed)
+    return start.prepared.workload
 
 
 RUN_LIMIT = 600.0  # seconds a verify run may take where nothing says how long it should

@@ -310,9 +310,79 @@ def test_the_cli_tunes_a_trainer_from_a_factory(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["trainer"]["kind"] == "lightning" and data["validation"]["metric"] == "val_acc"
     assert "wrote" in done.stdout
+    # verify, through the same trainer factory (the winner made a bigger batch to compare).
+    data["config"] = {**data["baseline"]["config"], "batch_size": 64}
+    out.write_text(json.dumps(data))
+    checked = subprocess.run(
+        [
+            sys.executable, "-m", "autotune", "verify", str(out),
+            "--trainer", "lightning_tasks:make_lightning", "--rounds", "2", "--json",
+        ],
+        capture_output=True, text=True, timeout=600,
+        env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parent)},
+    )  # fmt: skip
+    assert checked.returncode in (0, 1), checked.stderr[-3000:]  # 1: not faster here
+    verified = json.loads(checked.stdout)
+    assert verified["winner"]["batch_size"] == 64 and not verified["failures"], verified
 
 
 def _space(tmp_path: Path) -> Path:
     path = tmp_path / "space.yaml"
     path.write_text("name: small\nknobs:\n  batch_size: [32, 64]\n")
     return path
+
+
+# -- verify through the trainer -------------------------------------------------------------
+
+
+def _with_winner(result: autotune.SearchResult, tmp_path: Path, **changes: object) -> Path:
+    """``result`` saved with its winner changed (a tiny CPU model seldom beats its baseline,
+    and verify has nothing to compare then)."""
+    data = result.to_dict()
+    data["config"] = {**data["baseline"]["config"], **changes}
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_tune_result_is_verified_through_the_users_own_trainer(tmp_path: Path) -> None:
+    """`autotune verify` refused a result of tune (it would have re-measured with autotune's
+    own loop). Given the trainer, it measures both configs through it, side by side, as the
+    search did; without it, it says what to pass."""
+    trainer = lt.hf_trainer(str(tmp_path), batch_size=16)
+    result = autotune.tune(
+        trainer,
+        metric="eval_accuracy",
+        space={"knobs": {"batch_size": [16, 64]}},
+        tolerance=1.0,
+        options=autotune.SearchOptions(**FAST, n_trials=2),
+    )
+    path = _with_winner(result, tmp_path, batch_size=64)
+    with pytest.raises(autotune.ArgumentError, match=r"pass it, as tune took it"):
+        autotune.verify(str(path), torch.nn.Linear(2, 2), [])
+    lines: list[str] = []
+    report = autotune.verify(
+        str(path), trainer=lt.hf_trainer(str(tmp_path), batch_size=16), rounds=2,
+        budget=FAST_BUDGET, progress=lines.append,
+    )  # fmt: skip
+    assert not report.failures, report.failures
+    assert len(report.winner_measurements) == len(report.baseline_measurements) == 2
+    assert report.median_speedup is not None and report.median_speedup > 0
+    assert report.winner.batch_size == 64 and report.baseline.batch_size == 16
+    assert [line.split()[2] for line in lines if line.startswith("round")] == [
+        "baseline", "winner", "winner", "baseline"
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_lightning_tune_result_is_verified_through_its_trainer(tmp_path: Path) -> None:
+    result = _tune_lightning(n_trials=1)
+    path = _with_winner(result, tmp_path, batch_size=64)
+    report = autotune.verify(
+        str(path), lt.SmoothedSGD(), lt.NoisyData(), trainer=lt.lightning_trainer(), rounds=2,
+        budget=FAST_BUDGET,
+    )  # fmt: skip
+    assert not report.failures, report.failures
+    assert len(report.winner_measurements) == len(report.baseline_measurements) == 2
+    with pytest.raises(autotune.ArgumentError, match=r"searched through a lightning one"):
+        autotune.verify(str(path), trainer=lt.hf_trainer(str(tmp_path)))
