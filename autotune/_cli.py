@@ -428,7 +428,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise CLIError("verify: give --model and --data (or --trainer for a result of tune).")
     else:
         model, train, val = _model_and_data(args)
-    task = _task(args)
+    task = None if trainer is not None else _task(args)
     quiet = args.quiet or args.json
 
     def progress(line: str) -> None:

@@ -329,15 +329,7 @@ def verify(
         check_number("time_limit", time_limit, rule="> 0", ok=lambda v: v > 0)
     check_int("rounds", rounds, rule="an int >= 1", ok=lambda v: v >= 1)
     check_int("accuracy_seeds", accuracy_seeds, rule="an int >= 0", ok=lambda v: v >= 0)
-    kind = (data.get("trainer") or {}).get("kind")
-    if trainer is None:
-        if kind:
-            raise ArgumentError(
-                f"This result was measured through your {kind} trainer (autotune.tune): pass "
-                "it, as tune took it (verify(result, trainer=...); --trainer FACTORY), and "
-                "verify measures both configs through it."
-            )
-        check_model(model)
+    kind = _check_entry(data, model, trainer, task)
     task = as_task(task)
     winner, baseline, here = _configs_here(data, device)
     report = reporter(progress)
@@ -371,9 +363,14 @@ def verify(
     pair = {"baseline": baseline, "winner": winner}
     measure_budget = budget or DEFAULT_BUDGET
     inner = _executor(workload, here, report)
-    explicit = time_limit or _number(search.get("trial_limit"))
+    explicit: tuple[float, str] | None = None
+    if time_limit is not None:
+        explicit = time_limit, "the limit given (time_limit= / --trial-timeout)"
+    elif _number(search.get("trial_limit")) is not None:
+        explicit = float(search["trial_limit"]), "the search's own trial limit (trial_timeout)"
     start_up = START_UP if inner.isolated else 0.0
-    executor = _Limited(inner, run_limits(data, pair, explicit, start_up=start_up))
+    limits = run_limits(data, pair, explicit, budget=measure_budget, start_up=start_up)
+    executor = _Limited(inner, limits)
     try:
         measured, failures = _measure_rounds(pair, executor, measure_budget, rounds, report)
         accuracy = _accuracy(data, pair, workload, executor, measure_budget, measured, failures,
@@ -398,6 +395,26 @@ def verify(
         accuracy=accuracy,
         seconds=time.monotonic() - started,
     )
+
+
+def _check_entry(data: Mapping[str, Any], model: Any, trainer: Any, task: Any) -> str | None:
+    """What the result was searched through (a trainer's kind, None for find_best), checked
+    against what was passed."""
+    kind: str | None = (data.get("trainer") or {}).get("kind")
+    if trainer is not None and task is not None:
+        raise ArgumentError(
+            "`task` does not apply with `trainer`: the trainer's own training step and "
+            "evaluation are measured, guarding the metric the search guarded."
+        )
+    if trainer is None:
+        if kind:
+            raise ArgumentError(
+                f"This result was measured through your {kind} trainer (autotune.tune): pass "
+                "it, as tune took it (verify(result, trainer=...); --trainer FACTORY), and "
+                "verify measures both configs through it."
+            )
+        check_model(model)
+    return kind
 
 
 def _trainer_workload(
@@ -481,19 +498,21 @@ class RunLimit:
 def run_limits(
     data: Mapping[str, Any],
     pair: Mapping[str, TrainingConfig],
-    explicit: float | None,
+    explicit: tuple[float, str] | None,
     *,
+    budget: Budget = DEFAULT_BUDGET,
     start_up: float = 0.0,
 ) -> dict[TrainingConfig, RunLimit]:
-    """Each config's verify limit: ``explicit`` (the user's, or the search's own trial limit)
-    where given; else :data:`LIMIT_FACTOR` times the longest run the study measured of that
-    config, plus ``start_up`` where each run starts a process, at least :data:`MIN_LIMIT`;
-    :data:`RUN_LIMIT` where it measured none on this device (a model that hangs is then
-    stopped in seconds, not in ten minutes)."""
+    """Each config's verify limit: ``explicit`` (seconds, and whose: the user's, or the
+    search's own trial limit) where given; else :data:`LIMIT_FACTOR` times the longest run
+    the study measured of that config, or of the steps ``budget`` takes at the slowest
+    throughput it measured where that is longer, plus ``start_up`` where each run starts a
+    process, at least :data:`MIN_LIMIT`; :data:`RUN_LIMIT` where it measured none on this
+    device (a model that hangs is then stopped in seconds, not in ten minutes)."""
     out: dict[TrainingConfig, RunLimit] = {}
     for cfg in pair.values():
         if explicit is not None:
-            out[cfg] = RunLimit(explicit, "the limit given (time_limit= / --trial-timeout)")
+            out[cfg] = RunLimit(*explicit)
             continue
         runs = [
             t
@@ -507,8 +526,17 @@ def run_limits(
             continue
         longest = max(float(t["seconds"]) for t in runs)
         rates = [float(t["throughput"]) for t in runs if t.get("throughput")]
-        seconds = LIMIT_FACTOR * longest + start_up
         why = f"{LIMIT_FACTOR:g}x the longest run the study measured of it ({longest:.1f} s)"
+        if rates:  # verify's budget may take more steps than the search's did
+            steps = sum(budget.steps(cfg.batch_size, cfg.gradient_accumulation_steps))
+            work = steps * cfg.batch_size / min(rates)
+            if work > longest:
+                longest = work
+                why = (
+                    f"{LIMIT_FACTOR:g}x the {steps} steps of a verify run at the slowest "
+                    f"throughput the study measured of it ({work:.1f} s)"
+                )
+        seconds = LIMIT_FACTOR * longest + start_up
         if start_up:
             why += f" plus {start_up:g} s to start its process"
         if seconds < MIN_LIMIT:

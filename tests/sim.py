@@ -69,6 +69,8 @@ class Model:
     draw: Callable[[TrainingConfig, int], float] = lambda cfg, n: 1.0
     # A draw below 1 is a slow window: its first chunks read slow, the last at the true speed
     # (the measurement's spread shows it).
+    # Whether a config's n-th throughput measurement crashes (a flaky config).
+    crashes: Callable[[TrainingConfig, int], bool] = lambda cfg, n: False
 
     def score(self, cfg: TrainingConfig, seed: int, samples: int) -> float:
         if self.metric_at is not None:
@@ -111,8 +113,14 @@ class SimulatedExecutor:
         cost = self.model.overhead
         draw = 1.0
         if measured is None:
-            draw = self.model.draw(cfg, self.drawn.get(cfg, 0))
-            self.drawn[cfg] = self.drawn.get(cfg, 0) + 1
+            n = self.drawn.get(cfg, 0)
+            draw = self.model.draw(cfg, n)
+            self.drawn[cfg] = n + 1
+            if self.model.crashes(cfg, n):
+                self.clock.now += cost
+                return TrialOutcome(
+                    config=cfg, failure=FailureReason.CRASH, message="crashed", seconds=cost
+                )
         if cfg.compile_mode.value != "none":
             cost += self.model.compile_seconds
         m = measured

@@ -457,3 +457,34 @@ def test_an_unmeasured_config_is_compared_with_the_rounds_leader_by_screening() 
     records[2] = _candidate(cl, 100.0)
     ledger = Ledger.read(_study_with(records, rounds), settings())
     assert ledger.best().number == 2
+
+
+def test_a_round_keeps_each_measurements_throughput_and_older_rounds_still_read() -> None:
+    study = optuna.create_study()
+    storage.add_round(study, {0: 200.0, 1: 160.0})  # filed before throughputs were kept
+    storage.add_round(study, {0: 198.0, 1: 150.0}, {0: 1000.0, 1: 1320.0})
+    assert storage.read_rounds(study) == [{0: 200.0, 1: 160.0}, {0: 198.0, 1: 150.0}]
+    assert storage.read_round_throughputs(study) == [{}, {0: 1000.0, 1: 1320.0}]
+
+
+def test_configs_measured_in_the_same_rounds_rank_by_those_rounds() -> None:
+    """channels_last (A) was measured in four rounds, two of them a second pass in which the
+    machine ran faster; channels_last + a loader worker (B) only in the first two, 7% faster
+    than A in each. Their medians against the baseline come from different rounds (A 1.50x, B
+    1.43x): the rounds both were in decide, and B is the answer."""
+    a = BASE.replace(channels_last=True)
+    b = BASE.replace(channels_last=True, num_workers=1, persistent_workers=True)
+    study = _study_with(
+        [_base(), _candidate(a, 150.0), _candidate(b, 140.0)],
+        rounds=[
+            {0: 200.0, 1: 150.0, 2: 140.0},
+            {0: 200.0, 1: 150.0, 2: 140.0},
+            {0: 200.0, 1: 120.0},
+            {0: 200.0, 1: 120.0},
+        ],
+    )
+    ledger = Ledger.read(study, settings())
+    assert ledger.side_speedup(ledger.entries[1]) == pytest.approx(1.5)
+    assert ledger.side_speedup(ledger.entries[2]) == pytest.approx(200 / 140)
+    best = ledger.best()
+    assert best is not None and best.number == 2

@@ -211,7 +211,10 @@ class SearchResult:
         return self.metrics_of(self.baseline_trial)
 
     def metrics_of(self, trial: TrialRecord) -> dict[str, Any]:
-        out = trial.metrics(self.metric_name, self.planned_samples)
+        """``trial``'s figures, from the side-by-side rounds where they measured both the
+        winner and the baseline, else both from their screening measurements."""
+        side = _side(self.winner) and _side(self.baseline_trial)
+        out = trial.metrics(self.metric_name, self.planned_samples, side=side)
         if out["validation_metric"] is None and trial.safe and self.guard is not None:
             out["validation_metric"] = self.guard.baseline_metric  # the baseline's model
         return out
@@ -230,14 +233,27 @@ class SearchResult:
         return None if measured is None else (measured[1], measured[2])
 
     def speedup_of(self, trial: TrialRecord) -> float | None:
-        """``trial``'s speedup as the search ranked it: the baseline's projected training time
-        over the trial's (None where either is unknown)."""
-        return figures.speedup(self.baseline_trial.projected_time, trial.projected_time)
+        """``trial``'s speedup, like measured with like: the baseline's projected training
+        time over the trial's where the side-by-side rounds measured both, else over their
+        screening measurements (None where either is unknown)."""
+        base = self.baseline_trial
+        if _side(trial) and _side(base):
+            return figures.speedup(base.projected_time, trial.projected_time)
+        return figures.speedup(base.screening_time, trial.screening_time)
 
     @property
     def throughput_ratio(self) -> float:
-        base, best = self.baseline_trial.throughput, self.winner.throughput
-        return best / base if base and best else 1.0
+        """The winner's throughput over the baseline's: side by side where the rounds measured
+        both (with throughputs), else of their screening measurements."""
+        base, best = self.baseline_trial, self.winner
+        ours: float | None
+        theirs: float | None
+        if base.side_throughput is not None and best.side_throughput is not None:
+            ours, theirs = best.side_throughput, base.side_throughput
+        else:
+            ours = best.measurement.throughput if best.measurement is not None else None
+            theirs = base.measurement.throughput if base.measurement is not None else None
+        return ours / theirs if ours and theirs else 1.0
 
     @property
     def failures(self) -> dict[str, int]:
@@ -382,3 +398,8 @@ def load_config(path: str | os.PathLike[str]) -> TrainingConfig:
             )
         data = data.get("config")
     return TrainingConfig.from_dict(data)
+
+
+def _side(trial: TrialRecord) -> bool:
+    """Whether the side-by-side rounds measured it (its figures are theirs)."""
+    return trial.side_rounds >= figures.MIN_ROUNDS

@@ -88,9 +88,12 @@ def summary_parts(
         )
     )
     if side:
+        where = m["measured_as"]
+        if b["measured_as"] != where:  # the baseline is in every round, so often in more
+            where += f" (the baseline's {b['measured_as'].removeprefix('side by side ')})"
         source = (
-            f"  throughput, step time and projected time: {m['measured_as']} (the headline's); "
-            "the other rows: each config's screening measurement"
+            f"  throughput, step time and projected time: {where}, the headline's; the other "
+            "rows: each config's screening measurement"
         )
     else:
         source = "  every row: each config's screening measurement (one draw)"

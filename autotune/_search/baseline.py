@@ -238,6 +238,8 @@ def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
         m = outcome.measurement
         if not outcome.ok or m is None or m.spread <= WIDE_SPREAD:
             break
+        if not bench.deadline.fits(outcome.seconds / MAX_MEASURE_SHARE):
+            break  # a short budget: another measurement would be a large part of it
         # Every screening ratio divides by this figure: a slow first window would inflate all
         # of them (a newcomer's run showed "best 1.81x" for what measured 1.36x side by side).
         bench.report(

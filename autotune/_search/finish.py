@@ -11,6 +11,7 @@ from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm, evidence_value, p_within, seed_seconds
 from autotune._search.ledger import Entry, Ledger
+from autotune._trial.failures import FailureReason
 from autotune._trial.runner import Budget
 
 __all__ = ["ROUNDS", "confirm_pending", "side_by_side", "side_by_side_seconds"]
@@ -113,7 +114,7 @@ def _challengers(ledger: Ledger) -> list[Entry]:
     bar = (ledger.side_speedup(best) or 1.0) * (1 + ranking.TIE)
     out: list[Entry] = []
     for e in sorted(ledger.entries, key=ledger.rank_time):
-        screening = figures.speedup(base.record.projected_time, e.record.projected_time)
+        screening = ledger.screening_speedup(e)
         if (
             ledger.feasible(e)
             and not e.record.reused
@@ -132,9 +133,10 @@ def _per_round(baseline: Baseline, contenders: list[Entry]) -> float:
 
 
 def _second_pass_seconds(ledger: Ledger, baseline: Baseline, contenders: list[Entry]) -> float:
-    """Seconds kept for a second pass of rounds (the baseline and one challenger, the fewest
-    rounds that make a measured speedup) where a feasible config beyond ``contenders`` was
-    screened faster than the baseline: what lets the rounds correct the first pass."""
+    """Seconds kept for a second pass of rounds (the baseline, the answer and one challenger,
+    the fewest rounds that make a measured speedup) where a feasible config beyond
+    ``contenders`` was screened faster than the baseline: what lets the rounds correct the
+    first pass."""
     base = ledger.baseline
     if base is None or len(contenders) < 2:
         return 0.0
@@ -144,7 +146,8 @@ def _second_pass_seconds(ledger: Ledger, baseline: Baseline, contenders: list[En
         for e in ledger.candidates
         if all(e.config != c.config for c in contenders)
     )
-    return MIN_ROUNDS * 2 * baseline.measure_seconds if more else 0.0
+    # The baseline, the answer and one challenger, at the baseline's cost each.
+    return MIN_ROUNDS * 3 * baseline.measure_seconds if more else 0.0
 
 
 def side_by_side_seconds(ledger: Ledger, baseline: Baseline, extra: Entry | None = None) -> float:
@@ -199,9 +202,19 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
     challengers = _challengers(ledger)
     best = ledger.best()
     if challengers and best is not None and ledger.baseline is not None:
-        again = [ledger.baseline]
-        if best.config != ledger.baseline.config and ledger.side_speedup(best) is not None:
-            again.append(best)
+        yardstick = ledger.baseline
+        # The rounds' leader (the answer, unless a challenger's screening outranks it).
+        measured = [
+            e
+            for e in ledger.entries
+            if ledger.feasible(e)
+            and e.config != yardstick.config
+            and ledger.side_speedup(e)
+            and not ledger.slower_side_by_side(e)
+        ]
+        lead = max(measured, key=lambda e: ledger.side_speedup(e) or 0.0, default=None)
+        again = [yardstick] if lead is None else [yardstick, lead]
+        challengers = [e for e in challengers if all(e.config != a.config for a in again)]
         fitting: list[Entry] = []
         for e in challengers:  # as many as fit, the fastest screened first
             if not bench.deadline.past(MIN_ROUNDS * _per_round(baseline, [*again, *fitting, e])):
@@ -244,17 +257,27 @@ def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry], *, keep: 
         bench.report.trial(f"side by side with the baseline: round {r + 1}/{ROUNDS}")
         measured: dict[int, float] = {}
         rates: dict[int, float] = {}
+        timed_out = False
         for entry in order:
             expected = stretch * baseline.measure_seconds * _relative_cost(entry, baseline)
             outcome = bench.execute(entry.config, expected=expected, budget=budget)
             if outcome.ok and outcome.measurement is not None:
                 measured[entry.number] = s.projected_time(outcome.measurement)
                 rates[entry.number] = outcome.measurement.throughput
+            timed_out = timed_out or outcome.failure is FailureReason.TIMEOUT
         storage.add_round(bench.study, measured, rates)
         done += 1
-        if len(measured) < len(order):
-            # A contender failed (stopped at the deadline on a loaded machine): the next round
-            # would fail the same way, only later.
-            bench.report("side by side: a measurement failed; no more rounds")
-            break
+        failed = [e for e in order if e.number not in measured]
+        if failed:
+            names = ", ".join(f"#{e.number}" for e in failed)
+            if contenders[0] in failed or timed_out or len(failed) >= len(contenders) - 1:
+                # Stopped at the deadline on a loaded machine, or nothing left to compare:
+                # the next round would fail the same way, only later.
+                bench.report(
+                    f"side by side: the measurement of trial {names} failed; no more rounds"
+                )
+                break
+            bench.report(f"side by side: the measurement of trial {names} failed; going on")
+            contenders = [e for e in contenders if e not in failed]
+            per_round = _per_round(baseline, contenders)
     return done

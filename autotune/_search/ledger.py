@@ -57,6 +57,7 @@ class TrialRecord:
     # there (the median); its figures then come from those rounds, not its screening.
     side_rounds: int = 0
     side_throughput: float | None = None
+    screening_time: float | None = None  # its projected time by its screening measurement
 
     @property
     def confirmed(self) -> bool | None:
@@ -78,22 +79,28 @@ class TrialRecord:
             return f"side by side over {self.side_rounds} rounds"
         return "screening (one measurement)"
 
-    def metrics(self, metric_name: str, planned_samples: int) -> dict[str, Any]:
+    def metrics(
+        self, metric_name: str, planned_samples: int, *, side: bool = True
+    ) -> dict[str, Any]:
+        """Its figures: throughput, step time and projected time from the side-by-side rounds
+        where they measured it (and ``side``: the config it is compared with was measured
+        there too), else from its screening measurement; the rest from screening."""
         out: dict[str, Any] = {}
+        side = side and self.side_rounds >= figures.MIN_ROUNDS
         if self.measurement is not None:
             out.update(self.measurement.summary())
             out["screening_throughput"] = self.measurement.throughput
-            if self.side_throughput is not None:  # the same fact as the throughput
+            if side and self.side_throughput is not None:  # the same fact as the throughput
+                out["throughput"] = self.side_throughput
                 out["step_time"] = self.measurement.batch_size / self.side_throughput
-        out["throughput"] = self.throughput
-        out["measured_as"] = self.measured_as
+        out["measured_as"] = self.measured_as if side else "screening (one measurement)"
         runs = self.confirmation.runs if self.confirmation is not None else ()
         out["validation_metric"] = sum(runs) / len(runs) if runs else self.metric
         out["validation_metric_runs"] = len(runs) if runs else (1 if self.metric is not None else 0)
         out["metric_name"] = metric_name
         out["accuracy_checked"] = self.accuracy_checked
         out["accuracy_confirmed"] = self.confirmed
-        out["projected_training_time"] = self.projected_time
+        out["projected_training_time"] = self.projected_time if side else self.screening_time
         out["planned_samples"] = planned_samples
         return out
 
@@ -364,9 +371,18 @@ class Ledger:
         1 for the baseline once rounds ran); None with fewer than :data:`figures.MIN_ROUNDS`."""
         base = self.baseline
         if base is not None and entry.config == base.config:
-            return 1.0 if len(self.rounds) >= figures.MIN_ROUNDS else None
+            measured = sum(1 for r in self.rounds if base.number in r)
+            return 1.0 if measured >= figures.MIN_ROUNDS else None
         side = figures.side_by_side(self.round_speedups(entry))
         return None if side is None else side[0]
+
+    def screening_speedup(self, entry: Entry) -> float | None:
+        """Its speedup by the screening measurements alone (the baseline's and its own, one
+        draw each): what a config the rounds did not measure is compared by."""
+        base = self.baseline
+        return figures.speedup(
+            base.record.projected_time if base is not None else None, entry.record.projected_time
+        )
 
     def paired_ratios(self, entry: Entry, other: Entry) -> list[float]:
         """``entry``'s projected time over ``other``'s, in each round that measured both."""
@@ -430,20 +446,7 @@ class Ledger:
     def pareto(self) -> list[Entry]:
         """The speed/accuracy Pareto front of every measured config with a known metric:
         nothing else is both faster and (at least) as accurate. Fastest first."""
-        guard = self.guard
-        if guard is None:
-            return []
-        sign = 1.0 if guard.higher_is_better else -1.0
-        points = []
-        for e in self.entries:
-            metric = self.metric_of(e)
-            if self.measured_ok(e) and not e.record.reused and metric is not None:
-                points.append((self.rank_time(e), sign * metric, e))
-        front: list[tuple[float, float, Entry]] = []
-        for t, m, e in sorted(points, key=lambda p: (p[0], -p[1])):
-            if all(m > fm for _, fm, _ in front):
-                front.append((t, m, e))
-        return [e for _, _, e in front]
+        return _pareto(self)
 
     @property
     def checks_hopeless(self) -> bool:
@@ -519,9 +522,27 @@ class Ledger:
             screened=self.screened(entry),
             side_rounds=len(self.remeasured(entry)),
             side_throughput=self.side_throughput(entry),
+            screening_time=r.projected_time,
         )
 
 
 def _measured_in(round_: Mapping[int, float], numbers: tuple[int, ...]) -> float | None:
     """The projected time a round measured for any of ``numbers`` (one config's trials)."""
     return next((round_[n] for n in numbers if n in round_), None)
+
+
+def _pareto(ledger: Ledger) -> list[Entry]:
+    guard = ledger.guard
+    if guard is None:
+        return []
+    sign = 1.0 if guard.higher_is_better else -1.0
+    points = []
+    for e in ledger.entries:
+        metric = ledger.metric_of(e)
+        if ledger.measured_ok(e) and not e.record.reused and metric is not None:
+            points.append((ledger.rank_time(e), sign * metric, e))
+    front: list[tuple[float, float, Entry]] = []
+    for t, m, e in sorted(points, key=lambda p: (p[0], -p[1])):
+        if all(m > fm for _, fm, _ in front):
+            front.append((t, m, e))
+    return [e for _, _, e in front]

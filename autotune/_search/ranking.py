@@ -76,10 +76,15 @@ def best_side_by_side(
     median of its rounds' ratios); between it and an item as fast within :data:`TIE`, the
     simpler. Two items measured in the same rounds compare by the median of their paired
     time ratios (``paired(a, b)``: a's time over b's, round by round), others by their
-    speedups. None when ``items`` is empty."""
+    speedups: an item faster than the leader in the rounds they shared leads, whatever rounds
+    each speedup's median came from. None when ``items`` is empty."""
     if not items:
         return None
     fastest = max(items, key=speedup)
+    for item in sorted(items, key=speedup, reverse=True):
+        ratios = paired(item, fastest)
+        if item is not fastest and len(ratios) >= MIN_ROUNDS and statistics.median(ratios) < 1:
+            fastest = item
 
     def tie(item: T) -> bool:
         if item is fastest:

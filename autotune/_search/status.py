@@ -45,9 +45,7 @@ def _speedup(ledger: Ledger, entry: Entry) -> str:
     side = ledger.side_speedup(entry)
     if side is not None:
         return f"{figures.format_speedup(side)} side by side"
-    base = ledger.baseline
-    base_time = ledger.projected(base) if base is not None else None
-    figure = figures.speedup(base_time, ledger.projected(entry))
+    figure = ledger.screening_speedup(entry)
     return figures.format_speedup(figure) + ("" if figure is None else " screening")
 
 

@@ -72,7 +72,7 @@ SETTINGS = "autotune_settings"  # study attribute: the search's settings
 MEMORY = "autotune_memory"  # study attribute: the memory probe's findings
 BASELINE_ACCURACY = "autotune_baseline_accuracy"  # study attribute: the guard's baseline runs
 BASELINE_RUN = "autotune_baseline_run:"  # + seed: a baseline run a check bought later
-ROUNDS = "autotune_rounds"  # study attribute: side-by-side rounds, trial -> projected time
+ROUNDS = "autotune_rounds"  # study attribute: side-by-side rounds, trial -> time, throughput
 # One study attribute per key, so that processes adding them at once never overwrite each other.
 CONFIRMATION = "autotune_confirmation:"  # + numerics id: the confirmation filed under it
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
