@@ -2,10 +2,12 @@
 
     python benchmarks/one_figure.py --workload cnn --runs 2        # the README's run, 300 s
     python benchmarks/one_figure.py --workload resnet --runs 5     # JPEG ResNet, 240 s
+    python benchmarks/one_figure.py --workload bert --runs 3       # BERT classifier, 240 s
     python benchmarks/one_figure.py --workload cnn --runs 1 --timeout 150 --busy-seconds 25
 
 Each run is ``autotune.find_best`` as the README's command calls it (the CNN of
-``autotune.examples``; or realworld.py's ResNet on JPEG files with faint classes), its study in
+``autotune.examples``; or realworld.py's ResNet on JPEG files with faint classes or BERT
+classifier, the default space, compile included), its study in
 a SQLite file, its progress lines kept. Per run:
 
 - **one figure**: the headline speedup, the table's throughput ratio and its projected-time
@@ -43,7 +45,7 @@ from autotune._search.ledger import Ledger
 sys.path.insert(0, str(Path(__file__).parent))
 from speedup import code_version, write_section
 
-TIMEOUTS = {"cnn": 300.0, "resnet": 240.0}
+TIMEOUTS = {"cnn": 300.0, "resnet": 240.0, "bert": 240.0}
 FIGURE = re.compile(r"(\d+\.\d+)x")
 
 
