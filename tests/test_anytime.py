@@ -188,7 +188,9 @@ def test_a_compile_longer_than_the_budget_runs_with_what_is_left_and_says_why() 
 
     model = Model(throughput=2000.0, overhead=0.5, compile_seconds=500.0)
     run, clock, lines = search(model, knobs=COMPILE, timeout=60.0)
-    assert clock.now - run.settings.started <= 60 * 1.05, "\n".join(lines)
+    # Within the timeout itself: a candidate's measurement never runs into the grace, which is
+    # kept for the last short steps (BERT's first compile took all of it, ending at 252 of 240).
+    assert clock.now - run.settings.started <= 60, "\n".join(lines)
     ledger = _ledger(run)
     compiled = [e for e in ledger.entries if e.config.compile_mode.value == "default"]
     assert compiled and compiled[0].record.failure is not None, "\n".join(lines)
