@@ -199,9 +199,8 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
         bench.report("no time left to measure the answers again side by side")
         return
     ledger = bench.ledger()
-    challengers = _challengers(ledger)
-    best = ledger.best()
-    if challengers and best is not None and ledger.baseline is not None:
+    challengers = _challengers(ledger)  # none without an answer
+    if challengers and ledger.baseline is not None:
         yardstick = ledger.baseline
         # The rounds' leader (the answer, unless a challenger's screening outranks it).
         measured = [
