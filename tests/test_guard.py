@@ -21,6 +21,7 @@ from autotune._search.guard import (
     plan_accuracy_budget,
     seeds_to_settle,
     spent_alpha,
+    unseen_rate,
 )
 from autotune._trial.runner import AccuracyRun
 from autotune._trial.task import make_task, split_dataset
@@ -345,3 +346,15 @@ def test_identical_scores_on_a_task_half_taken_off_are_confirmed() -> None:
     c = check(g, runs)
     assert c.passed and c.drop == pytest.approx(0.0)
     assert c.bound is not None and 0.0 < c.bound < 0.01
+
+
+def test_a_confirmation_says_how_rare_a_failure_mode_could_go_unseen() -> None:
+    """No test on n pairs sees a mode of rate f with probability (1 - f)^n: a confirmation
+    says the rate at which that is 1 in 20, the floor every rule on n pairs shares."""
+    assert unseen_rate(3) == pytest.approx(1 - 0.05 ** (1 / 3))
+    assert (1 - unseen_rate(7)) ** 7 == pytest.approx(0.05)
+    assert unseen_rate(20) < unseen_rate(7) < unseen_rate(3)
+    g = guard([0.60, 0.62, 0.58], initial=0.5)
+    c = check(g, [0.77, 0.73, 0.72])
+    assert c.verdict is Verdict.CONFIRMED
+    assert "a failure mode in up to 63% of runs could go unseen in 3 pairs" in c.describe()

@@ -8,7 +8,7 @@ from typing import Any
 from autotune._config import TrainingConfig
 from autotune._errors import ConfigError
 from autotune._search.figures import format_speedup
-from autotune._search.guard import percent
+from autotune._search.guard import percent, unseen_note
 
 __all__ = ["render_summary", "summary_parts"]
 
@@ -142,7 +142,8 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
             f"{len(c.get('runs', []))} paired seeds: mean drop {c.get('drop', 0):+.4f}, upper "
             f"bound {c.get('bound') or 0:+.4f} "
             f"<= tolerance {data.get('tolerance'):g} at {percent(c.get('confidence') or 0.0)} "
-            f"confidence ({c.get('looks', 1)} look(s), sequential)"
+            f"confidence ({c.get('looks', 1)} look(s), sequential; "
+            f"{unseen_note(len(c.get('runs', [])))})"
         )
     lines.append(f"  chosen: the {answers.get('chosen', 'safe')} answer")
     if pending is not None:
