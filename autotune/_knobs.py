@@ -71,6 +71,8 @@ class Facts:
     # Optimizer implementations the user's optimizer factory takes and torch runs on the device.
     optimizer_impls: tuple[str, ...] = (OptimizerImpl.DEFAULT.value,)
     data_on_device: bool = False  # the dataset's items are already on the GPU
+    # The optimizer scales its steps per parameter (Adam, AdamW, RMSprop, Adagrad, ...).
+    adaptive_optimizer: bool = False
 
 
 # (values kept, or None when the knob cannot matter at all; why, for the space's notes)
@@ -423,6 +425,13 @@ KNOBS: tuple[Knob, ...] = (
         numerics=True,
         field=None,
         enum=BatchScaling,
+        restrict=_keep(
+            lambda v, f: not (f.adaptive_optimizer and v == BatchScaling.LINEAR.value),
+            lambda f: (
+                "the optimizer adapts its steps (the Adam family): its rate follows the "
+                "batch by sqrt, and linear scaling over-shoots it"
+            ),
+        ),
         reader=lambda cfg, base: cfg.lr_schedule.batch_scaling.value,
     ),
 )

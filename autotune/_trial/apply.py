@@ -294,6 +294,30 @@ def supported_optimizer_impls(
     return tuple(kept)
 
 
+_ADAPTIVE = (
+    torch.optim.Adam,
+    torch.optim.AdamW,
+    torch.optim.Adamax,
+    torch.optim.NAdam,
+    torch.optim.RAdam,
+    torch.optim.Adagrad,
+    torch.optim.Adadelta,
+    torch.optim.RMSprop,
+)
+
+
+def adapts_steps(factory: Callable[..., torch.optim.Optimizer]) -> bool:
+    """Whether ``factory`` builds an optimizer that scales its steps per parameter (the Adam
+    family, RMSprop, Adagrad; by class, or by a name with "adam" in it for other libraries'):
+    the rule for scaling its rate with the batch is sqrt, not linear. False where it cannot
+    be built on one parameter."""
+    try:
+        optimizer = factory([nn.Parameter(torch.zeros(4))], 1e-3)
+    except Exception:  # the user's factory, built outside a trial: unknown, not adaptive
+        return False
+    return isinstance(optimizer, _ADAPTIVE) or "adam" in type(optimizer).__name__.lower()
+
+
 def uses_cuda_graphs(cfg: TrainingConfig) -> bool:
     """Whether the config's compile mode records CUDA graphs (on a CUDA device)."""
     graphs = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)
