@@ -1,12 +1,12 @@
 """Ground truth for the accuracy guard: does its verdict at the search's horizon agree with
 long runs?
 
-    nice -n 5 python benchmarks/guard_truth.py                      # all four workloads
+    nice -n 5 python benchmarks/guard_truth.py                      # all five workloads
     python benchmarks/guard_truth.py --workload bert --candidate bf16 --horizon-multiple 4
 
-For each workload (cnn, bert, resnet on JPEG files, gpt2) the baseline that realworld.py's
-searches use (``TrainingConfig()``: batch 32, fp32, constant LR 1e-3) and the guard's typical
-candidates:
+For each workload (cnn, bert, resnet on JPEG files, gpt2, a ViT on scanned digits) the
+baseline that realworld.py's searches use (``TrainingConfig()``: batch 32, fp32, constant LR
+1e-3) and the guard's typical candidates:
 
 - ``bf16``: the baseline in bf16 autocast (the same optimizer steps);
 - ``batch2x``: twice the batch, with the LR rule the search's own bold guess applies
@@ -67,12 +67,12 @@ from realworld import workload_for
 
 from speedup import code_version, write_section
 
-WORKLOAD_NAMES = ("cnn", "bert", "resnet", "gpt2")
+WORKLOAD_NAMES = ("cnn", "bert", "resnet", "gpt2", "digits")
 CANDIDATES = ("bf16", "batch2x", "lr10", "batch8x")
 # gpt2 guards its validation loss (nats per token, lower is better): 0.01 nats is the
 # tolerance realworld.py's gpt2 search ran with (find_best's default), about 1% of a loss
 # near 1 nat and a fraction of a percent of one near 4.
-TOLERANCE = {"cnn": 0.01, "bert": 0.01, "resnet": 0.01, "gpt2": 0.01}
+TOLERANCE = {"cnn": 0.01, "bert": 0.01, "resnet": 0.01, "gpt2": 0.01, "digits": 0.01}
 REPEATS = 3  # find_best's accuracy_repeats: the baseline's seeds, the guard's first look
 PLANNED_EPOCHS = 10.0  # find_best's planned_epochs
 TRUTH_SEED0 = 1000  # the long runs' data-order seeds are others than the guard's

@@ -65,6 +65,10 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "hooks": {},
         "grid": {"precision": ["fp32", "bf16"], "batch": [32, 128]},
     },
+    "digits": {
+        "hooks": {},
+        "grid": {"precision": ["fp32", "bf16"], "batch": [32, 128]},
+    },
     "cnn": {
         "hooks": {},
         "grid": {"precision": ["fp32", "bf16"], "batch": [32, 128], "channels_last": [False, True]},

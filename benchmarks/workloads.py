@@ -9,6 +9,8 @@ configs (no download), with realistic input pipelines.
   (``gpt2_forward``, ``gpt2_loss``, ``gpt2_metric``) defined here, as a user's module would.
 - ``gpt2_own``: the same model and sequences with ``labels`` in every item and no hooks, as a
   Hugging Face user hands them over: the guard picks the metric itself.
+- ``digits``: a ViT (2 layers, hidden 64, 2x2 patches) on scikit-learn's handwritten digits
+  (1,797 real 8x8 scans, 1,297 to train and 500 to validate), with a random shift when training.
 
 Every factory is importable (``--model workloads:bert_model --data workloads:bert_data``) so
 trial workers and ``autotune worker`` processes load the same code. ``transformers`` and
@@ -32,6 +34,8 @@ __all__ = [
     "bert_collate",
     "bert_data",
     "bert_model",
+    "digits_data",
+    "digits_model",
     "gpt2_data",
     "gpt2_forward",
     "gpt2_loss",
@@ -302,3 +306,70 @@ def gpt2_metric(outputs: Any, targets: torch.Tensor) -> float:
     """The next-token loss on the validation set (lower is better)."""
     logits = outputs.logits[:, :-1].float()
     return float(F.cross_entropy(logits.flatten(0, 1), targets[:, 1:].flatten()))
+
+
+# -- ViT on real handwritten digits (scikit-learn's copy of the UCI scans) -----------------------
+
+DIGIT_CLASSES = 10
+
+
+class Digits(Dataset[tuple[torch.Tensor, int]]):
+    """8x8 grey-level scans (0-16) as 1x8x8 tensors scaled to [-1, 1]; when ``augment``, each
+    item moved by up to one pixel (zero padded), drawn per item from the loader's RNG."""
+
+    def __init__(self, images: torch.Tensor, targets: torch.Tensor, *, augment: bool) -> None:
+        self.images, self.targets, self.augment = images, targets, augment
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image = self.images[index]
+        if self.augment:
+            dx, dy = random.randint(-1, 1), random.randint(-1, 1)
+            image = torch.roll(F.pad(image, (1, 1, 1, 1)), shifts=(dy, dx), dims=(1, 2))
+            image = image[:, 1:-1, 1:-1]
+        return image, int(self.targets[index])
+
+
+class ViTLogits(nn.Module):
+    """transformers' ViTForImageClassification, returning its logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import ViTConfig, ViTForImageClassification
+
+        config = ViTConfig(
+            image_size=8,
+            patch_size=2,
+            num_channels=1,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=128,
+            num_labels=DIGIT_CLASSES,
+        )
+        self.net = ViTForImageClassification(config)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.net(pixel_values=pixels).logits
+        return logits
+
+
+def digits_model() -> nn.Module:
+    torch.manual_seed(0)
+    return ViTLogits()
+
+
+def digits_data() -> tuple[Digits, Digits]:
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    images = torch.tensor(data.images, dtype=torch.float32).div_(8.0).sub_(1.0).unsqueeze(1)
+    targets = torch.tensor(data.target)
+    order = torch.randperm(len(targets), generator=torch.Generator().manual_seed(0))
+    train, val = order[:1297], order[1297:]
+    return (
+        Digits(images[train], targets[train], augment=True),
+        Digits(images[val], targets[val], augment=False),
+    )
