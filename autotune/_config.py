@@ -87,12 +87,15 @@ class TrainingConfig:
     channels_last: bool = False
     intra_op_threads: int | None = None  # None: leave torch's thread count as it is
     lr_schedule: LRSchedule = dataclasses.field(default_factory=LRSchedule)
+    # The share of the planned epochs this config trains (its schedule compressed to them).
+    train_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         check_type("device", self.device, (str,), "a device string such as 'cpu' or 'cuda:0'")
         for knob in _knobs.KNOBS:
             if knob.field is not None:
                 self._check_knob(knob)
+        object.__setattr__(self, "train_fraction", float(self.train_fraction))
         if isinstance(self.lr_schedule, Mapping):
             object.__setattr__(self, "lr_schedule", LRSchedule.from_dict(self.lr_schedule))
         if not isinstance(self.lr_schedule, LRSchedule):
@@ -165,6 +168,12 @@ class TrainingConfig:
         """Samples per optimizer step: the micro-batch times the accumulation steps."""
         return self.batch_size * self.gradient_accumulation_steps
 
+    def epochs(self, planned: float) -> float:
+        """The epochs to train where the whole run would be ``planned`` epochs: this config
+        trains ``train_fraction`` of them, and its LR schedule (``lr_scheduler``'s
+        ``total_steps``) spans those, so warm-up and decay end where the shorter run ends."""
+        return planned * self.train_fraction
+
     def optimizer_steps(self, batches: int) -> int:
         """Optimizer steps that ``batches`` micro-batches make (the LR schedule counts these)."""
         return apply.optimizer_steps(self, batches)
@@ -207,6 +216,8 @@ class TrainingConfig:
             parts.append(f"threads={self.intra_op_threads}")
         if self.optimizer_impl is not OptimizerImpl.DEFAULT:
             parts.append(f"{self.optimizer_impl.value} optimizer")
+        if self.train_fraction != 1.0:
+            parts.append(f"{self.train_fraction:.0%} of the epochs")
         return " ".join(parts)
 
     # -- Applying the config to a user's own training loop ------------------------------------
@@ -279,7 +290,7 @@ class TrainingConfig:
 
     # -- Other trainers -----------------------------------------------------------------------
 
-    def to_transformers(self) -> dict[str, Any]:
+    def to_transformers(self, *, planned_epochs: float | None = None) -> dict[str, Any]:
         """Keyword arguments for ``transformers.TrainingArguments``::
 
             args = TrainingArguments(output_dir="out", **cfg.to_transformers())
@@ -297,14 +308,18 @@ class TrainingConfig:
         (``model.to(memory_format=torch.channels_last)``), the CUDA device index (run with
         ``CUDA_VISIBLE_DEVICES``), and the optimizer the search tuned the LR for (AdamW, unless
         ``find_best(optimizer=...)`` said otherwise: set ``optim``/``weight_decay`` to match).
-        """
-        return _integrations.transformers_kwargs(self)
 
-    def to_lightning(self) -> LightningSettings:
+        ``planned_epochs`` (the ``num_train_epochs`` you train now) sets ``num_train_epochs``:
+        this config's share of them (:meth:`epochs`); a config that trains a share needs it.
+        """
+        return _integrations.transformers_kwargs(self, planned_epochs=planned_epochs)
+
+    def to_lightning(self, *, planned_epochs: float | None = None) -> LightningSettings:
         """``lightning.pytorch.Trainer`` arguments (``.trainer``: accelerator, devices,
         precision such as ``"bf16-mixed"``, cuDNN ``benchmark``), the ``DataLoader`` arguments
         Lightning leaves to you (``.dataloader``), and ``.notes`` on applying the rest (model
         knobs through :meth:`prepare`, the LR schedule in ``configure_optimizers``, TF32 and
-        threads through :meth:`backends`). See :class:`autotune.LightningSettings`.
+        threads through :meth:`backends`). See :class:`autotune.LightningSettings`. With
+        ``planned_epochs`` (your ``max_epochs`` now), ``max_epochs`` is this config's share.
         """
-        return _integrations.lightning_settings(self)
+        return _integrations.lightning_settings(self, planned_epochs=planned_epochs)

@@ -150,6 +150,12 @@ def hf_schedule(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str,
     return out
 
 
+def hf_length(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    """The training length: ``num_train_epochs``, which needs the epochs you planned; see
+    :func:`autotune._integrations.transformers_kwargs`."""
+    return {}
+
+
 def hf_none(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
     """Not a TrainingArguments field: ``with cfg.backends(): trainer.train()`` or the model."""
     return {}
@@ -284,6 +290,18 @@ def pl_schedule(cfg: TrainingConfig) -> LightningPart:
             "`opt = cfg.optimizer(self.parameters())` and return {'optimizer': opt, "
             "'lr_scheduler': {'scheduler': cfg.lr_scheduler(opt, "
             "self.trainer.estimated_stepping_batches), 'interval': 'step'}}.",
+        )
+    )
+
+
+def pl_length(cfg: TrainingConfig) -> LightningPart:
+    if cfg.train_fraction == 1.0:
+        return LightningPart()
+    return LightningPart(
+        notes=(
+            f"Length: train {cfg.train_fraction:.0%} of the epochs you planned "
+            "(`cfg.epochs(planned)`; `cfg.to_lightning(planned_epochs=...)` sets max_epochs), "
+            "the LR schedule over those steps (estimated_stepping_batches).",
         )
     )
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune import _exports as ex
 from autotune import _knobs
+from autotune._errors import ConfigError
 
 if TYPE_CHECKING:
     from autotune._config import TrainingConfig
@@ -34,19 +35,34 @@ def _training_arguments_names() -> frozenset[str] | None:
 
 
 def transformers_kwargs(
-    cfg: TrainingConfig, accepted: Collection[str] | None = None
+    cfg: TrainingConfig,
+    accepted: Collection[str] | None = None,
+    *,
+    planned_epochs: float | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments of ``transformers.TrainingArguments`` for ``cfg``.
 
     ``accepted`` is the set of names ``TrainingArguments`` takes (read from the installed
     version when None): transformers 5 replaced ``warmup_ratio`` by a fractional
     ``warmup_steps`` and ``gradient_checkpointing`` by ``activation_checkpointing`` (with
-    ``every_n_layers``), and the older names are used where only they exist.
+    ``every_n_layers``), and the older names are used where only they exist. A config that
+    trains a share of the planned epochs sets ``num_train_epochs`` to that share of
+    ``planned_epochs``, which it then needs.
     """
     names = frozenset(accepted) if accepted is not None else _training_arguments_names()
     out: dict[str, Any] = {}
     for knob in _knobs.KNOBS:
         out.update(knob.transformers(cfg, names))
+    if cfg.train_fraction != 1.0:
+        if planned_epochs is None:
+            raise ConfigError(
+                f"This config trains {cfg.train_fraction:.0%} of the epochs you planned: pass "
+                "planned_epochs= (the num_train_epochs you train now) so that "
+                "num_train_epochs can be set to its share."
+            )
+        out["num_train_epochs"] = cfg.epochs(planned_epochs)
+    elif planned_epochs is not None:
+        out["num_train_epochs"] = planned_epochs
     if not ex.on_accelerator(cfg):
         out["use_cpu"] = True
     return out
@@ -78,13 +94,27 @@ class LightningSettings:
         }
 
 
-def lightning_settings(cfg: TrainingConfig) -> LightningSettings:
-    """The Trainer and DataLoader arguments for ``cfg``, and notes for the rest."""
+def lightning_settings(
+    cfg: TrainingConfig, *, planned_epochs: float | None = None
+) -> LightningSettings:
+    """The Trainer and DataLoader arguments for ``cfg``, and notes for the rest; with
+    ``planned_epochs`` (the epochs you train now), ``max_epochs``: the config's share of them
+    (a whole number; otherwise a note says the steps to stop at)."""
     kind = ex.device_type(cfg.device)
     trainer: dict[str, Any] = {
         "accelerator": kind,
         "devices": [int(cfg.device.partition(":")[2] or 0)] if kind == "cuda" else 1,
     }
+    length: list[str] = []
+    if planned_epochs is not None:
+        epochs = cfg.epochs(planned_epochs)
+        if float(epochs).is_integer():
+            trainer["max_epochs"] = int(epochs)
+        else:
+            length.append(
+                f"Length: {epochs:g} epochs is not a whole number: set max_steps to "
+                f"{epochs:g} x your optimizer steps per epoch."
+            )
     loader: dict[str, Any] = {}
     model: list[str] = []
     backends: list[str] = []
@@ -109,7 +139,7 @@ def lightning_settings(cfg: TrainingConfig) -> LightningSettings:
             f"{joined[:1].upper()}{joined[1:]}: not Trainer arguments; run "
             "`with cfg.backends(): trainer.fit(...)`."
         )
-    return LightningSettings(trainer=trainer, dataloader=loader, notes=(*notes, *own))
+    return LightningSettings(trainer=trainer, dataloader=loader, notes=(*notes, *own, *length))
 
 
 def trainer_settings(kind: str, cfg: TrainingConfig, baseline: TrainingConfig) -> dict[str, Any]:

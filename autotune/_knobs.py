@@ -73,6 +73,8 @@ class Facts:
     data_on_device: bool = False  # the dataset's items are already on the GPU
     # The optimizer scales its steps per parameter (Adam, AdamW, RMSprop, Adagrad, ...).
     adaptive_optimizer: bool = False
+    # autotune's own loop trains the trials (a trainer's loop keeps the user's length).
+    length_searchable: bool = True
 
 
 # (values kept, or None when the knob cannot matter at all; why, for the space's notes)
@@ -402,6 +404,23 @@ KNOBS: tuple[Knob, ...] = (
         lightning=ex.pl_schedule,
     ),
     Knob(
+        name="train_fraction",
+        kind=ValueKind.FLOAT,
+        numerics=True,
+        field="train_fraction",
+        rule="in (0, 1]",
+        check=lambda v: 0 < v <= 1,
+        restrict=_keep(
+            lambda v, f: v == 1.0 or f.length_searchable,
+            lambda f: (
+                "the training length is searched in autotune's own loop (find_best): "
+                "your trainer's epochs and max_steps are yours"
+            ),
+        ),
+        transformers=ex.hf_length,
+        lightning=ex.pl_length,
+    ),
+    Knob(
         name="lr_multiplier",
         kind=ValueKind.FLOAT,
         numerics=True,
@@ -445,6 +464,7 @@ NUMERIC_FIELDS: tuple[str, ...] = (
     "gradient_accumulation_steps",
     "precision",
     "lr_schedule",
+    "train_fraction",
 )
 assert {k.field or "lr_schedule" for k in KNOBS if k.numerics} == set(NUMERIC_FIELDS)
 
@@ -470,11 +490,11 @@ def pair_arm(cfg: TrainingConfig, baseline: TrainingConfig) -> TrainingConfig:
 
 
 def numerics_key(cfg: TrainingConfig, *, split_free: bool = False) -> tuple[Any, ...]:
-    """Equal keys train to the same model (same batch size and accumulation, precision and LR
-    schedule). ``split_free``: the model has no layer that sees the micro-batch on its own
-    (batch norm), so only the global batch counts: 2 micro-batches of 32 (loss scaled by 1/2,
-    the same samples in the same order) make the optimizer step one batch of 64 makes, within
-    float rounding."""
+    """Equal keys train to the same model (same batch size and accumulation, precision, LR
+    schedule and training length). ``split_free``: the model has no layer that sees the
+    micro-batch on its own (batch norm), so only the global batch counts: 2 micro-batches of
+    32 (loss scaled by 1/2, the same samples in the same order) make the optimizer step one
+    batch of 64 makes, within float rounding."""
     key = tuple(getattr(cfg, name) for name in NUMERIC_FIELDS)
     if split_free:
         return (cfg.global_batch_size, *key[2:])
@@ -487,6 +507,8 @@ def numerics_id(cfg: TrainingConfig, *, split_free: bool = False) -> str:
         v.to_dict() if isinstance(v, LRSchedule) else v.value if isinstance(v, enum.Enum) else v
         for v in numerics_key(cfg, split_free=split_free)
     ]
+    if cfg.train_fraction == 1.0:
+        values.pop()  # the whole run: the id studies filed before the knob existed
     return json.dumps(values)
 
 

@@ -267,6 +267,7 @@ def restrict_space(
         ),
         data_on_device=on_accelerator(workload.train[0]),
         adaptive_optimizer=workload.loop is None and apply.adapts_steps(workload.optimizer),
+        length_searchable=workload.loop is None,
     )
     restricted = _restrict_workers(space.restrict(facts), workload)
     if workload.loop is not None:

@@ -31,6 +31,7 @@ from autotune._config import TrainingConfig
 from autotune._device import environment, resolve_device
 from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
+from autotune._full import FULL_SEEDS, FullReport, run_full
 from autotune._options import PLANNED_EPOCHS, VERIFY_ROUNDS
 from autotune._result.result import SearchResult
 from autotune._search.figures import speedup
@@ -40,7 +41,7 @@ from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import InProcessExecutor, TrialExecutor, make_executor, worker_env
 from autotune._trial.measure import Measurement
 from autotune._trial.metrics import AUTO, BUILTIN_METRICS
-from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
+from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome, run_samples
 from autotune._trial.workload import Workload, prepare_workload
 
 __all__ = ["VerifyReport", "compare_environments", "verify"]
@@ -108,6 +109,7 @@ class VerifyReport:
     tolerance: float | None = None
     accuracy: dict[str, Any] | None = None  # {"samples", "baseline": [...], "winner": [...]}
     seconds: float = 0.0
+    full: FullReport | None = None  # the whole planned run of both (verify --full)
 
     @property
     def same_config(self) -> bool:
@@ -126,12 +128,17 @@ class VerifyReport:
         search ranked them."""
         out = []
         for b, w in zip(self.baseline_measurements, self.winner_measurements, strict=False):
-            bt = b.projected_time(self.planned_samples, self.planned_epochs)
-            wt = w.projected_time(self.planned_samples, self.planned_epochs)
+            bt = self._projected(self.baseline, b)
+            wt = self._projected(self.winner, w)
             ratio = speedup(bt, wt)
             if ratio is not None:
                 out.append(ratio)
         return out
+
+    def _projected(self, cfg: TrainingConfig, m: Measurement) -> float:
+        """``cfg``'s planned run at ``m``'s speed: its share of the planned epochs."""
+        samples = round(self.planned_samples * cfg.train_fraction)
+        return m.projected_time(samples, cfg.epochs(self.planned_epochs))
 
     @property
     def median_speedup(self) -> float | None:
@@ -205,6 +212,7 @@ class VerifyReport:
             "faster_here": self.faster_here,
             "failures": dict(self.failures),
             "accuracy": self.accuracy,
+            "full": None if self.full is None else self.full.to_dict(),
             "warnings": self.warnings,
             "seconds": self.seconds,
         }
@@ -251,6 +259,8 @@ class VerifyReport:
                 f"seeds: baseline {statistics.fmean(b):.4f}, winner {statistics.fmean(w):.4f}, "
                 f"difference {diff:+.4f}{tol}"
             )
+        if self.full is not None:
+            lines.extend(self.full.lines())
         lines.append("")
         verdict = "faster here" if self.faster_here else "NOT faster here"
         lines.append(f"  verdict: the winner is {verdict}")
@@ -300,6 +310,9 @@ def verify(
     accuracy_seeds: int = 0,
     progress: bool | Callable[[str], None] = False,
     time_limit: float | None = None,
+    full: bool = False,
+    full_seeds: int = FULL_SEEDS,
+    resume: str | os.PathLike[str] | None = None,
 ) -> VerifyReport:
     """Re-measure ``result``'s winner against its baseline on this machine, side by side.
 
@@ -322,6 +335,11 @@ def verify(
     :data:`START_UP` where each run starts a process; :data:`RUN_LIMIT` where it measured
     none); a run stopped there is a failure that names the config, the limit and why it was
     that long, and verify goes on to its report.
+    With ``full=True`` both configs also train the whole planned run (the winner its share of
+    the epochs, where it trains a share) over ``full_seeds`` paired seeds: their end-to-end
+    times and final metrics, time to accuracy measured rather than projected (see
+    :mod:`autotune._full`); each finished run is kept in ``resume`` (a JSON file), from
+    which a verification stopped part way goes on.
     """
     started = time.monotonic()
     data = _load(result)
@@ -329,6 +347,7 @@ def verify(
         check_number("time_limit", time_limit, rule="> 0", ok=lambda v: v > 0)
     check_int("rounds", rounds, rule="an int >= 1", ok=lambda v: v >= 1)
     check_int("accuracy_seeds", accuracy_seeds, rule="an int >= 0", ok=lambda v: v >= 0)
+    check_int("full_seeds", full_seeds, rule="an int >= 2", ok=lambda v: v >= 2)
     kind = _check_entry(data, model, trainer, task)
     task = as_task(task)
     winner, baseline, here = _configs_here(data, device)
@@ -343,23 +362,7 @@ def verify(
     if trainer is not None:
         workload = _trainer_workload(data, kind, trainer, model, dataset, val_dataset)
     else:
-        # The split find_best made, so an accuracy check validates on the same items.
-        prepared = prepare_workload(
-            model,  # type: ignore[arg-type]  # checked above
-            dataset,  # type: ignore[arg-type]
-            val_dataset,
-            task,
-            val_fraction=float(search.get("val_fraction") or 0.1),
-            seed=int(search.get("seed") or 0),
-            # The search's validation batches (a result from before they were fixed: the
-            # baseline's).
-            eval_batch_size=int(
-                (data.get("validation") or {}).get("batch_size") or baseline.batch_size
-            ),
-        )
-        if prepared.note:
-            report(prepared.note)
-        workload = prepared.workload
+        workload = _own_workload(data, model, dataset, val_dataset, task, baseline, report)
     pair = {"baseline": baseline, "winner": winner}
     measure_budget = budget or DEFAULT_BUDGET
     inner = _executor(workload, here, report)
@@ -375,9 +378,22 @@ def verify(
         measured, failures = _measure_rounds(pair, executor, measure_budget, rounds, report)
         accuracy = _accuracy(data, pair, workload, executor, measure_budget, measured, failures,
                              accuracy_seeds, report)  # fmt: skip
+        metrics = data.get("metrics") or {}
+        planned_samples = int(metrics.get("planned_samples") or 10 * len(workload.train))  # type: ignore[arg-type]
+        planned_epochs = float(search.get("planned_epochs") or PLANNED_EPOCHS)
+        whole = None
+        if full and not failures and winner != baseline:
+            validation = data.get("validation") or {}
+            whole = run_full(
+                pair, executor, measure_budget,
+                measured={name: ms[0] if ms else None for name, ms in measured.items()},
+                planned_samples=planned_samples, planned_epochs=planned_epochs, seeds=full_seeds,
+                metric_name=workload.task.metric_name,
+                higher_is_better=bool(validation.get("higher_is_better", True)),
+                tolerance=_number(data.get("tolerance")), resume=resume, report=report,
+            )  # fmt: skip
     finally:
         executor.close()
-    metrics = data.get("metrics") or {}
     return VerifyReport(
         winner=winner,
         baseline=baseline,
@@ -386,15 +402,45 @@ def verify(
         winner_measurements=tuple(measured["winner"]),
         recorded_speedup=_number(data.get("speedup")),
         recorded_throughput_ratio=_number(data.get("throughput_ratio")),
-        planned_samples=int(metrics.get("planned_samples") or 10 * len(workload.train)),  # type: ignore[arg-type]
-        planned_epochs=float(search.get("planned_epochs") or PLANNED_EPOCHS),
+        planned_samples=planned_samples,
+        planned_epochs=planned_epochs,
         environment_warnings=tuple(env_warnings),
         failures=failures,
         metric_name=workload.task.metric_name,
         tolerance=data.get("tolerance"),
         accuracy=accuracy,
         seconds=time.monotonic() - started,
+        full=whole,
     )
+
+
+def _own_workload(
+    data: Mapping[str, Any],
+    model: Any,
+    dataset: Any,
+    val_dataset: Any,
+    task: Task,
+    baseline: TrainingConfig,
+    report: Callable[[str], None],
+) -> Workload:
+    """The workload of a find_best result: the split find_best made, so that an accuracy
+    check validates on the same items, in the search's validation batches (a result from
+    before they were fixed: the baseline's)."""
+    search = data.get("search") or {}
+    prepared = prepare_workload(
+        model,
+        dataset,
+        val_dataset,
+        task,
+        val_fraction=float(search.get("val_fraction") or 0.1),
+        seed=int(search.get("seed") or 0),
+        eval_batch_size=int(
+            (data.get("validation") or {}).get("batch_size") or baseline.batch_size
+        ),
+    )
+    if prepared.note:
+        report(prepared.note)
+    return prepared.workload
 
 
 def _check_entry(data: Mapping[str, Any], model: Any, trainer: Any, task: Any) -> str | None:
@@ -484,10 +530,10 @@ class RunLimit:
     why: str
     throughput: float | None = None
 
-    def of(self, accuracy: AccuracyCheck | None) -> tuple[float, str]:
+    def of(self, accuracy: AccuracyCheck | None, cfg: TrainingConfig) -> tuple[float, str]:
         if accuracy is None or self.throughput is None:
             return self.seconds, self.why
-        training = len(accuracy.seeds) * accuracy.samples / self.throughput
+        training = len(accuracy.seeds) * run_samples(cfg, accuracy.samples) / self.throughput
         return (
             self.seconds + LIMIT_FACTOR * training,
             f"{self.why}, plus {LIMIT_FACTOR:g}x the {training:.0f} s its accuracy runs "
@@ -563,7 +609,7 @@ class _Limited:
 
     def run(self, cfg: TrainingConfig, budget: Budget, **kwargs: Any) -> TrialOutcome:
         default = RunLimit(RUN_LIMIT, "the default: nothing says how long it should take")
-        limit, why = self.limits.get(cfg, default).of(kwargs.get("accuracy"))
+        limit, why = self.limits.get(cfg, default).of(kwargs.get("accuracy"), cfg)
         outcome = self.executor.run(cfg, budget, time_limit=limit, **kwargs)
         if outcome.failure is FailureReason.TIMEOUT:
             message = (

@@ -26,6 +26,7 @@ from autotune._trial.runner import (
     Budget,
     TrialOutcome,
     halfway_is_a_shorter_run,
+    run_samples,
 )
 from autotune._trial.runner import fitted_steps as _runner_fitted
 
@@ -144,16 +145,17 @@ class SimulatedExecutor:
         if accuracy is not None:
             arm = accuracy.config or cfg
             self.arms.append((cfg, arm))
+            samples = run_samples(arm, accuracy.samples)
             for seed in accuracy.seeds:
-                seconds = accuracy.samples / tp
+                seconds = samples / tp
                 cost += seconds
-                units = per_example(seed, self.model.score(arm, seed, accuracy.samples))
+                units = per_example(seed, self.model.score(arm, seed, samples))
                 halfway = None
                 if accuracy.midpoint and halfway_is_a_shorter_run(arm):
-                    half = per_example(seed, self.model.score(arm, seed, accuracy.samples // 2))
+                    half = per_example(seed, self.model.score(arm, seed, samples // 2))
                     halfway = sum(half) / len(half)
                 runs.append(AccuracyRun(seed=seed, metric=sum(units) / len(units), final_loss=0.5,
-                                        samples=accuracy.samples, seconds=seconds,
+                                        samples=samples, seconds=seconds,
                                         units=units, midpoint=halfway))  # fmt: skip
         if time_limit is not None and cost > time_limit:
             self.clock.now += time_limit

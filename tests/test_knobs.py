@@ -50,6 +50,7 @@ def test_what_the_search_asks_about_knobs_comes_from_the_registry() -> None:
         "lr_multiplier",
         "warmup_fraction",
         "lr_batch_scaling",
+        "train_fraction",
     }
 
 

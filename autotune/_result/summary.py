@@ -118,8 +118,47 @@ def _headline(data: dict[str, Any]) -> str:
     return (
         f"autotune result: {data['speedup']:.2f}x faster than the baseline (side by side over "
         f"{data.get('speedup_rounds')} rounds: {span[0]:.2f}-{span[1]:.2f}x; projected for "
-        f"{m.get('planned_samples', 0):,} training samples)"
+        f"{m.get('planned_samples', 0):,} training samples)" + _length(data)
     )
+
+
+def _horizon(data: dict[str, Any], fast: dict[str, Any]) -> str | None:
+    """Where the fast answer trains a share of the epochs: whether its accuracy was judged on
+    the whole planned run, or at a horizon short of it (and how short)."""
+    trials = {t.get("number"): t for t in data.get("trials") or []}
+    config = (trials.get(fast.get("trial")) or {}).get("config") or {}
+    fraction = float(config.get("train_fraction", 1.0))
+    guard = data.get("accuracy_guard") or {}
+    horizon, planned = guard.get("accuracy_samples"), data["metrics"].get("planned_samples")
+    if fraction == 1.0 or not horizon or not planned:
+        return None
+    if horizon >= planned:
+        return (
+            f"  its {fraction:.0%}-length run was judged on the whole planned run "
+            f"({planned:,} samples against the baseline's)"
+        )
+    return (
+        f"  its {fraction:.0%}-length run was judged at a horizon of {horizon:,} samples "
+        f"({horizon / planned:.0%} of the planned run's {planned:,}), not on the whole run: "
+        "`autotune verify --full` trains both for the whole run and measures the accuracy "
+        "each reaches"
+    )
+
+
+def _length(data: dict[str, Any]) -> str:
+    """Where the winner trains a share of the planned epochs: how many, and how much of the
+    speedup is its throughput and how much its length."""
+    fraction = float(data["config"].get("train_fraction", 1.0))
+    if fraction == 1.0:
+        return ""
+    planned = float((data.get("search") or {}).get("planned_epochs") or 0.0)
+    ratio = data.get("throughput_ratio")
+    parts = f"; it trains {fraction:.0%} of the planned epochs"
+    if planned:
+        parts += f" ({planned * fraction:g} of {planned:g})"
+    if ratio:
+        parts += f": {ratio:.2f}x from throughput, {1 / fraction:.2f}x from the shorter run"
+    return parts
 
 
 def _answers(data: dict[str, Any], name: str) -> list[str]:
@@ -145,6 +184,9 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
             f"confidence ({c.get('looks', 1)} look(s), sequential; "
             f"{unseen_note(len(c.get('runs', [])))})"
         )
+        horizon = _horizon(data, fast)
+        if horizon:
+            lines.append(horizon)
     lines.append(f"  chosen: the {answers.get('chosen', 'safe')} answer")
     if pending is not None:
         c = pending.get("confirmation") or {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from typing import Protocol
 
 from autotune._config import TrainingConfig
 from autotune._errors import AutotuneError
@@ -19,6 +20,7 @@ from autotune._search.ledger import Entry, Ledger
 from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._space import Choice, SearchSpace
 from autotune._trial.failures import FailureReason
+from autotune._trial.measure import Measurement
 from autotune._trial.probe import MemoryLimits
 from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
 
@@ -43,6 +45,16 @@ SLACK = 1.2  # expected times of runs like the baseline's, as a multiple of the 
 # 240-s search then measures ~2.4 s per config, a 1-hour one 10 s.
 TIMED_SHARE, MIN_TIMED, MAX_TIMED, UNTIMED_TARGET = 0.01, 1.0, 10.0, 3.0
 MAX_MEASURE_SHARE = 0.10  # a batch size one measurement of which takes more is not searched
+
+
+class Measured(Protocol):
+    """A trial's record or outcome: its config, and its measurement where it has one."""
+
+    @property
+    def config(self) -> TrainingConfig: ...
+
+    @property
+    def measurement(self) -> Measurement | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,20 +93,24 @@ class Baseline:
         arm = None if cfg is None else cfg.pair_arm(self.record.config)
         return AccuracyCheck(samples=self.accuracy.samples, seeds=seeds, config=arm)
 
-    def run_seconds(self, throughput: float | None = None) -> float:
-        """Expected seconds of one accuracy run of a config with ``throughput`` (the
-        baseline's own when not given)."""
+    def run_seconds(self, of: Measured | None = None) -> float:
+        """Expected seconds of one accuracy run of ``of`` (a trial's record or outcome: its
+        config at its measured throughput, training its share of the horizon); of the
+        baseline's own when not given."""
         if self.accuracy is None or not self.accuracy.runs:
             return 0.0
         mean = statistics.fmean(run.seconds for run in self.accuracy.runs)
+        if of is None:
+            return SLACK * mean
+        throughput = of.measurement.throughput if of.measurement is not None else None
         ratio = self.throughput / throughput if throughput and self.throughput else 1.0
-        return SLACK * mean * ratio
+        return SLACK * mean * ratio * of.config.train_fraction
 
-    def confirm_seconds(self, throughput: float | None = None) -> float:
+    def confirm_seconds(self, of: Measured | None = None) -> float:
         """Expected seconds of confirming a candidate: as many more runs as the baseline made,
         less the one it screened with."""
         repeats = len(self.accuracy.runs) if self.accuracy is not None else 0
-        return self.run_seconds(throughput) * max(0, repeats - 1)
+        return self.run_seconds(of) * max(0, repeats - 1)
 
     @property
     def measure_seconds(self) -> float:

@@ -127,7 +127,11 @@ class Bench:
     def record(self, outcome: TrialOutcome, *, role: Role, **extra: object) -> Record:
         """The record of a finished trial: its projected time for the planned run."""
         m = outcome.measurement
-        projected = self.settings.projected_time(m) if m is not None and outcome.ok else None
+        projected = (
+            self.settings.projected_time(m, outcome.config)
+            if m is not None and outcome.ok
+            else None
+        )
         return Record(
             role=role,
             config=outcome.config,

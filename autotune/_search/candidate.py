@@ -204,7 +204,7 @@ def _measure(
         cfg,
         accuracy=check,
         measured=outcome.measurement,
-        expected=baseline.run_seconds(outcome.measurement.throughput),
+        expected=baseline.run_seconds(outcome),
         keep=reserve,
     )
     outcome = dataclasses.replace(outcome, seconds=outcome.seconds + measured)
@@ -232,7 +232,7 @@ def _no_accuracy_run(
     if baseline.check is None:
         return "no accuracy check: the baseline's accuracy runs were not measured"
     s = bench.settings
-    projected = s.projected_time(outcome.measurement)
+    projected = s.projected_time(outcome.measurement, outcome.config)
     trial.report(projected, step=0)  # Optuna's intermediate value: the throughput phase
     best = ledger.best() if s.guided else None
     floor = ledger.projected(best) if best is not None else None  # a verified answer has one
@@ -247,7 +247,7 @@ def _no_accuracy_run(
             f"it trains as trial #{same.number}, an answer already, does (only its LR schedule "
             "differs, which changes no step's cost): no accuracy run, it could not win"
         )
-    run = baseline.run_seconds(outcome.measurement.throughput)
+    run = baseline.run_seconds(outcome)
     if not bench.deadline.fits(run + reserve):
         return f"no time left for its accuracy run (~{run:.0f} s)"
     return None
@@ -275,8 +275,7 @@ def _confirm_if_leading(bench: Bench, baseline: Baseline, number: int, reserve: 
         return
     if baseline.guard.repeats < 2:
         return
-    m = leader.record.measurement
-    cost = baseline.confirm_seconds(m.throughput if m else None)
+    cost = baseline.confirm_seconds(leader.record)
     if not bench.deadline.fits(cost + reserve):
         bench.report(
             f"trial #{number} passed screening; no time to confirm its accuracy (~{cost:.0f} s)"

@@ -80,8 +80,7 @@ def p_within(
 def seed_seconds(baseline: Baseline, entry: Entry, seed: int) -> float:
     """Seconds one more paired seed costs: the candidate's run, and the baseline's where it
     has no run of that seed yet."""
-    m = entry.record.measurement
-    candidate = baseline.run_seconds(m.throughput if m is not None else None)
+    candidate = baseline.run_seconds(entry.record)
     have = len(baseline.accuracy.runs) if baseline.accuracy is not None else 0
     return candidate + (baseline.run_seconds() if seed >= have else 0.0)
 
@@ -153,10 +152,12 @@ def _first_look(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
     assert baseline.guard is not None and baseline.accuracy is not None
     record = entry.record
     m = record.measurement
-    throughput = m.throughput if m is not None else None
     check = baseline.check_of(entry.config, tuple(range(1, baseline.guard.repeats)))
     outcome = bench.execute(
-        entry.config, accuracy=check, measured=m, expected=baseline.confirm_seconds(throughput)
+        entry.config,
+        accuracy=check,
+        measured=m,
+        expected=baseline.confirm_seconds(record),
     )
     first = record.accuracy[0] if record.accuracy else None
     order = 1 + len(bench.ledger().confirmations)
@@ -208,7 +209,6 @@ def _more_seeds(
     assert baseline.accuracy is not None
     runs = last.runs
     m = entry.record.measurement
-    throughput = m.throughput if m is not None else None
     samples = baseline.accuracy.samples
     have = len(baseline.accuracy.runs)
     base_seeds = tuple(range(have, target))
@@ -227,7 +227,7 @@ def _more_seeds(
         entry.config,
         accuracy=baseline.check_of(entry.config, new_seeds),
         measured=m,
-        expected=baseline.run_seconds(throughput) * len(new_seeds),
+        expected=baseline.run_seconds(entry.record) * len(new_seeds),
     )
     extended = Baseline.of(bench.ledger())
     if not outcome.ok or extended is None or extended.guard is None:

@@ -46,10 +46,9 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
             c = ledger.confirmation(entry)
             if c is not None and not c.confirmable:
                 continue  # no number of seeds would confirm it
-            m = entry.record.measurement
             first = c is None
             cost = (
-                current.confirm_seconds(m.throughput if m is not None else None)
+                current.confirm_seconds(entry.record)
                 if first
                 else seed_seconds(current, entry, len(c.runs) if c is not None else 0)
             )
@@ -261,7 +260,7 @@ def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry], *, keep: 
             expected = stretch * baseline.measure_seconds * _relative_cost(entry, baseline)
             outcome = bench.execute(entry.config, expected=expected, budget=budget)
             if outcome.ok and outcome.measurement is not None:
-                measured[entry.number] = s.projected_time(outcome.measurement)
+                measured[entry.number] = s.projected_time(outcome.measurement, entry.config)
                 rates[entry.number] = outcome.measurement.throughput
             timed_out = timed_out or outcome.failure is FailureReason.TIMEOUT
         storage.add_round(bench.study, measured, rates)

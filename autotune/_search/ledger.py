@@ -102,6 +102,8 @@ class TrialRecord:
         out["accuracy_confirmed"] = self.confirmed
         out["projected_training_time"] = self.projected_time if side else self.screening_time
         out["planned_samples"] = planned_samples
+        # What it trains of them: a config that trains a share of the epochs trains fewer.
+        out["trained_samples"] = round(planned_samples * self.config.train_fraction)
         return out
 
     def to_dict(self) -> dict[str, Any]:

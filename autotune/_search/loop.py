@@ -306,8 +306,7 @@ class Search:
         reserve = side_by_side_seconds(ledger, baseline)
         leader = ledger.pending()
         if leader is not None:
-            m = leader.record.measurement
-            reserve += baseline.confirm_seconds(m.throughput if m is not None else None)
+            reserve += baseline.confirm_seconds(leader.record)
         return reserve
 
     def _accuracy_check(self) -> None:

@@ -69,10 +69,13 @@ class SearchSettings:
     def planned_samples(self) -> int:
         return round(self.planned_epochs * self.n_train)
 
-    def projected_time(self, measurement: Measurement) -> float:
-        """Seconds the planned run would take at ``measurement``'s speed, one-time costs
-        included: the time every config is ranked by."""
-        return measurement.projected_time(self.planned_samples, self.planned_epochs)
+    def projected_time(self, measurement: Measurement, config: TrainingConfig) -> float:
+        """Seconds ``config``'s run would take at ``measurement``'s speed, one-time costs
+        included: the planned epochs, or the share of them ``config`` trains (its
+        ``train_fraction``). The time every config is ranked by: time to the accuracy the
+        guard holds it to, not only samples per second."""
+        epochs = config.epochs(self.planned_epochs)
+        return measurement.projected_time(round(epochs * self.n_train), epochs)
 
     @property
     def validation_batch_size(self) -> int:

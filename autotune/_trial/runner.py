@@ -60,6 +60,7 @@ __all__ = [
     "measured_data",
     "reporting_steps",
     "restart_seconds",
+    "run_samples",
     "run_trial",
     "seeded",
     "tell",
@@ -628,11 +629,20 @@ def halfway_is_a_shorter_run(cfg: TrainingConfig) -> bool:
     return s.kind is ScheduleKind.CONSTANT and s.warmup_fraction == 0.0
 
 
+def run_samples(cfg: TrainingConfig, horizon: int) -> int:
+    """The samples an accuracy run of ``cfg`` trains at a ``horizon`` of samples: its share
+    of them (``train_fraction``), as its run would train its share of the planned epochs."""
+    return max(1, round(horizon * cfg.train_fraction))
+
+
 def train_for_accuracy(
     cfg: TrainingConfig, workload: Workload, samples: int, seed: int, *, midpoint: bool = False
 ) -> AccuracyRun:
-    """Train from the initial weights for ``samples`` samples with data-order ``seed``, the
-    config's schedule annealed over exactly that budget; then validate. With gradient
+    """Train from the initial weights for ``samples`` samples (the horizon: a config that
+    trains a share of the planned epochs trains that share of them, ``train_fraction``) with
+    data-order ``seed``, the config's schedule annealed over exactly its run; then validate.
+    Two configs of one seed see the same samples in the same order for as long as both
+    train (their loaders share the seed's generator). With gradient
     accumulation, whole global batches: the same optimizer steps on the same samples as a
     config that takes each global batch in one piece. ``midpoint``: also validate after half
     the optimizer steps, where that is a shorter run's metric (:func:`halfway_is_a_shorter_run`),
@@ -640,6 +650,7 @@ def train_for_accuracy(
     trained by the user's own trainer trains and validates through it (no midpoint)."""
     if workload.loop is not None:
         return workload.loop.accuracy_run(cfg, workload, samples, seed)
+    samples = run_samples(cfg, samples)
     k = cfg.gradient_accumulation_steps
     optimizer_steps = max(1, math.ceil(samples / cfg.global_batch_size))
     steps = optimizer_steps * k  # micro-batches

@@ -1,0 +1,149 @@
+"""The training length (issue 28): a config may train a share of the planned epochs, its LR
+schedule compressed to them; it is ranked by its time to the accuracy the guard holds it to,
+and its accuracy runs train that share of the horizon beside the baseline's whole one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sim import Model, noise, search
+from test_space import CPU
+
+from autotune import TrainingConfig
+from autotune._choices import LRSchedule, ScheduleKind
+from autotune._errors import ConfigError
+from autotune._knobs import Facts, numerics_id
+from autotune._search.policy import fast_guesses
+from autotune._space import load_space
+from autotune._trial.runner import run_samples, train_for_accuracy
+
+from conftest import find
+
+SHORT = TrainingConfig(
+    train_fraction=0.5, lr_schedule=LRSchedule(kind=ScheduleKind.ONE_CYCLE, peak_lr=1e-3)
+)
+
+
+def test_a_config_trains_its_share_of_the_planned_epochs() -> None:
+    assert SHORT.epochs(10) == 5.0
+    assert TrainingConfig().epochs(10) == 10.0
+    assert "50% of the epochs" in SHORT.describe()
+    assert "of the epochs" not in TrainingConfig().describe()
+    assert TrainingConfig.from_json(SHORT.to_json()) == SHORT
+    for bad in (0, 1.5, -0.5):
+        with pytest.raises(ConfigError, match=r"`train_fraction` must be in \(0, 1\]"):
+            TrainingConfig(train_fraction=bad)
+
+
+def test_the_whole_run_keeps_the_numerics_id_of_studies_filed_before_the_knob() -> None:
+    """Confirmations are filed under the numerics' id: a config that trains the whole run has
+    the id it had before the length was a knob; a shorter one has its own."""
+    old = json.dumps([32, 1, "fp32", LRSchedule().to_dict()])
+    assert numerics_id(TrainingConfig()) == old
+    assert numerics_id(TrainingConfig(train_fraction=0.5)) != old
+    assert TrainingConfig().numerics_key() != TrainingConfig(train_fraction=0.5).numerics_key()
+
+
+def test_an_accuracy_run_trains_its_share_of_the_horizon_with_its_schedule_over_it() -> None:
+    from test_apply import _workload
+
+    assert run_samples(SHORT, 256) == 128
+    assert run_samples(TrainingConfig(), 256) == 256
+    run = train_for_accuracy(SHORT, _workload(), 256, seed=0)
+    assert run.samples == 128  # 4 steps of 32, its one-cycle schedule over those 4
+
+
+def test_the_exports_carry_the_length() -> None:
+    """Hugging Face's num_train_epochs and Lightning's max_epochs are the config's share of
+    the epochs the user planned; a share with nothing to take it of is an error, not a full
+    run."""
+    assert SHORT.to_transformers(planned_epochs=10)["num_train_epochs"] == 5.0
+    with pytest.raises(ConfigError, match="pass planned_epochs="):
+        SHORT.to_transformers()
+    assert "num_train_epochs" not in TrainingConfig().to_transformers()
+    assert SHORT.to_lightning(planned_epochs=10).trainer["max_epochs"] == 5
+    odd = SHORT.to_lightning(planned_epochs=3)
+    assert "max_epochs" not in odd.trainer
+    assert any("1.5 epochs is not a whole number: set max_steps" in n for n in odd.notes)
+    assert any("train 50% of the epochs you planned" in n for n in SHORT.to_lightning().notes)
+
+
+def test_the_length_is_searched_only_where_autotunes_loop_trains() -> None:
+    space = load_space({"knobs": {"train_fraction": [1.0, 0.6]}})
+    facts = dict(device=CPU, has_conv=False, n_blocks=0, n_train=100, current_threads=2)
+    assert space.restrict(Facts(**facts)).knobs["train_fraction"].values == (1.0, 0.6)
+    through_trainer = space.restrict(Facts(**facts, length_searchable=False))
+    assert through_trainer.knobs["train_fraction"].values == (1.0,)
+    assert any("your trainer's epochs and max_steps are yours" in n for n in through_trainer.notes)
+
+
+def test_a_shorter_one_cycle_run_is_among_the_first_guesses() -> None:
+    space = load_space(
+        {"knobs": {"lr_schedule": ["constant", "one_cycle"], "train_fraction": [1.0, 0.8, 0.5]}}
+    )
+    base = TrainingConfig()
+    guesses = fast_guesses(space, base, base, None)
+    short = [g for g in guesses if g.train_fraction < 1.0]
+    assert [(g.train_fraction, g.lr_schedule.kind.value) for g in short] == [(0.5, "one_cycle")]
+
+
+def annealed_learns_faster(cfg: TrainingConfig, seed: int, samples: int) -> float:
+    """Accuracy after ``samples``: a constant rate reaches 0.85 at 12,000 samples (3 epochs of
+    4,000), an annealed schedule at half that; short of it, up to 0.10 lower."""
+    need = 12_000 if cfg.lr_schedule.kind is ScheduleKind.CONSTANT else 6_000
+    return 0.85 - 0.10 * max(0.0, 1.0 - samples / need) + noise(seed, 0.02)
+
+
+def test_a_search_buys_time_to_accuracy_with_a_shorter_annealed_run() -> None:
+    """Throughput is the same for every config; one-cycle reaches the baseline's accuracy in
+    half the epochs. The answer trains half of them, its accuracy confirmed against the
+    baseline's whole run; it is 2x faster to the same accuracy, and the result says how much
+    of that is the shorter run."""
+    from autotune._result.result import SearchResult
+    from autotune._search.ledger import Ledger
+
+    model = Model(throughput=4000.0, overhead=0.5, metric_at=annealed_learns_faster)
+    knobs = {"lr_schedule": ["constant", "one_cycle"], "train_fraction": [1.0, 0.5]}
+    run, clock, lines = search(model, knobs=knobs, timeout=240.0)
+    ledger = Ledger.read(run.bench.study, run.settings)
+    result = SearchResult.from_ledger(
+        ledger, run.settings, study_name="s", storage=None, seconds=240.0, interrupted=False,
+        memory=None, skipped=(),
+    )  # fmt: skip
+    cfg = result.config
+    assert (cfg.train_fraction, cfg.lr_schedule.kind) == (0.5, ScheduleKind.ONE_CYCLE), lines
+    assert result.winner.confirmed is True
+    # Its accuracy runs trained half the baseline's horizon beside the baseline's whole one.
+    horizon = result.guard.accuracy_samples
+    arms = [arm for trial, arm in run.bench.executor.arms if trial.train_fraction == 0.5]
+    assert arms and all(a.train_fraction == 0.5 for a in arms)
+    assert result.speedup == pytest.approx(2.0, rel=0.05)
+    assert result.throughput_ratio == pytest.approx(1.0, rel=0.05)
+    assert "it trains 50% of the planned epochs (5 of 10)" in result.summary()
+    assert "from the shorter run" in result.summary()
+    # The evidence is at the horizon, a share of the user's run, and the result says so.
+    assert (
+        "its 50%-length run was judged at a horizon of 12,000 samples (30% of the planned "
+        "run's 40,000), not on the whole run" in result.summary()
+    )
+    assert result.metrics["trained_samples"] == result.metrics["planned_samples"] // 2
+    assert horizon > 0
+    assert clock.now - run.settings.started <= 240 * 1.05
+
+
+def test_find_best_applies_the_length_end_to_end(fast_kwargs) -> None:
+    """A real search of the tiny model with the length in its space: every trial's config
+    is valid, and the exported JSON carries the length and its epochs."""
+    from autotune.examples import tiny_data, tiny_model
+
+    result = find(
+        tiny_model(),
+        tiny_data(),
+        space={"knobs": {"train_fraction": [1.0, 0.5], "lr_schedule": ["constant", "one_cycle"]}},
+        n_trials=4,
+        **fast_kwargs,
+    )
+    data = result.to_dict()
+    assert data["config"]["train_fraction"] in (1.0, 0.5)
+    assert {t["config"]["train_fraction"] for t in data["trials"]} <= {1.0, 0.5}
