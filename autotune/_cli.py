@@ -451,6 +451,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         accuracy_seeds=args.accuracy_seeds,
         progress=progress,
         time_limit=args.trial_timeout,
+        full=args.full,
+        full_seeds=args.full_seeds,
+        resume=(args.resume or f"{args.path}.full.json") if args.full else None,
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -552,6 +555,7 @@ def _verify_arguments(v: argparse.ArgumentParser) -> None:
     # Each default is verify's own (its signature, its budget, its run limit).
     defaults = inspect.signature(autotune.verify).parameters
     rounds, seeds = defaults["rounds"].default, defaults["accuracy_seeds"].default
+    full_seeds = defaults["full_seeds"].default
     for flag, kind, default, text in (
         ("--rounds", int, rounds, f"alternating rounds ({rounds})"),
         (
@@ -569,8 +573,25 @@ def _verify_arguments(v: argparse.ArgumentParser) -> None:
             f"{START_UP:g} s where each run starts a process; {RUN_LIMIT:g} where it measured "
             "none)",
         ),
+        (
+            "--full-seeds", int, full_seeds,
+            f"with --full: paired seeds of the whole run ({full_seeds})",
+        ),
     ):  # fmt: skip
         v.add_argument(flag, type=kind, default=default, help=text)
+    v.add_argument(
+        "--full",
+        action="store_true",
+        help="also train both for the whole planned run (the winner its share of the epochs) "
+        "over paired seeds: end-to-end time and final metric of each, time to accuracy "
+        "measured",
+    )
+    v.add_argument(
+        "--resume",
+        default=None,
+        help="with --full: the file each finished whole run is kept in, and a stopped "
+        "verification goes on from (default: PATH.full.json)",
+    )
     v.add_argument("--device", default=None, help="measure here instead of the result's device")
     v.add_argument("--json", action="store_true", help="print the comparison as JSON")
     v.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -235,3 +235,59 @@ def test_a_hanging_run_ends_at_its_limit_with_the_config_named(result_file):
     assert f"batch={winner['batch_size']}" in failure
     assert "ran past the 3 s limit of a verify run and was stopped" in failure
     assert not report.faster_here
+
+
+def test_full_trains_both_for_the_whole_run_and_resumes(result_file, tmp_path):
+    """verify --full: both configs train the planned run over paired seeds, end to end; every
+    finished run is kept, and a second call takes them from the file instead of training
+    again. A file of another verification is refused, not mixed in."""
+    planned = json.loads(Path(result_file).read_text())["metrics"]["planned_samples"]
+    state = tmp_path / "full.json"
+    lines: list[str] = []
+    kwargs = dict(rounds=1, budget=FAST_BUDGET, full=True, full_seeds=2, resume=state)
+    report = autotune.verify(result_file, PerStepCost(), tiny_data(), progress=lines.append,
+                             **kwargs)  # fmt: skip
+    full = report.full
+    assert full is not None and len(full.pairs) == 2 and not full.failures
+    # The whole planned run, in whole batches (32 and 128 both divide 2,304).
+    assert planned == 2300 and {r.samples for r in full.runs} == {2304}
+    # Alternating which goes first, seed by seed.
+    order = [line.split()[2].rstrip(",") for line in lines if line.endswith("samples")]
+    assert order == ["baseline", "winner", "winner", "baseline"]
+    # A fixed cost per step: the winner's 4x batch takes a quarter of the steps.
+    assert full.time_ratio is not None and full.time_ratio > 1.5
+    assert "time to accuracy: the winner" in report.summary()
+    assert report.to_dict()["full"]["verdict"] in ("within", "unclear", "beyond")
+    assert len(json.loads(state.read_text())["runs"]) == 4
+
+    again: list[str] = []
+    resumed = autotune.verify(result_file, PerStepCost(), tiny_data(), progress=again.append,
+                              **kwargs)  # fmt: skip
+    assert resumed.full is not None and resumed.full.resumed == 4
+    assert not [line for line in again if line.startswith("whole run")]
+    assert resumed.full.time_ratio == full.time_ratio
+
+    data = json.loads(Path(result_file).read_text())
+    data["config"]["batch_size"] = 64
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="is of another verification"):
+        autotune.verify(str(other), PerStepCost(), tiny_data(), **kwargs)
+
+
+def test_full_trains_a_shorter_winner_for_its_share_of_the_run(result_file, tmp_path):
+    data = json.loads(Path(result_file).read_text())
+    data["config"]["train_fraction"] = 0.5
+    data["config"]["lr_schedule"]["kind"] = "one_cycle"
+    path = tmp_path / "short.json"
+    path.write_text(json.dumps(data))
+    planned = data["metrics"]["planned_samples"]
+    code = main(["verify", str(path), *STEADY, "--rounds", "1", "--timed-samples", "64",
+                 "--full", "--full-seeds", "2", "--json", "--quiet"])  # fmt: skip
+    assert code == 0
+    kept = json.loads((tmp_path / "short.json.full.json").read_text())["runs"]
+    # 2,300 planned samples in batches of 32 (2,304); the winner half of them in 128s (1,152).
+    assert planned == 2300
+    assert sorted((r["arm"], r["samples"]) for r in kept) == [
+        ("baseline", 2304), ("baseline", 2304), ("winner", 1152), ("winner", 1152),
+    ]  # fmt: skip
