@@ -210,10 +210,23 @@ def test_the_false_accept_rate_of_the_answer_holds_under_the_searchs_own_looks()
     import guard_error_rates as ger
 
     sc = next(s for s in ger.SCENARIOS if s.name == "3-candidates")
-    fa, _ = ger.simulate(sc, true_drop=0.01, searches=150, repeats=3, max_seeds=24, seed=1)
-    power, _ = ger.simulate(sc, true_drop=0.0, searches=60, repeats=3, max_seeds=24, seed=2)
+    fa, _, _ = ger.simulate(sc, true_drop=0.01, searches=150, repeats=3, max_seeds=24, seed=1)
+    power, _, _ = ger.simulate(sc, true_drop=0.0, searches=60, repeats=3, max_seeds=24, seed=2)
     assert fa <= 0.05
     assert power >= 0.5
+
+
+def test_a_failure_mode_slips_through_only_where_the_pairs_never_showed_it() -> None:
+    """A candidate whose runs fail to take off 10% of the time: it is accepted at most as
+    often as its check's pairs held no failed run (the floor every rule on those pairs
+    shares), never where a failure was seen."""
+    import guard_error_rates as ger
+
+    sc = next(s for s in ger.SCENARIOS if s.name == "bimodal")
+    drop = sc.fail * (sc.accuracy - ger.CHANCE)
+    fa, _, unseen = ger.simulate(sc, true_drop=drop, searches=80, repeats=3, max_seeds=24, seed=3)
+    assert unseen > 0.3
+    assert fa <= unseen
 
 
 def test_a_metric_that_gets_worse_as_the_model_trains_is_named_as_wrong() -> None:
