@@ -67,6 +67,15 @@ class SearchSpace:
     notes: tuple[str, ...] = ()
     global_batch_size: int | None = None
 
+    @property
+    def searches_length(self) -> bool:
+        """Whether configs may train a share of the planned epochs (``train_fraction`` < 1
+        among its values)."""
+        knob = self.knobs.get("train_fraction")
+        if isinstance(knob, Choice):
+            return any(float(v) < 1.0 for v in knob.values)  # type: ignore[arg-type]
+        return knob is not None and knob.low < 1.0
+
     def restrict(self, facts: Facts) -> SearchSpace:
         """Drop knobs and values that cannot matter (or cannot run) on this device and model,
         by each knob's device rule."""

@@ -95,15 +95,30 @@ def annealed_learns_faster(cfg: TrainingConfig, seed: int, samples: int) -> floa
     return 0.85 - 0.10 * max(0.0, 1.0 - samples / need) + noise(seed, 0.02)
 
 
-def test_a_search_buys_time_to_accuracy_with_a_shorter_annealed_run() -> None:
+@pytest.mark.parametrize(
+    ("throughput", "evidence"),
+    [
+        # 25% of 240 s at 4,000 samples/s holds three whole runs of 40,000 samples.
+        (4000.0, "its 50%-length run was judged on the whole planned run (40,000 samples"),
+        # At 1,000 samples/s it does not: three epochs, and the result says how short.
+        (
+            1000.0,
+            "its 50%-length run was judged at a horizon of 12,000 samples (30% of the planned "
+            "run's 40,000), not on the whole run",
+        ),
+    ],
+)
+def test_a_search_buys_time_to_accuracy_with_a_shorter_annealed_run(
+    throughput: float, evidence: str
+) -> None:
     """Throughput is the same for every config; one-cycle reaches the baseline's accuracy in
     half the epochs. The answer trains half of them, its accuracy confirmed against the
-    baseline's whole run; it is 2x faster to the same accuracy, and the result says how much
-    of that is the shorter run."""
+    baseline's run; it is 2x faster to the same accuracy, and the result says how much of
+    that is the shorter run, and where its accuracy was judged."""
     from autotune._result.result import SearchResult
     from autotune._search.ledger import Ledger
 
-    model = Model(throughput=4000.0, overhead=0.5, metric_at=annealed_learns_faster)
+    model = Model(throughput=throughput, overhead=0.5, metric_at=annealed_learns_faster)
     knobs = {"lr_schedule": ["constant", "one_cycle"], "train_fraction": [1.0, 0.5]}
     run, clock, lines = search(model, knobs=knobs, timeout=240.0)
     ledger = Ledger.read(run.bench.study, run.settings)
@@ -114,21 +129,16 @@ def test_a_search_buys_time_to_accuracy_with_a_shorter_annealed_run() -> None:
     cfg = result.config
     assert (cfg.train_fraction, cfg.lr_schedule.kind) == (0.5, ScheduleKind.ONE_CYCLE), lines
     assert result.winner.confirmed is True
-    # Its accuracy runs trained half the baseline's horizon beside the baseline's whole one.
-    horizon = result.guard.accuracy_samples
+    # Its accuracy runs trained its half of the horizon beside the baseline's whole one.
     arms = [arm for trial, arm in run.bench.executor.arms if trial.train_fraction == 0.5]
     assert arms and all(a.train_fraction == 0.5 for a in arms)
     assert result.speedup == pytest.approx(2.0, rel=0.05)
     assert result.throughput_ratio == pytest.approx(1.0, rel=0.05)
-    assert "it trains 50% of the planned epochs (5 of 10)" in result.summary()
-    assert "from the shorter run" in result.summary()
-    # The evidence is at the horizon, a share of the user's run, and the result says so.
-    assert (
-        "its 50%-length run was judged at a horizon of 12,000 samples (30% of the planned "
-        "run's 40,000), not on the whole run" in result.summary()
-    )
+    summary = result.summary()
+    assert "it trains 50% of the planned epochs (5 of 10)" in summary
+    assert "1.00x from throughput, 2.00x from the shorter run" in summary
+    assert evidence in summary, summary
     assert result.metrics["trained_samples"] == result.metrics["planned_samples"] // 2
-    assert horizon > 0
     assert clock.now - run.settings.started <= 240 * 1.05
 
 
@@ -147,3 +157,22 @@ def test_find_best_applies_the_length_end_to_end(fast_kwargs) -> None:
     data = result.to_dict()
     assert data["config"]["train_fraction"] in (1.0, 0.5)
     assert {t["config"]["train_fraction"] for t in data["trials"]} <= {1.0, 0.5}
+
+
+def test_the_horizon_is_the_whole_run_where_the_length_is_searched_and_it_fits() -> None:
+    """A shorter run is judged against the recipe it would replace: where the space searches
+    the length and the planned run fits in the accuracy share, the baseline's runs are the
+    whole planned run; where it does not fit, the usual three epochs; with the length fixed,
+    three epochs however much time there is."""
+    from autotune._search.guard import plan_accuracy_budget
+
+    common = dict(n_train=1000, batch_size=32, throughput=1000.0, repeats=3, planned_epochs=10)
+    # 25% of 600 s at 1,000 samples/s for 3 seeds: 50,000 samples; the whole run is 10,000.
+    whole = plan_accuracy_budget(seconds=600.0, whole_run=True, **common)
+    assert whole.samples == 10_000 and "the whole planned run (10 epochs" in (whole.note or "")
+    # 25% of 60 s: 5,000 samples, less than the whole run: three epochs.
+    assert plan_accuracy_budget(seconds=60.0, whole_run=True, **common).samples == 3_000
+    assert plan_accuracy_budget(seconds=600.0, **common).samples == 3_000
+    assert plan_accuracy_budget(seconds=None, whole_run=True, **common).samples == 10_000
+    assert load_space("default").searches_length and not load_space("throughput").searches_length
+    assert not load_space({"knobs": {"train_fraction": [1.0]}}).searches_length

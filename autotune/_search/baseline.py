@@ -296,6 +296,7 @@ def accuracy_plan_seconds(bench: Bench, baseline: Baseline) -> tuple[int, float,
         repeats=s.accuracy_repeats,
         seconds=s.timeout,
         planned_epochs=s.planned_epochs,
+        whole_run=s.space.searches_length,
     )
     samples, note = plan.samples, plan.note
     if s.accuracy_samples is not None:

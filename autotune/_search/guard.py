@@ -767,17 +767,31 @@ def plan_accuracy_budget(
     repeats: int,
     seconds: float | None,
     planned_epochs: float = TARGET_EPOCHS,
+    whole_run: bool = False,
 ) -> AccuracyPlan:
     """The baseline's accuracy budget: three epochs (at least 64 steps, at most the planned
     run) when time allows; with a time budget, what fits in ``ACCURACY_SHARE`` of ``seconds``
     (the search's whole budget) for ``repeats`` runs, never fewer than ``MIN_STEPS`` steps.
     Less than an epoch is said up front: the check is weaker, and which timeout would hold an
-    epoch."""
+    epoch. ``whole_run`` (the space searches the training length): the whole planned run
+    where it fits in that share (or with no time budget), so that a shorter run is judged
+    against the recipe it would replace, not against a horizon where both may still be
+    climbing."""
     target = max(TARGET_EPOCHS * n_train, 64 * batch_size)
-    target = min(target, max(n_train, math.ceil(planned_epochs * n_train)))
+    whole = max(n_train, math.ceil(planned_epochs * n_train))
+    target = min(target, whole)
+    share = int(ACCURACY_SHARE * seconds * throughput / repeats) if seconds is not None else 0
+    if whole_run and whole > target and (seconds is None or share >= whole):
+        return AccuracyPlan(
+            samples=whole,
+            note=(
+                f"the accuracy runs train the whole planned run ({planned_epochs:g} epochs, "
+                f"{whole} samples): the space searches the training length, and a shorter run "
+                "is judged against the whole one"
+            ),
+        )
     if seconds is None:
         return AccuracyPlan(samples=target)
-    share = int(ACCURACY_SHARE * seconds * throughput / repeats)
     samples = max(MIN_STEPS * batch_size, min(target, share))
     note = None
     if samples < n_train:
