@@ -32,21 +32,11 @@ import autotune
 from autotune._device import environment
 
 sys.path.insert(0, str(Path(__file__).parent))
+from one_figure import _load
+
 from speedup import code_version, write_section
 
 NAMES = ("cnn", "digits", "resnet")
-
-
-def _load(name: str) -> tuple[Any, Any, Any, dict[str, Any]]:
-    if name == "cnn":
-        from autotune.examples import cnn_data, cnn_model
-
-        train, val = cnn_data()
-        return cnn_model(), train, val, {}
-    from realworld import WORKLOADS, load
-
-    model, train, val = load(name)
-    return model, train, val, WORKLOADS[name]["hooks"]
 
 
 def run(name: str, timeout: float, seeds: int) -> dict[str, Any]:
