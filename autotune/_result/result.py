@@ -102,6 +102,7 @@ class SearchResult:
             "n_trials": settings.n_trials,
             "timeout": settings.timeout,
             "planned_epochs": settings.planned_epochs,
+            "accuracy_repeats": settings.accuracy_repeats,
             "isolation": "process" if settings.isolated else "in-process",
             # The user's limit per run; without one, 5x what a run is expected to take.
             "trial_limit": settings.trial_timeout,

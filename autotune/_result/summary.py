@@ -8,7 +8,7 @@ from typing import Any
 from autotune._config import TrainingConfig
 from autotune._errors import ConfigError
 from autotune._search.figures import format_speedup
-from autotune._search.guard import percent, unseen_note
+from autotune._search.guard import ACCURACY_SHARE, percent, unseen_note
 
 __all__ = ["render_summary", "summary_parts"]
 
@@ -145,6 +145,25 @@ def _horizon(data: dict[str, Any], fast: dict[str, Any]) -> str | None:
     )
 
 
+def _whole_run_timeout(data: dict[str, Any], answer: dict[str, Any]) -> float | None:
+    """Where ``answer`` trains a share of the epochs and was judged at a horizon short of the
+    planned run: the timeout whose accuracy share holds the baseline's runs of the whole run
+    (at its measured throughput), where the guard judges a shorter run against the whole one;
+    None otherwise."""
+    trials = {t.get("number"): t for t in data.get("trials") or []}
+    config = (trials.get(answer.get("trial")) or {}).get("config") or {}
+    guard = data.get("accuracy_guard") or {}
+    planned = data["metrics"].get("planned_samples")
+    throughput = data["baseline"]["metrics"].get("throughput")
+    horizon = guard.get("accuracy_samples")
+    if float(config.get("train_fraction", 1.0)) == 1.0 or not planned or not throughput:
+        return None
+    if not horizon or horizon >= planned:
+        return None
+    repeats = int((data.get("search") or {}).get("accuracy_repeats") or 3)
+    return float(repeats * planned / throughput / ACCURACY_SHARE)
+
+
 def _length(data: dict[str, Any]) -> str:
     """Where the winner trains a share of the planned epochs: how many, and how much of the
     speedup is its throughput and how much its length."""
@@ -191,6 +210,12 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
     if pending is not None:
         c = pending.get("confirmation") or {}
         why = c.get("settle") or "its check could not be made in the time left"
+        whole = _whole_run_timeout(data, pending)
+        if whole is not None:
+            why += (
+                f"; a timeout of ~{whole:.0f} s would make the accuracy runs the whole planned "
+                "run, where a shorter run is judged against the whole one"
+            )
         bound = ""
         if c.get("bound") is not None:
             bound = (
