@@ -122,16 +122,27 @@ def _headline(data: dict[str, Any]) -> str:
     )
 
 
+def _judged(data: dict[str, Any], answer: dict[str, Any]) -> tuple[float, int, int] | None:
+    """(its share of the epochs, the guard's horizon, the planned run's samples) where
+    ``answer`` trains a share of the planned epochs; None where it trains them all, or the
+    result does not say."""
+    trials = {t.get("number"): t for t in data.get("trials") or []}
+    config = (trials.get(answer.get("trial")) or {}).get("config") or {}
+    fraction = float(config.get("train_fraction", 1.0))
+    horizon = (data.get("accuracy_guard") or {}).get("accuracy_samples")
+    planned = data["metrics"].get("planned_samples")
+    if fraction == 1.0 or not horizon or not planned:
+        return None
+    return fraction, int(horizon), int(planned)
+
+
 def _horizon(data: dict[str, Any], fast: dict[str, Any]) -> str | None:
     """Where the fast answer trains a share of the epochs: whether its accuracy was judged on
     the whole planned run, or at a horizon short of it (and how short)."""
-    trials = {t.get("number"): t for t in data.get("trials") or []}
-    config = (trials.get(fast.get("trial")) or {}).get("config") or {}
-    fraction = float(config.get("train_fraction", 1.0))
-    guard = data.get("accuracy_guard") or {}
-    horizon, planned = guard.get("accuracy_samples"), data["metrics"].get("planned_samples")
-    if fraction == 1.0 or not horizon or not planned:
+    judged = _judged(data, fast)
+    if judged is None:
         return None
+    fraction, horizon, planned = judged
     if horizon >= planned:
         return (
             f"  its {fraction:.0%}-length run was judged on the whole planned run "
@@ -150,18 +161,12 @@ def _whole_run_timeout(data: dict[str, Any], answer: dict[str, Any]) -> float | 
     planned run: the timeout whose accuracy share holds the baseline's runs of the whole run
     (at its measured throughput), where the guard judges a shorter run against the whole one;
     None otherwise."""
-    trials = {t.get("number"): t for t in data.get("trials") or []}
-    config = (trials.get(answer.get("trial")) or {}).get("config") or {}
-    guard = data.get("accuracy_guard") or {}
-    planned = data["metrics"].get("planned_samples")
+    judged = _judged(data, answer)
     throughput = data["baseline"]["metrics"].get("throughput")
-    horizon = guard.get("accuracy_samples")
-    if float(config.get("train_fraction", 1.0)) == 1.0 or not planned or not throughput:
-        return None
-    if not horizon or horizon >= planned:
+    if judged is None or judged[1] >= judged[2] or not throughput:
         return None
     repeats = int((data.get("search") or {}).get("accuracy_repeats") or 3)
-    return float(repeats * planned / throughput / ACCURACY_SHARE)
+    return float(repeats * judged[2] / throughput / ACCURACY_SHARE)
 
 
 def _length(data: dict[str, Any]) -> str:
