@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 from autotune._device import resolve_device
 from autotune._options import TOLERANCE, SearchOptions, as_options
 from autotune._result.result import SearchResult
-from autotune._run import baseline_config, check_limits, keeps_callers_rng, search
+from autotune._run import baseline_config, check_limits, check_ranks, keeps_callers_rng, search
 from autotune._space import SearchSpace
 from autotune._task import MetricFn, Task, as_task, check_model
 from autotune._trial.data import DataModuleLike
@@ -71,7 +71,8 @@ def find_best(
     options = as_options(options)
     check_limits(tolerance, timeout)
     device_str = resolve_device(device)
-    baseline = baseline_config(options.baseline, device_str)
+    baseline = baseline_config(options.baseline, device_str).replace(ranks=options.ranks)
+    check_ranks(options.ranks, device_str)
 
     def prepare() -> SearchStart:
         prepared = prepare_workload(

@@ -134,6 +134,8 @@ def _default_study(args: argparse.Namespace) -> str:
         parts += [*map(str, given), args.metric, str(args.higher_is_better)]
     if args.optimizer:
         parts.append(f"optimizer={args.optimizer}")
+    if args.ranks > 1:
+        parts.append(f"ranks={args.ranks}")  # per-rank batches: another study
     # So do the planned run's length and a kept global batch (where not the defaults): a study
     # ranks and judges its trials under them, and refuses to resume under others.
     epochs = args.planned_epochs or PLANNED_EPOCHS

@@ -68,7 +68,9 @@ class TrainingConfig:
 
     ``batch_size`` is the micro-batch: what one forward/backward pass sees (and what the
     DataLoader yields). With ``gradient_accumulation_steps`` = k the optimizer steps once every
-    k micro-batches, so the global batch (:attr:`global_batch_size`) is ``batch_size * k``.
+    k micro-batches, so the global batch (:attr:`global_batch_size`) is ``batch_size * k``;
+    with ``ranks`` = n data-parallel processes, each training its micro-batch, it is
+    ``batch_size * k * n``.
     """
 
     device: str = "cpu"
@@ -89,6 +91,15 @@ class TrainingConfig:
     lr_schedule: LRSchedule = dataclasses.field(default_factory=LRSchedule)
     # The share of the planned epochs this config trains (its schedule compressed to them).
     train_fraction: float = 1.0
+    # Data-parallel processes (DDP ranks) that train together, each on its own share of the
+    # data: fixed by the search (``SearchOptions(ranks=)``), not searched. ``batch_size`` is
+    # per rank; the DDP knobs below matter only where ``ranks`` > 1 (DDP's defaults).
+    ranks: int = 1
+    ddp_bucket_cap_mb: int | None = None  # None: DDP's default (25 MB)
+    ddp_gradient_as_bucket_view: bool = False
+    ddp_static_graph: bool = False
+    ddp_broadcast_buffers: bool = True
+    ddp_no_sync: bool = False  # skip the all-reduce on accumulation's inner micro-batches
 
     def __post_init__(self) -> None:
         check_type("device", self.device, (str,), "a device string such as 'cpu' or 'cuda:0'")
@@ -96,6 +107,9 @@ class TrainingConfig:
             if knob.field is not None:
                 self._check_knob(knob)
         object.__setattr__(self, "train_fraction", float(self.train_fraction))
+        check_type("ranks", self.ranks, (int,), "an int >= 1")
+        if self.ranks < 1:
+            raise ConfigError(f"`ranks` must be >= 1, but got {self.ranks!r}.")
         if isinstance(self.lr_schedule, Mapping):
             object.__setattr__(self, "lr_schedule", LRSchedule.from_dict(self.lr_schedule))
         if not isinstance(self.lr_schedule, LRSchedule):
@@ -165,7 +179,13 @@ class TrainingConfig:
 
     @property
     def global_batch_size(self) -> int:
-        """Samples per optimizer step: the micro-batch times the accumulation steps."""
+        """Samples per optimizer step: the micro-batch times the accumulation steps times the
+        data-parallel ranks."""
+        return self.batch_size * self.gradient_accumulation_steps * self.ranks
+
+    @property
+    def rank_batch_size(self) -> int:
+        """Samples per optimizer step on one rank: the micro-batch times the accumulation."""
         return self.batch_size * self.gradient_accumulation_steps
 
     def epochs(self, planned: float) -> float:
@@ -218,6 +238,9 @@ class TrainingConfig:
             parts.append(f"{self.optimizer_impl.value} optimizer")
         if self.train_fraction != 1.0:
             parts.append(f"{self.train_fraction:.0%} of the epochs")
+        if self.ranks > 1:
+            parts.append(f"{self.ranks} ranks (global batch {self.global_batch_size})")
+            parts.extend(apply.ddp_words(self))
         return " ".join(parts)
 
     # -- Applying the config to a user's own training loop ------------------------------------
@@ -232,7 +255,10 @@ class TrainingConfig:
         generator: torch.Generator | None = None,
         batch_size: int | None = None,
     ) -> DataLoader[Any]:
-        """A DataLoader over ``dataset`` with the tuned batch size, workers and pinning."""
+        """A DataLoader over ``dataset`` with the tuned batch size, workers and pinning; where a
+        process group of ``ranks`` > 1 is initialized, each rank loads its own share through a
+        ``DistributedSampler`` (seeded from ``generator``; call ``loader.sampler.set_epoch``
+        each epoch, as with any DistributedSampler)."""
         return apply.make_dataloader(
             self,
             dataset,
@@ -244,11 +270,21 @@ class TrainingConfig:
         )
 
     def prepare(self, model: nn.Module, *, inplace: bool = False) -> nn.Module:
-        """The model on the config's device, in its memory format, checkpointed and compiled.
+        """The model on the config's device, in its memory format, checkpointed, wrapped in
+        ``DistributedDataParallel`` (with the DDP knobs, where a process group of ``ranks`` > 1
+        is initialized, as under ``torchrun``) and compiled.
 
         The caller's model is copied first unless ``inplace=True``.
         """
         return apply.prepare_model(self, model, inplace=inplace)
+
+    def wrap_ddp(self, model: nn.Module, *, device_ids: list[int] | None = None) -> nn.Module:
+        """``model`` in ``DistributedDataParallel`` with the tuned DDP knobs (bucket size,
+        ``gradient_as_bucket_view``, ``static_graph``, ``broadcast_buffers``), for a process
+        group that is initialized (``torchrun`` and ``torch.distributed.init_process_group``).
+        :meth:`prepare` does this itself, before compiling, where a process group of
+        ``ranks`` > 1 is up; ``device_ids`` defaults to the config's CUDA device."""
+        return apply.wrap_ddp(self, model, device_ids=device_ids)
 
     def autocast(self) -> AbstractContextManager[Any]:
         """The autocast context for the config's precision (disabled for fp32/tf32)."""
@@ -308,6 +344,12 @@ class TrainingConfig:
         (``model.to(memory_format=torch.channels_last)``), the CUDA device index (run with
         ``CUDA_VISIBLE_DEVICES``), and the optimizer the search tuned the LR for (AdamW, unless
         ``find_best(optimizer=...)`` said otherwise: set ``optim``/``weight_decay`` to match).
+
+        A config of several data-parallel ``ranks``: ``per_device_train_batch_size`` is per rank
+        (launch with ``torchrun --nproc-per-node ranks``), and ``ddp_bucket_cap_mb``,
+        ``ddp_static_graph`` and ``ddp_broadcast_buffers`` are set; ``gradient_as_bucket_view``
+        is not a TrainingArguments field (wrap the model yourself, or leave it), and the
+        Trainer skips the all-reduce on accumulation's inner steps by itself.
 
         ``planned_epochs`` (the ``num_train_epochs`` you train now) sets ``num_train_epochs``:
         this config's share of them (:meth:`epochs`); a config that trains a share needs it.

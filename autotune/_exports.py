@@ -156,6 +156,31 @@ def hf_length(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, A
     return {}
 
 
+def hf_ddp_bucket(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    if cfg.ranks == 1 or cfg.ddp_bucket_cap_mb is None:
+        return {}
+    return {"ddp_bucket_cap_mb": cfg.ddp_bucket_cap_mb}
+
+
+def hf_ddp_buffers(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    if cfg.ranks == 1:
+        return {}
+    return {"ddp_broadcast_buffers": cfg.ddp_broadcast_buffers}
+
+
+def hf_ddp_accelerate_only(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    """``static_graph`` is ``ddp_static_graph`` where TrainingArguments takes it;
+    ``gradient_as_bucket_view`` is not a TrainingArguments field (see ``to_transformers``)."""
+    if cfg.ranks == 1 or not cfg.ddp_static_graph or not _takes(names, "ddp_static_graph"):
+        return {}
+    return {"ddp_static_graph": True}
+
+
+def hf_ddp_no_sync(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    """Hugging Face's Trainer skips the all-reduce on accumulation's inner steps itself."""
+    return {}
+
+
 def hf_none(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
     """Not a TrainingArguments field: ``with cfg.backends(): trainer.train()`` or the model."""
     return {}
@@ -304,6 +329,45 @@ def pl_length(cfg: TrainingConfig) -> LightningPart:
             "the LR schedule over those steps (estimated_stepping_batches).",
         )
     )
+
+
+def ddp_kwargs(cfg: TrainingConfig) -> dict[str, Any]:
+    """The ``DistributedDataParallel`` arguments the DDP knobs set that differ from DDP's
+    defaults (what ``cfg.wrap_ddp`` passes, and Lightning's ``DDPStrategy`` forwards)."""
+    out: dict[str, Any] = {}
+    if cfg.ddp_bucket_cap_mb is not None:
+        out["bucket_cap_mb"] = cfg.ddp_bucket_cap_mb
+    if cfg.ddp_gradient_as_bucket_view:
+        out["gradient_as_bucket_view"] = True
+    if cfg.ddp_static_graph:
+        out["static_graph"] = True
+    if not cfg.ddp_broadcast_buffers:
+        out["broadcast_buffers"] = False
+    return out
+
+
+def pl_ddp(cfg: TrainingConfig) -> LightningPart:
+    """Every DDP knob at once (the strategy carries them all): ``strategy="ddp"`` on
+    ``ranks`` devices, or a ``DDPStrategy`` with the tuned arguments."""
+    if cfg.ranks == 1:
+        return LightningPart()
+    kwargs = ddp_kwargs(cfg)
+    trainer: dict[str, Any] = {"devices": cfg.ranks, "num_nodes": 1}
+    if not kwargs:
+        return LightningPart(trainer={**trainer, "strategy": "ddp"})
+    args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    return LightningPart(
+        trainer={**trainer, "strategy": "ddp"},
+        notes=(
+            f"DDP: pass strategy=lightning.pytorch.strategies.DDPStrategy({args}) in place of "
+            "strategy='ddp' (it forwards them to DistributedDataParallel).",
+        ),
+    )
+
+
+def pl_ddp_no_sync(cfg: TrainingConfig) -> LightningPart:
+    """Lightning skips the all-reduce on accumulation's inner steps itself."""
+    return LightningPart()
 
 
 def pl_none(cfg: TrainingConfig) -> LightningPart:

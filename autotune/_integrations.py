@@ -104,7 +104,7 @@ def lightning_settings(
     trainer: dict[str, Any] = {
         "accelerator": kind,
         "devices": [int(cfg.device.partition(":")[2] or 0)] if kind == "cuda" else 1,
-    }
+    }  # with ranks > 1, the DDP knob's part sets the devices and the strategy
     length: list[str] = []
     if planned_epochs is not None:
         epochs = cfg.epochs(planned_epochs)

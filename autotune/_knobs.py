@@ -75,6 +75,8 @@ class Facts:
     adaptive_optimizer: bool = False
     # autotune's own loop trains the trials (a trainer's loop keeps the user's length).
     length_searchable: bool = True
+    ranks: int = 1  # data-parallel processes per trial (DDP where > 1)
+    has_buffers: bool = True  # the model has buffers (batch-norm statistics) DDP broadcasts
 
 
 # (values kept, or None when the knob cannot matter at all; why, for the space's notes)
@@ -178,17 +180,41 @@ def _compile_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
 def _threads_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
     if facts.device.type != "cpu":
         return None, "CPU threads barely matter when an accelerator computes"
-    cores, now = facts.device.cpu_count, facts.current_threads
+    cores, why = _cores_per_rank(facts)
+    now = facts.current_threads if facts.ranks == 1 else cores  # what each rank starts with
     kept = tuple(v for v in values if v is None or (v <= cores and v != now))
-    return kept, f"{cores} CPU cores; torch already uses {now} threads"
+    return kept, f"{why}; torch already uses {now} threads"
+
+
+def _ddp_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
+    if facts.ranks == 1:
+        return None, "a trial is one process (DDP knobs need SearchOptions(ranks=) > 1)"
+    return values, ""
+
+
+def _buffers_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
+    if facts.ranks == 1:
+        return None, "a trial is one process (DDP knobs need SearchOptions(ranks=) > 1)"
+    if not facts.has_buffers:
+        return None, "the model has no buffers to broadcast"
+    return values, ""
+
+
+def _cores_per_rank(facts: Facts) -> tuple[int, str]:
+    """The CPU cores one rank may use (all of them with one process), and how that reads."""
+    cores = facts.device.cpu_count
+    if facts.ranks == 1:
+        return cores, f"{cores} CPU cores"
+    share = max(1, cores // facts.ranks)
+    return share, f"{cores} CPU cores shared by {facts.ranks} ranks: {share} each"
 
 
 def _workers_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
     if facts.data_on_device:
         # CUDA tensors cannot be made in (or sent from) forked DataLoader workers.
         return tuple(v for v in values if v == 0), "the dataset's items are already on the GPU"
-    cores = facts.device.cpu_count
-    return tuple(v for v in values if v <= cores), f"{cores} CPU cores"
+    cores, why = _cores_per_rank(facts)
+    return tuple(v for v in values if v <= cores), why
 
 
 def _pin_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
@@ -391,6 +417,66 @@ KNOBS: tuple[Knob, ...] = (
         restrict=_threads_rule,
         lightning=ex.pl_threads,
     ),
+    # DDP's own knobs (trials of ranks > 1; DDP's defaults otherwise). None changes the
+    # numerics: buckets, views and the static graph change how the same all-reduced gradients
+    # are gathered; no_sync all-reduces the accumulated sum once instead of each micro-batch's
+    # part; the buffers rank 0 keeps (and evaluates, and a user saves) are its own either way.
+    Knob(
+        name="ddp_bucket_cap_mb",
+        kind=ValueKind.INT,
+        numerics=False,
+        field="ddp_bucket_cap_mb",
+        rule=">= 1 (MB) or null (DDP's default, 25)",
+        check=lambda v: v >= 1,
+        nullable=True,
+        simplicity=12,
+        cost=lambda v, base: float(v is not None),
+        restrict=_ddp_rule,
+        transformers=ex.hf_ddp_bucket,
+        lightning=ex.pl_ddp,
+    ),
+    Knob(
+        name="ddp_gradient_as_bucket_view",
+        kind=ValueKind.BOOL,
+        numerics=False,
+        field="ddp_gradient_as_bucket_view",
+        rule="true or false",
+        simplicity=13,
+        restrict=_ddp_rule,
+        transformers=ex.hf_ddp_accelerate_only,
+    ),
+    Knob(
+        name="ddp_static_graph",
+        kind=ValueKind.BOOL,
+        numerics=False,
+        field="ddp_static_graph",
+        rule="true or false",
+        simplicity=14,
+        restrict=_ddp_rule,
+        transformers=ex.hf_ddp_accelerate_only,
+    ),
+    Knob(
+        name="ddp_broadcast_buffers",
+        kind=ValueKind.BOOL,
+        numerics=False,
+        field="ddp_broadcast_buffers",
+        rule="true or false",
+        simplicity=15,
+        cost=lambda v, base: float(v != base),
+        restrict=_buffers_rule,
+        transformers=ex.hf_ddp_buffers,
+    ),
+    Knob(
+        name="ddp_no_sync",
+        kind=ValueKind.BOOL,
+        numerics=False,
+        field="ddp_no_sync",
+        rule="true or false",
+        simplicity=16,
+        restrict=_ddp_rule,
+        transformers=ex.hf_ddp_no_sync,
+        lightning=ex.pl_ddp_no_sync,
+    ),
     Knob(
         name="lr_schedule",
         kind=ValueKind.ENUM,
@@ -550,9 +636,12 @@ def config_from(params: Mapping[str, Any], baseline: TrainingConfig) -> Training
         changes.setdefault("persistent_workers", True)
     if CompileMode(changes.get("compile_mode", baseline.compile_mode)) is CompileMode.NONE:
         changes["compile_dynamic"] = False
-    # The LR is scaled with the global batch (samples per optimizer step), not the micro-batch.
-    global_batch = int(changes.get("batch_size", baseline.batch_size)) * int(
-        changes.get("gradient_accumulation_steps", baseline.gradient_accumulation_steps)
+    # The LR is scaled with the global batch (samples per optimizer step, over every rank),
+    # not the micro-batch.
+    global_batch = (
+        int(changes.get("batch_size", baseline.batch_size))
+        * int(changes.get("gradient_accumulation_steps", baseline.gradient_accumulation_steps))
+        * baseline.ranks
     )
     reference = baseline.global_batch_size
     base = baseline.lr_schedule

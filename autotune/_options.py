@@ -74,6 +74,12 @@ class SearchOptions:
       first guess, no late variants, no pruning): for exhaustive grids and comparisons.
     - ``keep_global_batch=True``: candidates keep the baseline's global batch (batch size x
       accumulation steps), split differently, so need no accuracy runs (except with batch norm).
+    - ``ranks``: data-parallel processes per trial (the CLI's ``--nproc-per-node``). With more
+      than one, every trial, the baseline's too, is a DistributedDataParallel job of that many
+      ranks started by ``torchrun`` (gloo on the CPU, NCCL on GPUs: rank i on GPU i), each
+      loading its share of the data; the batch size is per rank, the global batch (what the
+      guard and the LR scaling see) is ``batch x accumulation x ranks``; the throughput is all
+      ranks' samples per second and the memory the largest rank's; DDP's knobs are searched.
     """
 
     n_trials: int | None = _cli(None, "--trials", "candidate trials in the study", type=int)
@@ -127,7 +133,20 @@ class SearchOptions:
         action="store_true",
     )
 
+    ranks: int = _cli(
+        1,
+        "--nproc-per-node",
+        "data-parallel processes per trial (DDP, started as torchrun starts them)",
+        type=int,
+    )
+
     def __post_init__(self) -> None:
+        check_int("ranks", self.ranks, rule=">= 1", ok=lambda v: v >= 1)
+        if self.ranks > 1 and self.isolation == "none":
+            raise ArgumentError(
+                f"ranks={self.ranks} runs each trial as {self.ranks} processes: "
+                "isolation='none' cannot. Leave isolation at 'auto'."
+            )
         check_int("n_trials", self.n_trials, rule=">= 1", ok=lambda v: v >= 1, optional=True)
         check_number(
             "planned_epochs", self.planned_epochs, rule="> 0", ok=lambda v: v > 0, optional=True

@@ -36,7 +36,8 @@ from autotune._search.storage import open_study, redact
 from autotune._space import Choice, SearchSpace, load_space
 from autotune._task import TaskRefs
 from autotune._trial import apply
-from autotune._trial.isolation import make_executor, worker_env
+from autotune._trial.executors import make_executor
+from autotune._trial.isolation import worker_env
 from autotune._trial.runner import Budget, preserved_rng
 from autotune._trial.task import on_accelerator
 from autotune._trial.workload import Prepared, SearchStart, Workload
@@ -44,6 +45,7 @@ from autotune._trial.workload import Prepared, SearchStart, Workload
 __all__ = [
     "baseline_config",
     "check_limits",
+    "check_ranks",
     "has_batch_norm",
     "keeps_callers_rng",
     "restrict_space",
@@ -127,7 +129,14 @@ def run_search(
     study = open_study(options.storage, options.study_name, options.seed, options.sampler)
     refs = prepared.refs  # the metric chosen, never "auto"
     _check_launcher(options, refs, study, prepared)
-    executor, fallback = make_executor(workload, options.isolation, env=worker_env())
+    _check_ranks_path(options, prepared)
+    executor, fallback = make_executor(
+        workload,
+        options.isolation,
+        env=worker_env(),
+        ranks=baseline.ranks,
+        device=baseline.device,
+    )
     if fallback:
         report(fallback)
     env = environment(baseline.device)
@@ -186,6 +195,37 @@ def run_search(
         memory=search.memory,
         skipped=coverage.read_skipped(study),
     )
+
+
+def check_ranks(ranks: int, device: str) -> None:
+    """Data-parallel trials need a launcher's worth of devices: one GPU per rank on CUDA."""
+    if ranks == 1 or torch.device(device).type != "cuda":
+        return
+    count = torch.cuda.device_count()
+    if ranks > count:
+        raise ArgumentError(
+            f"ranks={ranks} puts one rank on each GPU, but {count} are visible "
+            "(CUDA_VISIBLE_DEVICES): give at most that many ranks."
+        )
+
+
+def _check_ranks_path(options: SearchOptions, prepared: Prepared) -> None:
+    """Data-parallel trials train in autotune's own loop, searched from one process."""
+    if options.ranks == 1:
+        return
+    kind = prepared.workload.trainer_kind
+    if kind is not None:
+        raise ArgumentError(
+            f"ranks={options.ranks}: a {kind} trainer's trials run its own loop in one "
+            "process, so autotune cannot make them data-parallel; set its own strategy "
+            "(devices / DDP) and tune it with ranks=1, or search the model with find_best."
+        )
+    if options.launcher is not None:
+        raise ArgumentError(
+            f"ranks={options.ranks} with workers (a launcher, --workers): each trial already "
+            "uses several processes; run one search per host instead (see the README's "
+            "'several hosts' section)."
+        )
 
 
 def _check_launcher(
@@ -268,6 +308,8 @@ def restrict_space(
         data_on_device=on_accelerator(workload.train[0]),
         adaptive_optimizer=workload.loop is None and apply.adapts_steps(workload.optimizer),
         length_searchable=workload.loop is None,
+        ranks=baseline.ranks,
+        has_buffers=any(True for _ in model.buffers()),
     )
     restricted = _restrict_workers(space.restrict(facts), workload)
     if workload.loop is not None:

@@ -214,6 +214,7 @@ def train(
         trainer = Trainer(cfg, workload, epochs * cfg.optimizer_steps(steps_per_epoch) * k)
         stats: list[EpochStats] = []
         for epoch in range(1, epochs + 1):
+            apply.set_epoch(loader, epoch)  # under torchrun: each epoch shuffled anew
             stats.append(_run_epoch(trainer, iter(loader), epoch, cfg))
             report(
                 f"epoch {epoch}/{epochs}: loss {stats[-1].loss:.4f}, "

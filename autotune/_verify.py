@@ -37,8 +37,9 @@ from autotune._result.result import SearchResult
 from autotune._search.figures import speedup
 from autotune._task import Task, as_task, check_model
 from autotune._trial.data import DataModuleLike
+from autotune._trial.executors import make_executor
 from autotune._trial.failures import FailureReason
-from autotune._trial.isolation import InProcessExecutor, TrialExecutor, make_executor, worker_env
+from autotune._trial.isolation import InProcessExecutor, TrialExecutor, worker_env
 from autotune._trial.measure import Measurement
 from autotune._trial.metrics import AUTO, BUILTIN_METRICS
 from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome, run_samples
@@ -365,7 +366,7 @@ def verify(
         workload = _own_workload(data, model, dataset, val_dataset, task, baseline, report)
     pair = {"baseline": baseline, "winner": winner}
     measure_budget = budget or DEFAULT_BUDGET
-    inner = _executor(workload, here, report)
+    inner = _executor(workload, here, report, ranks=baseline.ranks)
     explicit: tuple[float, str] | None = None
     if time_limit is not None:
         explicit = time_limit, "the limit given (time_limit= / --trial-timeout)"
@@ -623,13 +624,19 @@ class _Limited:
         self.executor.close()
 
 
-def _executor(workload: Workload, device: str, report: Callable[[str], None]) -> TrialExecutor:
+def _executor(
+    workload: Workload, device: str, report: Callable[[str], None], *, ranks: int = 1
+) -> TrialExecutor:
     """On CUDA, every run in a fresh worker process: cuDNN's plans, compiled kernels and
     CUDA-graph pools from one round would otherwise carry into the next (and a CUDA error
-    would end the verification). On a CPU, in this process, as before."""
-    if torch.device(device).type != "cuda":
+    would end the verification). On a CPU, in this process, as before. A result of several
+    data-parallel ranks is verified with as many (a job of that many processes per run)."""
+    if torch.device(device).type != "cuda" and ranks == 1:
         return InProcessExecutor(workload)
-    executor, note = make_executor(workload, "auto", env=worker_env(), fresh_each=True)
+    cuda = torch.device(device).type == "cuda"
+    executor, note = make_executor(
+        workload, "auto", env=worker_env(), fresh_each=cuda, ranks=ranks, device=device
+    )
     if note:
         report(note)
     return executor

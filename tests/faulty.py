@@ -51,6 +51,8 @@ class FaultAbove(nn.Module):
                 ctypes.string_at(0)
             elif self.fault == "exit":
                 os._exit(3)
+            elif self.fault == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
             elif self.fault == "oom-type":
                 raise torch.OutOfMemoryError(OOM_MESSAGES["cuda"])
             elif self.fault.startswith("oom-"):
@@ -62,6 +64,22 @@ class FaultAbove(nn.Module):
                 return self.net(x) * float("nan")
         out: torch.Tensor = self.net(x)
         return out
+
+
+class OnRank(FaultAbove):
+    """FaultAbove on one data-parallel rank only: the other ranks train on (and wait for it in
+    the next all-reduce)."""
+
+    def __init__(self, fault: str, rank: int = 1, limit: int = 32) -> None:
+        super().__init__(fault, limit)
+        self.rank = rank
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dist = torch.distributed
+        if dist.is_initialized() and dist.get_rank() != self.rank:
+            out: torch.Tensor = self.net(x)
+            return out
+        return super().forward(x)
 
 
 class FaultyInWorkers(Dataset[tuple[torch.Tensor, torch.Tensor]]):

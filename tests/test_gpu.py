@@ -519,3 +519,52 @@ def test_a_hugging_face_trainer_on_the_gpu_is_tuned_with_bf16_and_fp16(tmp_path)
     ran = {t.config.precision.value for t in result.trials if t.failure is None}
     assert {"bf16", "fp16"} & ran, [t.to_dict() for t in result.trials]
     assert "use_cpu" not in result.trainer_settings()["training_arguments"]
+
+
+# -- Issue 30: data-parallel trials with NCCL ----------------------------------------------------
+
+
+def _two_gpus() -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs (DDP with NCCL: one rank per GPU)")
+
+
+def test_ddp_trials_with_nccl_measure_every_rank_and_fail_together() -> None:
+    from autotune._trial.ddp import DDPExecutor
+
+    from faulty import OnRank
+
+    _two_gpus()
+    executor = DDPExecutor(workload(OnRank("oom-type", rank=1)), 2, "cuda", env=worker_env())
+    try:
+        ok = executor.run(
+            autotune.TrainingConfig(device="cuda", ranks=2, batch_size=16), FAST_BUDGET
+        )
+        assert ok.ok, ok.message
+        assert ok.measurement is not None and ok.measurement.batch_size == 32
+        assert ok.measurement.peak_memory_bytes
+        failed = executor.run(
+            autotune.TrainingConfig(device="cuda", ranks=2, batch_size=64), FAST_BUDGET,
+            time_limit=120,
+        )  # fmt: skip
+        assert failed.failure is FailureReason.OOM
+        assert failed.message.startswith("rank 1 of 2")
+    finally:
+        executor.close()
+
+
+def test_a_two_gpu_search_with_nccl_finishes_and_measures_ddp_knobs() -> None:
+    _two_gpus()
+    result = find(
+        tiny_model(),
+        tiny_data(),
+        space={
+            "knobs": {"ddp_gradient_as_bucket_view": [False, True], "ddp_bucket_cap_mb": [None, 1]}
+        },
+        n_trials=3,
+        budget=FAST_BUDGET,
+        device="cuda",
+        ranks=2,
+    )
+    assert result.config.ranks == 2
+    assert not [t for t in result.trials if t.failure]

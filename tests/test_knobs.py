@@ -40,6 +40,11 @@ def test_what_the_search_asks_about_knobs_comes_from_the_registry() -> None:
         "cudnn_benchmark",
         "channels_last",
         "intra_op_threads",
+        "ddp_bucket_cap_mb",
+        "ddp_gradient_as_bucket_view",
+        "ddp_static_graph",
+        "ddp_broadcast_buffers",
+        "ddp_no_sync",
     )
     numeric = {k.name for k in KNOBS if k.numerics}
     assert numeric == {

@@ -37,7 +37,8 @@ from autotune._search.storage import (
     resolve,
 )
 from autotune._trial.data import DataModuleLike
-from autotune._trial.isolation import make_executor, worker_env
+from autotune._trial.executors import make_executor
+from autotune._trial.isolation import worker_env
 from autotune._trial.workload import prepare_workload
 
 __all__ = [
@@ -219,8 +220,13 @@ def join_search(
     )
     if prepared.note:
         report(prepared.note)
+    # Trials of a data-parallel study are jobs of as many ranks here, on this host's devices.
     executor, fallback = make_executor(
-        prepared.workload, isolation or settings.isolation, env=worker_env()
+        prepared.workload,
+        isolation or settings.isolation,
+        env=worker_env(),
+        ranks=settings.baseline.ranks,
+        device=device_str,
     )
     if fallback:
         report(fallback)

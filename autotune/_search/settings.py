@@ -140,6 +140,7 @@ def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
             "higher is better" if stored.higher_is_better else "lower is better",
             "higher is better" if asked.higher_is_better else "lower is better",
         ),
+        "data-parallel ranks (--nproc-per-node)": (stored.baseline.ranks, asked.baseline.ranks),
         "keep the global batch (--keep-global-batch)": (
             stored.space.global_batch_size is not None,
             asked.space.global_batch_size is not None,

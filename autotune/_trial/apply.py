@@ -15,10 +15,20 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils import checkpoint as torch_checkpoint
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
 
+from autotune import _exports
 from autotune._choices import CompileMode, LRSchedule, OptimizerImpl, Precision, ScheduleKind
 from autotune._errors import ArgumentError, ConfigError
 
@@ -31,6 +41,9 @@ __all__ = [
     "backend_flags",
     "checkpointed_blocks",
     "current_device",
+    "data_parallel",
+    "ddp_module",
+    "ddp_words",
     "find_repeated_blocks",
     "grad_scaler",
     "lr_scheduler",
@@ -38,10 +51,12 @@ __all__ = [
     "make_optimizer",
     "optimizer_steps",
     "prepare_model",
+    "set_epoch",
     "supported_optimizer_impls",
     "to_device",
     "unwrap_compiled",
     "uses_cuda_graphs",
+    "wrap_ddp",
 ]
 
 _CKPT_ATTR = "_autotune_checkpointed"
@@ -59,6 +74,84 @@ def current_device(device: str) -> AbstractContextManager[Any]:
     return torch.cuda.device(torch.device(device))
 
 
+# -- Data parallelism ---------------------------------------------------------------------------
+
+
+def data_parallel(cfg: TrainingConfig) -> bool:
+    """Whether this process is one of ``cfg.ranks`` > 1 data-parallel ranks: a process group of
+    that size is initialized (by ``torchrun`` and ``init_process_group``). A config of more
+    ranks used in a single process trains as one rank; a process group of another size is an
+    error that names both."""
+    if cfg.ranks == 1 or not (dist.is_available() and dist.is_initialized()):
+        return False
+    world = dist.get_world_size()
+    if world != cfg.ranks:
+        raise ConfigError(
+            f"The config was tuned for {cfg.ranks} data-parallel ranks (its batch_size is per "
+            f"rank, its global batch {cfg.global_batch_size}), but this process group has "
+            f"{world}: launch it with `torchrun --nproc-per-node {cfg.ranks}`, or search "
+            f"again with {world} ranks."
+        )
+    return True
+
+
+def wrap_ddp(
+    cfg: TrainingConfig, model: nn.Module, *, device_ids: list[int] | None = None
+) -> nn.Module:
+    """``model`` in DistributedDataParallel with the config's DDP knobs."""
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ConfigError(
+            "wrap_ddp needs an initialized process group: run under `torchrun` and call "
+            "torch.distributed.init_process_group() first."
+        )
+    if device_ids is None and device_type(cfg.device) == "cuda":
+        device_ids = [torch.device(cfg.device).index or 0]
+    return DistributedDataParallel(model, device_ids=device_ids, **_exports.ddp_kwargs(cfg))
+
+
+def ddp_module(model: nn.Module) -> DistributedDataParallel | None:
+    """The DistributedDataParallel wrapper of ``model`` (under a compile wrapper), if any."""
+    inner = getattr(model, "_orig_mod", model)
+    return inner if isinstance(inner, DistributedDataParallel) else None
+
+
+def ddp_words(cfg: TrainingConfig) -> list[str]:
+    """The DDP knobs that differ from DDP's defaults, as ``describe`` names them."""
+    words = [f"{k}={v}" for k, v in _exports.ddp_kwargs(cfg).items()]
+    if cfg.ddp_no_sync:
+        words.append("no_sync")
+    return words
+
+
+def set_epoch(loader: DataLoader[Any], epoch: int) -> None:
+    """Tell a loader's DistributedSampler (directly or under the micro-batch sampler) which
+    epoch starts, so that each epoch is shuffled anew, as a DistributedSampler needs."""
+    sampler: Any = loader.sampler
+    batches = getattr(loader, "batch_sampler", None)
+    if isinstance(batches, MicroBatchSampler):
+        sampler = batches.sampler
+    if isinstance(sampler, DistributedSampler):
+        sampler.set_epoch(epoch)
+
+
+def _sampler(
+    cfg: TrainingConfig,
+    dataset: Dataset[Any],
+    *,
+    shuffle: bool,
+    drop_last: bool,
+    generator: torch.Generator | None,
+    shard: bool,
+) -> Sampler[int]:
+    if shard:
+        # Each rank its share: the same shuffled order on every rank, from the same seed.
+        seed = generator.initial_seed() if generator is not None else 0
+        return DistributedSampler(dataset, shuffle=shuffle, seed=seed % 2**63, drop_last=drop_last)
+    if shuffle:
+        return RandomSampler(dataset, generator=generator)  # type: ignore[arg-type]
+    return SequentialSampler(dataset)  # type: ignore[arg-type]
+
+
 # -- DataLoader ---------------------------------------------------------------------------------
 
 
@@ -71,7 +164,11 @@ def make_dataloader(
     collate_fn: Callable[[list[Any]], Any] | None = None,
     generator: torch.Generator | None = None,
     batch_size: int | None = None,
+    shard: bool | None = None,
 ) -> DataLoader[Any]:
+    # Sharded across the ranks where a process group of the config's ranks is up (None), or
+    # as told (a validation set that every rank scores whole: False).
+    shard = data_parallel(cfg) if shard is None else shard and data_parallel(cfg)
     workers = cfg.num_workers
     kwargs: dict[str, Any] = {}
     if workers > 0:
@@ -81,14 +178,24 @@ def make_dataloader(
     # Pinning only means something when batches are copied to an accelerator.
     pin = cfg.pin_memory and device_type(cfg.device) != "cpu"
     k = cfg.gradient_accumulation_steps
-    if k > 1 and batch_size is None:
+    if (k > 1 and batch_size is None) or shard:
         # Micro-batches that split the global batches a loader of batch_size * k would yield:
         # the same samples in the same order, whatever the split.
-        sampler: Sampler[int] = (
-            RandomSampler(dataset, generator=generator)  # type: ignore[arg-type]
-            if shuffle
-            else SequentialSampler(dataset)  # type: ignore[arg-type]
+        sampler = _sampler(
+            cfg, dataset, shuffle=shuffle, drop_last=drop_last, generator=generator, shard=shard
         )
+        if k == 1 or batch_size is not None:
+            return DataLoader(
+                dataset,
+                batch_size=batch_size if batch_size is not None else cfg.batch_size,
+                sampler=sampler,
+                num_workers=workers,
+                pin_memory=pin,
+                drop_last=drop_last,
+                collate_fn=collate_fn,
+                generator=generator,
+                **kwargs,
+            )
         return DataLoader(
             dataset,
             batch_sampler=MicroBatchSampler(sampler, cfg.batch_size, k, drop_last=drop_last),
@@ -231,9 +338,11 @@ def checkpointed_blocks(model: nn.Module) -> list[nn.Module]:
 
 
 def unwrap_compiled(model: nn.Module) -> nn.Module:
-    """The eager module behind a ``torch.compile`` wrapper (shares the same parameters)."""
+    """The eager module behind a ``torch.compile`` wrapper and a DistributedDataParallel one
+    (shares the same parameters; its forward runs no collective)."""
     inner = getattr(model, "_orig_mod", None)
-    return inner if isinstance(inner, nn.Module) else model
+    model = inner if isinstance(inner, nn.Module) else model
+    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 def prepare_model(cfg: TrainingConfig, model: nn.Module, *, inplace: bool = False) -> nn.Module:
@@ -243,6 +352,8 @@ def prepare_model(cfg: TrainingConfig, model: nn.Module, *, inplace: bool = Fals
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     apply_checkpointing(model, cfg.checkpointing)
+    if data_parallel(cfg):
+        model = wrap_ddp(cfg, model)  # before compile: DDP's optimizer splits the graphs
     if cfg.compile_mode is not CompileMode.NONE:
         mode = None if cfg.compile_mode is CompileMode.DEFAULT else cfg.compile_mode.value
         # dynamic=None: torch's default, static shapes until one changes.

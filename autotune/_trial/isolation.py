@@ -60,7 +60,6 @@ __all__ = [
     "ProcessExecutor",
     "TrialExecutor",
     "TrialTimeout",
-    "make_executor",
     "needs_fresh_worker",
     "unpicklable_parts",
     "worker_env",
@@ -421,48 +420,3 @@ def worker_env() -> dict[str, str]:
     if share < (os.cpu_count() or share):
         env["OMP_NUM_THREADS"] = str(share)  # the worker inherits the affinity: match threads
     return env
-
-
-def make_executor(
-    workload: Workload,
-    isolation: str,
-    *,
-    env: dict[str, str] | None = None,
-    preload: tuple[tuple[str, str], ...] = (),
-    fresh_each: bool = False,
-) -> tuple[TrialExecutor, str | None]:
-    """The executor for ``isolation`` ('auto', 'process' or 'none'), and a note when 'auto' had
-    to fall back to in-process trials (said once, so the user knows why)."""
-    if isolation not in ISOLATION_MODES:
-        raise ValueError(
-            f"`isolation` must be one of {', '.join(ISOLATION_MODES)}, but got {isolation!r}."
-        )
-    if isolation == "none":
-        return InProcessExecutor(workload), None
-    bad = unpicklable_parts(workload)
-    problem = f"{'; '.join(bad)} cannot be pickled" if bad else None
-    executor = None
-    if problem is None:
-        # Modules the CLI loaded from files (`file.py:function`) are imported in the worker too.
-        preload = preload or tuple(
-            (name, str(module.__file__))
-            for name, module in list(sys.modules.items())
-            if name.startswith("_autotune_user_") and getattr(module, "__file__", None)
-        )
-        executor = ProcessExecutor(workload, env=env, preload=preload, fresh_each=fresh_each)
-        try:
-            executor.ensure_started()
-        except WorkerStartError as exc:
-            problem = str(exc)
-            executor = None
-    if executor is not None:
-        return executor, None
-    reason = (
-        f"trials run in this process, not in isolated workers: {problem}. A hang in native code "
-        "or a crash would then end the search; define the model, dataset and hooks in an "
-        "importable module (not __main__, not lambdas), or use the CLI's factories, to isolate "
-        "trials."
-    )
-    if isolation == "process":
-        raise ValueError(f"`isolation='process'` is impossible: {reason}")
-    return InProcessExecutor(workload), reason

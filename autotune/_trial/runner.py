@@ -251,7 +251,10 @@ def _synchronize(device: str) -> None:
 
 
 def _endless(loader: DataLoader[Any]) -> Generator[Any, None, None]:
+    epoch = 0
     while True:
+        apply.set_epoch(loader, epoch)  # a DistributedSampler shuffles each epoch anew
+        epoch += 1
         yielded = False
         for batch in loader:
             yielded = True
@@ -283,6 +286,8 @@ class Trainer:
         # CUDA graphs (reduce-overhead, max-autotune) replay into the same output memory: each
         # step is marked as a new iteration, and the loss kept past it is a copy.
         self.graphs = apply.uses_cuda_graphs(cfg)
+        # Data-parallel accumulation without an all-reduce on the inner micro-batches.
+        self.ddp = apply.ddp_module(self.model) if cfg.ddp_no_sync else None
         # What a plain loop would skip, skipped too (a small batch's step is a few hundred
         # microseconds, and a fixed cost per step would penalise it): moving a CPU batch to the
         # CPU, and stepping a schedule whose LR never changes (constant, no warm-up).
@@ -302,11 +307,13 @@ class Trainer:
             batch = self.cfg.to_device(batch)
         if self.pending == 0:
             self.optimizer.zero_grad(set_to_none=True)
-        with self.cfg.autocast():
-            outputs, targets = self.task.forward(self.model, batch)
-            loss = self.task.loss_fn(outputs, targets)
         k = self.cfg.gradient_accumulation_steps
-        self.scaler.scale(loss / k if k > 1 else loss).backward()
+        inner = self.ddp is not None and self.pending + 1 < k
+        with self.ddp.no_sync() if inner else contextlib.nullcontext():  # type: ignore[union-attr]
+            with self.cfg.autocast():
+                outputs, targets = self.task.forward(self.model, batch)
+                loss = self.task.loss_fn(outputs, targets)
+            self.scaler.scale(loss / k if k > 1 else loss).backward()
         self.pending += 1
         if self.pending == k:
             self.optimizer_step()
@@ -453,6 +460,7 @@ def _measure(
     tell("warm-up", warmup, warmup)
     trainer.check(losses)
     timed = fitted_steps(timed, budget, warmup_time - (first_step_done - start), warmup, unit)
+    timed = _agreed(cfg, timed)
     chunk_steps = timed // budget.chunks
 
     chunk_times: list[float] = []
@@ -509,6 +517,17 @@ def _measure(
     )
 
 
+def _agreed(cfg: TrainingConfig, steps: int) -> int:
+    """The steps every data-parallel rank runs: the most any rank asked for (each fits the
+    timed phase to its own warm-up; ranks that ran different numbers of steps would wait
+    forever in the extra steps' all-reduce). ``steps`` itself in a single process."""
+    if not apply.data_parallel(cfg):
+        return steps
+    agreed = torch.tensor([steps], device=cfg.device)
+    torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MAX)
+    return int(agreed.item())
+
+
 def restart_seconds(loader: DataLoader[Any], steady_wait: float) -> float:
     """What a new epoch costs a loader whose workers do not persist, measured warm (this
     process has loaded batches already; the cold first batch of a trial also pays imports and
@@ -546,11 +565,14 @@ def _until_optimizer_state(trainer: Trainer, batches: Iterator[Any], memory: Mem
 def _val_loader(cfg: TrainingConfig, workload: Workload) -> DataLoader[Any]:
     """The validation set in order, in the workload's batches (the same for every config),
     loaded in this process (validation speed is not tuned)."""
-    return cfg.replace(num_workers=0, persistent_workers=False, prefetch_factor=None).dataloader(
+    plain = cfg.replace(num_workers=0, persistent_workers=False, prefetch_factor=None)
+    return apply.make_dataloader(
+        plain,
         workload.val,
         shuffle=False,
         collate_fn=workload.task.collate_fn,
         batch_size=workload.eval_batch_size,
+        shard=False,  # every rank scores the whole set (its model is the same)
     )
 
 

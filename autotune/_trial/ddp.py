@@ -1,0 +1,332 @@
+"""Data-parallel trials: each trial a job of ``ranks`` processes started by PyTorch's elastic
+launcher (``python -m torch.distributed.run``, as ``torchrun``), never a home-made process group.
+
+The job lives across trials while they succeed (importing torch and joining the process group
+are paid once); rank 0 takes each trial from this process over a Unix socket in the job's
+private directory and hands it to the other ranks (see :mod:`autotune._trial.ddp_worker`).
+A trial that fails on any rank ends the job: that rank writes what failed and exits, the
+launcher stops every other rank within its monitor interval, and the outcome names the rank
+(``rank 1 of 2: out of memory ...``). A job that ran past its limit is stopped the same way,
+from here: the launcher is asked to stop its ranks, then killed, then any rank still alive
+(their pids are in the job directory) is killed too, so no process is left behind; the
+rendezvous is ``--standalone`` (a free local port), released with the processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing.connection
+import os
+import pickle
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from autotune._config import TrainingConfig
+from autotune._device import cpu_share
+from autotune._trial.ddp_worker import FAILURE_FILE, PID_FILE, SOCKET_FILE, WORKLOAD_FILE
+from autotune._trial.failures import FailureReason
+from autotune._trial.isolation import (
+    START_TIMEOUT,
+    WorkerStartError,
+    _describe_exit,
+    _timeout_outcome,
+    needs_fresh_worker,
+)
+from autotune._trial.measure import Measurement
+from autotune._trial.runner import AccuracyCheck, Budget, StepListener, TrialOutcome
+from autotune._trial.workload import Workload
+
+__all__ = ["MONITOR_INTERVAL", "DDPExecutor", "ddp_env", "launcher_command"]
+
+MONITOR_INTERVAL = 0.2  # seconds between the launcher's checks of its ranks
+STOP_GRACE = 5.0  # seconds the launcher has to stop its ranks before it is killed
+LOG_TAIL = 1500  # characters of the launcher's log a failure without a record shows
+
+
+def launcher_command(ranks: int, directory: str) -> list[str]:
+    """The ``torchrun`` command of a trial job (``python -m torch.distributed.run``)."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc-per-node={ranks}",
+        "--max-restarts=0",
+        f"--monitor-interval={MONITOR_INTERVAL}",
+        "-m",
+        "autotune._trial.ddp_worker",
+        directory,
+    ]
+
+
+def ddp_env(ranks: int, device: str) -> dict[str, str]:
+    """What a job's ranks need in their environment: the backend, and each rank's share of
+    the CPU's threads (torchrun's own default is one thread per rank)."""
+    cuda = torch.device(device).type == "cuda"
+    return {
+        "AUTOTUNE_DDP_BACKEND": "nccl" if cuda else "gloo",
+        "OMP_NUM_THREADS": str(max(1, cpu_share() // ranks)),
+    }
+
+
+class DDPExecutor:
+    """Runs each trial as a data-parallel job of ``ranks`` processes (see the module)."""
+
+    isolated = True
+
+    def __init__(
+        self,
+        workload: Workload,
+        ranks: int,
+        device: str,
+        *,
+        env: dict[str, str] | None = None,
+        preload: tuple[tuple[str, str], ...] = (),
+        fresh_each: bool = False,
+    ) -> None:
+        self._payload = pickle.dumps((preload, pickle.dumps(workload)))
+        self.ranks = ranks
+        self._env = {**(env or {}), **ddp_env(ranks, device)}
+        self._fresh_each = fresh_each
+        self._dir: str | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._conn: multiprocessing.connection.Connection | None = None
+        self._last: TrainingConfig | None = None
+        self.started = 0  # jobs started so far
+
+    # -- The job ------------------------------------------------------------------------------
+
+    def _start(self, timeout: float = START_TIMEOUT) -> None:
+        directory = tempfile.mkdtemp(prefix="autotune-ddp-")  # private (0700): its socket too
+        self._dir = directory
+        Path(directory, WORKLOAD_FILE).write_bytes(self._payload)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(os.path.join(directory, SOCKET_FILE))
+        server.listen(1)
+        cache = os.path.join(directory, "compile-cache")
+        env = {
+            **os.environ,
+            **self._env,
+            "TORCHINDUCTOR_CACHE_DIR": cache,
+            "TRITON_CACHE_DIR": os.path.join(cache, "triton"),
+            "AUTOTUNE_DDP_JOB": secrets.token_hex(8),
+        }
+        self.started += 1
+        self._last = None
+        log = open(os.path.join(directory, "launcher.log"), "wb")  # noqa: SIM115
+        try:
+            self._process = subprocess.Popen(
+                launcher_command(self.ranks, directory),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C is the search's; the job is stopped from here
+            )
+        finally:
+            log.close()
+        try:
+            self._conn = self._accept(server, timeout)
+            kind, detail = self._receive_start(timeout)
+        except WorkerStartError:
+            self._stop(kill=True)
+            raise
+        finally:
+            server.close()
+        if kind != "ready":
+            self._stop(kill=True)
+            raise WorkerStartError(f"the trial's ranks cannot load the model and data: {detail}")
+
+    def _accept(
+        self, server: socket.socket, timeout: float
+    ) -> multiprocessing.connection.Connection:
+        deadline = time.monotonic() + timeout
+        server.settimeout(0.5)
+        while True:
+            try:
+                sock, _ = server.accept()
+            except TimeoutError:
+                self._check_alive(deadline, timeout)
+                continue
+            sock.settimeout(None)
+            return multiprocessing.connection.Connection(sock.detach())
+
+    def _receive_start(self, timeout: float) -> tuple[str, object]:
+        assert self._conn is not None
+        deadline = time.monotonic() + timeout
+        while not self._conn.poll(0.5):
+            self._check_alive(deadline, timeout)
+        try:
+            return self._conn.recv()  # type: ignore[no-any-return]
+        except (EOFError, OSError):
+            raise WorkerStartError(f"the trial's ranks failed to start: {self._why()}") from None
+
+    def _check_alive(self, deadline: float, timeout: float) -> None:
+        assert self._process is not None
+        if self._process.poll() is not None:
+            raise WorkerStartError(f"the trial's ranks failed to start: {self._why()}")
+        if time.monotonic() >= deadline:
+            raise WorkerStartError(f"the trial's ranks did not start within {timeout:.0f} s")
+
+    def ensure_started(self, timeout: float | None = None) -> None:
+        if self._process is None or self._process.poll() is not None:
+            self._stop(kill=True)
+            self._start(START_TIMEOUT if timeout is None else min(timeout, START_TIMEOUT))
+
+    def _stop(self, *, kill: bool) -> None:
+        """End the job: asked to finish (rank 0 tells the others) or stopped, and in either
+        case every rank gone before this returns."""
+        process, conn, directory = self._process, self._conn, self._dir
+        self._process = self._conn = self._dir = None
+        self._last = None
+        if process is not None:
+            if not kill and conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.send(None)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=10)
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)  # the launcher stops its ranks
+                try:
+                    process.wait(timeout=STOP_GRACE)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        if conn is not None:
+            conn.close()
+        if directory is not None:
+            _kill_ranks(directory)
+            shutil.rmtree(directory, ignore_errors=True)
+
+    # -- Trials -------------------------------------------------------------------------------
+
+    def run(
+        self,
+        cfg: TrainingConfig,
+        budget: Budget,
+        *,
+        accuracy: AccuracyCheck | None = None,
+        measured: Measurement | None = None,
+        time_limit: float | None = None,
+        progress: StepListener | None = None,
+    ) -> TrialOutcome:
+        start = time.perf_counter()
+        if self._process is not None and (
+            (self._fresh_each and self._last is not None) or needs_fresh_worker(self._last, cfg)
+        ):
+            self._stop(kill=False)
+        try:
+            self.ensure_started(time_limit)
+        except WorkerStartError as exc:
+            seconds = time.perf_counter() - start
+            if time_limit is not None and seconds >= time_limit:
+                return _timeout_outcome(cfg, time_limit, seconds, during="starting its ranks")
+            return TrialOutcome(
+                config=cfg, failure=FailureReason.CRASH, message=str(exc), seconds=seconds
+            )
+        assert self._conn is not None and self._process is not None
+        conn, process = self._conn, self._process
+        try:
+            conn.send((cfg, budget, accuracy, measured, progress is not None))
+            deadline = None if time_limit is None else time.perf_counter() + time_limit
+            while True:
+                left = 1.0 if deadline is None else deadline - time.perf_counter()
+                if conn.poll(min(1.0, max(0.0, left))):
+                    kind, outcome = conn.recv()
+                    if kind == "step" and progress is not None:
+                        progress(*outcome)
+                        continue
+                    if kind != "outcome":
+                        raise EOFError
+                    self._last = cfg
+                    return outcome  # type: ignore[no-any-return]
+                if process.poll() is not None:
+                    raise EOFError
+                if deadline is not None and time.perf_counter() >= deadline:
+                    self._stop(kill=True)
+                    assert time_limit is not None
+                    return _timeout_outcome(cfg, time_limit, time.perf_counter() - start)
+        except (EOFError, OSError, pickle.UnpicklingError):
+            return self._failed(cfg, start)
+        except BaseException:
+            self._stop(kill=True)  # Ctrl-C: end the trial now, every rank with it
+            raise
+
+    def _failed(self, cfg: TrainingConfig, start: float) -> TrialOutcome:
+        """The outcome of a job that ended mid-trial: the first rank's failure it recorded,
+        else the launcher's root cause (a rank killed by a signal records nothing)."""
+        process, directory = self._process, self._dir
+        if process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=STOP_GRACE + 5)  # the launcher stops the other ranks
+        reason, message = FailureReason.CRASH, f"crashed: {self._why()}"
+        first = _first_failure(directory) if directory is not None else None
+        if first is not None:
+            reason = FailureReason(first["reason"])
+            message = f"rank {first['rank']} of {first['ranks']}: {first['message']}"
+        self._stop(kill=True)
+        return TrialOutcome(
+            config=cfg, failure=reason, message=message, seconds=time.perf_counter() - start
+        )
+
+    def _why(self) -> str:
+        """Why the job ended, from the launcher's log (its root cause: the rank and its exit)."""
+        text = ""
+        if self._dir is not None:
+            with contextlib.suppress(OSError):
+                text = Path(self._dir, "launcher.log").read_text(errors="replace")
+        return describe_launcher_failure(text, self.ranks)
+
+    def close(self) -> None:
+        self._stop(kill=False)
+
+
+_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def describe_launcher_failure(log: str, ranks: int) -> str:
+    """The launcher's root cause in words (``rank 1 of 2: ... killed by SIGKILL``), or the
+    end of its log where it names none."""
+    match = _ROOT.search(log)
+    if match is not None:
+        rank, code = int(match.group(1)), int(match.group(2))
+        return f"rank {rank} of {ranks}: {_describe_exit(code).replace('worker', 'rank')}"
+    tail = log.strip()[-LOG_TAIL:]
+    return f"the trial's launcher ended; its log ends: {tail}" if tail else "the launcher ended"
+
+
+def _first_failure(directory: str) -> dict[str, object] | None:
+    """The earliest failure a rank recorded (the others' follow from it: a peer gone)."""
+    records = []
+    for path in Path(directory).glob(FAILURE_FILE.format(rank="*")):
+        with contextlib.suppress(OSError, ValueError):
+            records.append(json.loads(path.read_text()))
+    return min(records, key=lambda r: float(r["time"])) if records else None
+
+
+def _kill_ranks(directory: str) -> None:
+    """SIGKILL every rank of the job still alive (the launcher was killed before it could stop
+    them, or a rank ignored it): by the pids they wrote, where the process is still that
+    rank (its command line names the job directory)."""
+    for path in Path(directory).glob(PID_FILE.format(rank="*")):
+        try:
+            pid = int(path.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if directory.encode() in cmdline:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)

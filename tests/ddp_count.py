@@ -1,0 +1,60 @@
+"""Run by torchrun in tests/test_ddp.py: how many all-reduces gradient accumulation makes
+under DDP, with and without no_sync. Rank 0 writes the counts to the file named by argv[1]."""
+
+# No `from __future__ import annotations`: DDP checks the hook's annotations as objects.
+
+import json
+import sys
+
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+import autotune
+from autotune._trial import apply
+from autotune._trial.runner import Trainer
+from autotune._trial.task import make_task
+from autotune._trial.workload import Workload
+from autotune.examples import tiny_data, tiny_model
+
+
+def count(no_sync: bool, steps: int, k: int) -> dict[str, int]:
+    data = tiny_data()
+    workload = Workload(
+        model=tiny_model(), train=data, val=data, task=make_task(autotune.Task(metric="accuracy"))
+    )
+    cfg = autotune.TrainingConfig(
+        ranks=dist.get_world_size(), batch_size=8, gradient_accumulation_steps=k,
+        ddp_no_sync=no_sync,
+    )  # fmt: skip
+    trainer = Trainer(cfg, workload, steps)
+    ddp = apply.ddp_module(trainer.model)
+    assert ddp is not None, "cfg.prepare did not wrap the model in DDP"
+    calls = {"allreduce": 0}
+
+    def hook(state: object, bucket: dist.GradBucket):  # type: ignore[no-untyped-def]
+        calls["allreduce"] += 1
+        return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
+
+    ddp.register_comm_hook(None, hook)
+    loader = cfg.dataloader(data, drop_last=True)
+    batches = iter(loader)
+    for _ in range(steps):
+        trainer.step(next(batches))
+    return {"allreduce": calls["allreduce"], "optimizer_steps": trainer.step_count}
+
+
+def main(out: str) -> None:
+    dist.init_process_group("gloo")
+    counts = {
+        "no_sync": count(True, steps=8, k=4),
+        "sync": count(False, steps=8, k=4),
+        "sampler": type(autotune.TrainingConfig(ranks=2).dataloader(tiny_data()).sampler).__name__,
+    }
+    if dist.get_rank() == 0:
+        with open(out, "w") as f:
+            json.dump(counts, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,251 @@
+"""Data-parallel trials: each a job of ranks started by PyTorch's elastic launcher (gloo here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+import torch
+
+import autotune
+from autotune import _knobs
+from autotune._device import describe_device
+from autotune._errors import ArgumentError, ConfigError
+from autotune._search.settings import differences
+from autotune._trial.ddp import DDPExecutor, describe_launcher_failure
+from autotune._trial.executors import make_executor
+from autotune._trial.failures import FailureReason
+from autotune._trial.isolation import worker_env
+from autotune._trial.task import make_task
+from autotune._trial.workload import Workload
+from autotune.examples import tiny_data, tiny_model
+
+from conftest import FAST_BUDGET, find
+from faulty import OnRank
+
+TESTS = Path(__file__).parent
+
+
+def _workload(model: torch.nn.Module) -> Workload:
+    task = make_task(autotune.Task(metric="accuracy"))
+    return Workload(model=model, train=tiny_data(), val=tiny_data(), task=task)
+
+
+def _ours() -> list[psutil.Process]:
+    """This test process's descendants: the launcher and its ranks while a job lives."""
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+
+
+def _gone(timeout: float = 5.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while _ours() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _ours()
+
+
+# -- The config and the space --------------------------------------------------------------------
+
+
+def test_the_global_batch_counts_every_rank_and_the_config_says_so() -> None:
+    cfg = autotune.TrainingConfig(
+        ranks=4, batch_size=16, gradient_accumulation_steps=2, ddp_bucket_cap_mb=50,
+        ddp_no_sync=True,
+    )  # fmt: skip
+    assert (cfg.rank_batch_size, cfg.global_batch_size) == (32, 128)
+    assert "4 ranks (global batch 128) bucket_cap_mb=50 no_sync" in cfg.describe()
+    assert autotune.TrainingConfig.from_json(cfg.to_json()) == cfg
+    # A config saved before DDP existed reads as one process with DDP's defaults.
+    old = {k: v for k, v in autotune.TrainingConfig().to_dict().items() if "ddp" not in k}
+    old.pop("ranks")
+    assert autotune.TrainingConfig.from_dict(old) == autotune.TrainingConfig()
+    with pytest.raises(ConfigError, match=r"`ranks` must be >= 1, but got 0"):
+        autotune.TrainingConfig(ranks=0)
+    with pytest.raises(ConfigError, match="ddp_bucket_cap_mb"):
+        autotune.TrainingConfig(ddp_bucket_cap_mb=0)
+
+
+def test_the_lr_scales_with_the_global_batch_of_every_rank() -> None:
+    base = autotune.TrainingConfig(ranks=2, batch_size=32)
+    cfg = _knobs.config_from({"batch_size": 64, "lr_batch_scaling": "linear"}, base)
+    assert cfg.lr_schedule.reference_batch_size == 64  # 32 x 2 ranks
+    assert cfg.lr_schedule.peak_lr == pytest.approx(2 * base.lr_schedule.peak_lr)
+
+
+def _facts(ranks: int, cores: int = 8) -> _knobs.Facts:
+    device = describe_device("cpu")
+    return _knobs.Facts(
+        device=type(device)(**{**device.__dict__, "cpu_count": cores}),
+        has_conv=False,
+        n_blocks=0,
+        n_train=1000,
+        current_threads=cores,
+        ranks=ranks,
+    )
+
+
+def test_ddp_knobs_are_searched_only_with_ranks_and_workers_share_the_cores() -> None:
+    space = autotune.load_space("default")
+    one = space.restrict(_facts(1))
+    assert not [k for k in one.knobs if k.startswith("ddp_")]
+    assert any("DDP knobs need SearchOptions(ranks=) > 1" in n for n in one.notes)
+    four = space.restrict(_facts(4))
+    assert {k for k in four.knobs if k.startswith("ddp_")} == {
+        "ddp_bucket_cap_mb", "ddp_gradient_as_bucket_view", "ddp_static_graph",
+        "ddp_broadcast_buffers", "ddp_no_sync",
+    }  # fmt: skip
+    assert four.knobs["num_workers"].values == (0, 1, 2)  # 8 cores, 4 ranks: 2 each
+    assert any("8 CPU cores shared by 4 ranks: 2 each" in n for n in four.notes)
+
+
+def test_exports_carry_the_per_rank_batch_and_the_ddp_knobs() -> None:
+    cfg = autotune.TrainingConfig(
+        ranks=2, batch_size=16, ddp_bucket_cap_mb=50, ddp_static_graph=True,
+        ddp_broadcast_buffers=False, ddp_gradient_as_bucket_view=True,
+    )  # fmt: skip
+    hf = cfg.to_transformers()
+    assert hf["per_device_train_batch_size"] == 16
+    assert (hf["ddp_bucket_cap_mb"], hf["ddp_static_graph"], hf["ddp_broadcast_buffers"]) == (
+        50, True, False,
+    )  # fmt: skip
+    pl = cfg.to_lightning()
+    assert (pl.trainer["strategy"], pl.trainer["devices"]) == ("ddp", 2)
+    assert any(
+        "DDPStrategy(bucket_cap_mb=50, gradient_as_bucket_view=True, static_graph=True, "
+        "broadcast_buffers=False)" in n
+        for n in pl.notes
+    )
+    single = autotune.TrainingConfig().to_transformers()
+    assert not [k for k in single if k.startswith("ddp_")]
+
+
+def test_bad_rank_settings_are_refused_before_any_trial() -> None:
+    with pytest.raises(ArgumentError, match="ranks=2 runs each trial as 2 processes"):
+        autotune.SearchOptions(ranks=2, isolation="none")
+    with pytest.raises(ArgumentError, match="ranks"):
+        autotune.SearchOptions(ranks=0)
+    task = make_task(autotune.Task(metric="accuracy", forward=lambda m, b: (m(b[0]), b[1])))
+    lambdas = Workload(model=tiny_model(), train=tiny_data(), val=tiny_data(), task=task)
+    with pytest.raises(ValueError, match=r"2 data-parallel ranks are impossible: .*forward"):
+        make_executor(lambdas, "auto", ranks=2)
+
+
+def test_a_study_of_other_ranks_is_not_resumed() -> None:
+    from autotune._search.settings import SearchSettings
+
+    fields = {f: None for f in SearchSettings.__dataclass_fields__}
+    space = autotune.load_space("quick")
+    one = SearchSettings(**{**fields, "space": space, "space_asked": None,  # type: ignore[arg-type]
+                            "baseline": autotune.TrainingConfig()})  # fmt: skip
+    two = SearchSettings(**{**fields, "space": space, "space_asked": None,  # type: ignore[arg-type]
+                            "baseline": autotune.TrainingConfig(ranks=2)})  # fmt: skip
+    assert differences(one, two) == ["data-parallel ranks (--nproc-per-node): 1 stored, 2 asked"]
+
+
+def test_launcher_root_cause_names_the_rank_and_its_signal() -> None:
+    log = (
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-25_16:00:00\n"
+        "  host      : here\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 4242)\n"
+    )
+    said = describe_launcher_failure(log, 2)
+    assert said.startswith("rank 1 of 2: the trial's rank process was killed by SIGKILL")
+    assert describe_launcher_failure("", 2) == "the launcher ended"
+
+
+# -- Real jobs (gloo, 2 ranks) --------------------------------------------------------------------
+
+
+def test_accumulation_under_ddp_all_reduces_once_per_optimizer_step(tmp_path: Path) -> None:
+    out = tmp_path / "counts.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(TESTS / "ddp_count.py"), str(out)],
+        env=env, check=True, timeout=120, capture_output=True,
+    )  # fmt: skip
+    counts = json.loads(out.read_text())
+    # 8 micro-batches, 4 per optimizer step: 2 steps, one all-reduce each with no_sync (one
+    # bucket: a tiny model); one per micro-batch without it.
+    assert counts["no_sync"] == {"allreduce": 2, "optimizer_steps": 2}
+    assert counts["sync"] == {"allreduce": 8, "optimizer_steps": 2}
+    assert counts["sampler"] == "DistributedSampler"
+
+
+def test_an_oom_on_one_rank_fails_the_trial_on_every_rank_within_seconds() -> None:
+    executor = DDPExecutor(_workload(OnRank("oom-type", rank=1)), 2, "cpu", env=worker_env())
+    try:
+        executor.ensure_started()
+        start = time.monotonic()
+        failed = executor.run(
+            autotune.TrainingConfig(ranks=2, batch_size=64), FAST_BUDGET, time_limit=60
+        )
+        seconds = time.monotonic() - start
+        assert failed.failure is FailureReason.OOM
+        assert failed.message.startswith("rank 1 of 2: out of memory")
+        assert seconds < 10, seconds
+        assert _gone() == []  # rank 0, waiting in an all-reduce, was stopped with it
+        ok = executor.run(autotune.TrainingConfig(ranks=2, batch_size=16), FAST_BUDGET)
+        assert ok.ok and ok.measurement is not None
+        assert ok.measurement.batch_size == 32  # both ranks' samples per step
+        assert executor.started == 2  # a fresh job after the failure
+    finally:
+        executor.close()
+    assert _gone() == []
+
+
+def test_a_rank_killed_by_sigkill_is_named_and_leaves_no_process() -> None:
+    executor = DDPExecutor(_workload(OnRank("kill", rank=1)), 2, "cpu", env=worker_env())
+    try:
+        failed = executor.run(
+            autotune.TrainingConfig(ranks=2, batch_size=64), FAST_BUDGET, time_limit=60
+        )
+        assert failed.failure is FailureReason.CRASH
+        assert "rank 1 of 2" in failed.message and "SIGKILL" in failed.message
+        assert _gone() == []
+    finally:
+        executor.close()
+
+
+@pytest.mark.slow
+def test_a_hang_on_one_rank_is_stopped_at_the_limit_with_every_rank() -> None:
+    executor = DDPExecutor(_workload(OnRank("hang", rank=1)), 2, "cpu", env=worker_env())
+    try:
+        executor.ensure_started()
+        failed = executor.run(
+            autotune.TrainingConfig(ranks=2, batch_size=64), FAST_BUDGET, time_limit=8
+        )
+        assert failed.failure is FailureReason.TIMEOUT
+        assert _gone() == []
+    finally:
+        executor.close()
+
+
+def test_a_two_rank_search_measures_ddp_knobs_and_goes_on_after_a_rank_fails() -> None:
+    result = find(
+        OnRank("oom-type", rank=1),
+        tiny_data(),
+        space={"knobs": {"batch_size": [64, 16], "ddp_gradient_as_bucket_view": [False, True]}},
+        n_trials=4,
+        sampler=optuna.samplers.BruteForceSampler(seed=0),
+        guided=False,
+        budget=FAST_BUDGET,
+        accuracy_samples=512,
+        device="cpu",
+        ranks=2,
+    )
+    failed = [t for t in result.trials if t.failure]
+    assert failed and {t.config.batch_size for t in failed} == {64}
+    assert all(t.failure == "oom" and t.message.startswith("rank 1 of 2") for t in failed)
+    # Trials after the failure were measured (the search went on), DDP's knob among them.
+    after = result.trials[result.trials.index(failed[0]) + 1 :]
+    assert any(not t.failure and t.throughput > 0 for t in after)
+    assert any(not t.failure and t.config.ddp_gradient_as_bucket_view for t in result.trials)
+    assert result.baseline.ranks == 2 and result.config.ranks == 2
+    saved = json.loads(result.to_json())
+    assert saved["config"]["ranks"] == 2
