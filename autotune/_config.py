@@ -257,8 +257,8 @@ class TrainingConfig:
     ) -> DataLoader[Any]:
         """A DataLoader over ``dataset`` with the tuned batch size, workers and pinning; where a
         process group of ``ranks`` > 1 is initialized, each rank loads its own share through a
-        ``DistributedSampler`` (seeded from ``generator``; call ``loader.sampler.set_epoch``
-        each epoch, as with any DistributedSampler)."""
+        ``DistributedSampler`` (seeded from ``generator``; call :meth:`set_epoch` before each
+        epoch, as with any DistributedSampler)."""
         return apply.make_dataloader(
             self,
             dataset,
@@ -268,6 +268,12 @@ class TrainingConfig:
             generator=generator,
             batch_size=batch_size,
         )
+
+    def set_epoch(self, loader: DataLoader[Any], epoch: int) -> None:
+        """Start ``epoch`` on a loader from :meth:`dataloader`: under DDP its sampler (also
+        inside the micro-batch sampler of gradient accumulation) shuffles each epoch anew, as a
+        DistributedSampler needs; nothing otherwise. Call it before each epoch."""
+        apply.set_epoch(loader, epoch)
 
     def prepare(self, model: nn.Module, *, inplace: bool = False) -> nn.Module:
         """The model on the config's device, in its memory format, checkpointed, wrapped in

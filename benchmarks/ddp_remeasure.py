@@ -36,10 +36,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from realworld import WORKLOADS, load
 
 
-def _batches(loader: torch.utils.data.DataLoader[Any]) -> Iterator[Any]:
+def _batches(cfg: autotune.TrainingConfig, loader: Any) -> Iterator[Any]:
     epoch = 0
     while True:
-        loader.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+        cfg.set_epoch(loader, epoch)
         yield from loader
         epoch += 1
 
@@ -58,7 +58,7 @@ def samples_per_second(cfg: autotune.TrainingConfig, work: Workload, steps: int)
     )  # fmt: skip
     k = cfg.gradient_accumulation_steps
     warm = 3 * k
-    batches = _batches(loader)
+    batches = _batches(cfg, loader)
     start = 0.0
     with cfg.backends():
         for i in range(warm + steps):

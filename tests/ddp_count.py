@@ -50,6 +50,13 @@ def main(out: str) -> None:
         "sync": count(False, steps=8, k=4),
         "sampler": type(autotune.TrainingConfig(ranks=2).dataloader(tiny_data()).sampler).__name__,
     }
+    # cfg.set_epoch reshuffles a sharded loader, under the micro-batch sampler too.
+    acc = autotune.TrainingConfig(ranks=2, batch_size=8, gradient_accumulation_steps=2)
+    loader = acc.dataloader(tiny_data())
+    acc.set_epoch(loader, 0)
+    first = next(iter(loader))[0]
+    acc.set_epoch(loader, 1)
+    counts["reshuffled"] = not bool((next(iter(loader))[0] == first).all())
     if dist.get_rank() == 0:
         with open(out, "w") as f:
             json.dump(counts, f)

@@ -175,6 +175,7 @@ def test_accumulation_under_ddp_all_reduces_once_per_optimizer_step(tmp_path: Pa
     assert counts["no_sync"] == {"allreduce": 2, "optimizer_steps": 2}
     assert counts["sync"] == {"allreduce": 8, "optimizer_steps": 2}
     assert counts["sampler"] == "DistributedSampler"
+    assert counts["reshuffled"] is True
 
 
 def test_an_oom_on_one_rank_fails_the_trial_on_every_rank_within_seconds() -> None:
