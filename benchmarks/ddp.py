@@ -70,7 +70,7 @@ def remeasure(name: str, tmp: str, ranks: int, rounds: int) -> dict[str, Any]:
         [sys.executable, "-m", "torch.distributed.run", "--standalone",
          f"--nproc-per-node={ranks}", str(HERE / "ddp_remeasure.py"), "--result",
          f"{tmp}/best.json", "--workload", name, "--rounds", str(rounds), "--out", out],
-        env=env, check=True, timeout=900,
+        env=env, check=True, timeout=300,
     )  # fmt: skip
     return json.loads(Path(out).read_text())  # type: ignore[no-any-return]
 
@@ -112,8 +112,8 @@ def main() -> int:
     args = parser.parse_args()
     names = args.workload or ["cnn", "digits"]
     command = "python " + " ".join(["benchmarks/ddp.py", *sys.argv[1:]])
-    rows = []
     for name in names:
+        rows = []
         for run in range(1, args.runs + 1):
             with tempfile.TemporaryDirectory() as tmp:
                 found, wall = search(name, args.timeout, args.ranks, tmp)
@@ -121,9 +121,15 @@ def main() -> int:
                 check = None if same else remeasure(name, tmp, args.ranks, args.rounds)
             rows.append(row(name, run, found, wall, check, args.timeout))
             print(rows[-1], flush=True)
+        write(name, rows, args, command)
+    return 0
+
+
+def write(name: str, rows: list[str], args: argparse.Namespace, command: str) -> None:
+    """This workload's rows, in its own section of RESULTS.md (written as it finishes)."""
     text = (
-        f"### Data-parallel trials: {args.ranks} ranks (gloo) per trial, re-measured under "
-        "torchrun\n\n"
+        f"### Data-parallel trials ({name}): {args.ranks} ranks (gloo) per trial, re-measured "
+        "under torchrun\n\n"
         f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"torch {torch.__version__}; {datetime.date.today()}; commit {code_version()}\n"
         f"- command: `{command}`\n\n"
@@ -133,8 +139,7 @@ def main() -> int:
     )
     print(text)
     if not args.no_write:
-        write_section("ddp", text)
-    return 0
+        write_section(f"ddp-{name}", text)
 
 
 if __name__ == "__main__":

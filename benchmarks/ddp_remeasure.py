@@ -101,6 +101,10 @@ def main() -> int:
     # Steps that last about --seconds at the baseline's speed, the same for both configs'
     # samples: the chosen config's steps are scaled by its batch.
     probe = samples_per_second(configs["baseline"], work, 8)
+    # Every rank must run the same steps (or wait forever in the extra all-reduce): rank 0's.
+    agreed = torch.tensor([probe], dtype=torch.float64)
+    dist.broadcast(agreed, src=0)
+    probe = float(agreed.item())
     steps = {
         name: max(6, round(probe * args.seconds / (cfg.batch_size * dist.get_world_size())))
         for name, cfg in configs.items()
