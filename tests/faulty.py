@@ -82,6 +82,26 @@ class OnRank(FaultAbove):
         return super().forward(x)
 
 
+class UnreadableOnRank1(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """tiny_data, except that data-parallel rank 1 cannot load it (a shard it cannot open)."""
+
+    def __init__(self) -> None:
+        self.data = tiny_data()
+        self.targets = self.data.targets
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        item: tuple[torch.Tensor, torch.Tensor] = self.data[index]
+        return item
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        if os.environ.get("RANK") == "1":
+            raise OSError("cannot open /data/shard-1.tar")
+        self.__dict__.update(state)
+
+
 class FaultyInWorkers(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """tiny_data, except that items read inside a DataLoader worker raise or kill the worker."""
 

@@ -225,6 +225,27 @@ def test_keep_global_batch_reaches_the_search(tmp_path, monkeypatch) -> None:
     assert seen["options"].keep_global_batch is False
 
 
+def test_nproc_per_node_makes_data_parallel_trials_in_a_study_of_their_own(
+    tmp_path, monkeypatch
+) -> None:
+    import autotune
+
+    seen: dict = {}
+
+    def record(*args, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(autotune, "find_best", record)
+    argv = ["search", *TINY, "--out", str(tmp_path / "x.json"), "--storage", "sqlite:///:memory:"]
+    assert main([*argv, "--nproc-per-node", "2"]) == 130
+    assert seen["options"].ranks == 2
+    two = seen["options"].study_name
+    assert main(argv) == 130
+    assert seen["options"].ranks == 1
+    assert seen["options"].study_name != two  # per-rank batches: another study
+
+
 def test_the_cli_states_no_default_of_its_own(tmp_path, monkeypatch) -> None:
     """Left out, every option is the library's default: the options object's, find_best's
     tolerance and verify's rounds (the CLI reads them instead of restating them)."""

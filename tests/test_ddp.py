@@ -28,7 +28,8 @@ from autotune._trial.workload import Workload
 from autotune.examples import tiny_data, tiny_model
 
 from conftest import FAST_BUDGET, find
-from faulty import OnRank
+from faulty import OnRank, UnreadableOnRank1
+from steady import PerStepCost
 
 TESTS = Path(__file__).parent
 
@@ -213,6 +214,15 @@ def test_a_rank_killed_by_sigkill_is_named_and_leaves_no_process() -> None:
         executor.close()
 
 
+def test_a_rank_that_cannot_load_the_workload_is_named_before_any_trial() -> None:
+    task = make_task(autotune.Task(metric="accuracy"))
+    work = Workload(model=tiny_model(), train=UnreadableOnRank1(), val=tiny_data(), task=task)
+    with pytest.raises(ValueError, match=r"2 data-parallel ranks are impossible: .*rank 1 of 2: "
+                       r"OSError: cannot open /data/shard-1.tar"):  # fmt: skip
+        make_executor(work, "auto", env=worker_env(), ranks=2)
+    assert _gone() == []
+
+
 @pytest.mark.slow
 def test_a_hang_on_one_rank_is_stopped_at_the_limit_with_every_rank() -> None:
     executor = DDPExecutor(_workload(OnRank("hang", rank=1)), 2, "cpu", env=worker_env())
@@ -250,3 +260,30 @@ def test_a_two_rank_search_measures_ddp_knobs_and_goes_on_after_a_rank_fails() -
     assert result.baseline.ranks == 2 and result.config.ranks == 2
     saved = json.loads(result.to_json())
     assert saved["config"]["ranks"] == 2
+
+
+@pytest.mark.slow
+def test_verify_re_measures_a_two_rank_result_with_two_ranks(tmp_path: Path) -> None:
+    result = find(
+        PerStepCost(),
+        tiny_data(),
+        n_trials=1,
+        space={"knobs": {"batch_size": [32, 128]}},
+        tolerance=1.0,
+        budget=FAST_BUDGET,
+        accuracy_samples=1024,
+        device="cpu",
+        ranks=2,
+    )
+    assert result.config.batch_size == 128 and result.config.ranks == 2
+    path = tmp_path / "best.json"
+    result.save(path)
+    lines: list[str] = []
+    report = autotune.verify(
+        str(path), PerStepCost(), tiny_data(), rounds=2, budget=FAST_BUDGET,
+        accuracy_seeds=0, progress=lines.append,
+    )  # fmt: skip
+    assert report.winner.ranks == 2 and report.baseline.ranks == 2
+    # A fixed cost per step on each rank: 4x the batch per step is faster on any machine.
+    assert min(report.throughput_ratios) > 1.5
+    assert _gone() == []

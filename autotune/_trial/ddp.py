@@ -41,6 +41,7 @@ from autotune._trial.isolation import (
     WorkerStartError,
     _describe_exit,
     _timeout_outcome,
+    await_outcome,
     needs_fresh_worker,
 )
 from autotune._trial.measure import Measurement
@@ -241,24 +242,13 @@ class DDPExecutor:
         conn, process = self._conn, self._process
         try:
             conn.send((cfg, budget, accuracy, measured, progress is not None))
-            deadline = None if time_limit is None else time.perf_counter() + time_limit
-            while True:
-                left = 1.0 if deadline is None else deadline - time.perf_counter()
-                if conn.poll(min(1.0, max(0.0, left))):
-                    kind, outcome = conn.recv()
-                    if kind == "step" and progress is not None:
-                        progress(*outcome)
-                        continue
-                    if kind != "outcome":
-                        raise EOFError
-                    self._last = cfg
-                    return outcome  # type: ignore[no-any-return]
-                if process.poll() is not None:
-                    raise EOFError
-                if deadline is not None and time.perf_counter() >= deadline:
-                    self._stop(kill=True)
-                    assert time_limit is not None
-                    return _timeout_outcome(cfg, time_limit, time.perf_counter() - start)
+            outcome = await_outcome(conn, process, time_limit, progress)
+            if outcome is None:
+                self._stop(kill=True)
+                assert time_limit is not None
+                return _timeout_outcome(cfg, time_limit, time.perf_counter() - start)
+            self._last = cfg
+            return outcome
         except (EOFError, OSError, pickle.UnpicklingError):
             return self._failed(cfg, start)
         except BaseException:
@@ -272,20 +262,22 @@ class DDPExecutor:
         if process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=STOP_GRACE + 5)  # the launcher stops the other ranks
-        reason, message = FailureReason.CRASH, f"crashed: {self._why()}"
         first = _first_failure(directory) if directory is not None else None
-        if first is not None:
-            reason = FailureReason(first["reason"])
-            message = f"rank {first['rank']} of {first['ranks']}: {first['message']}"
+        reason = FailureReason.CRASH if first is None else FailureReason(str(first["reason"]))
+        message = self._why() if first is not None else f"crashed: {self._why()}"
         self._stop(kill=True)
         return TrialOutcome(
             config=cfg, failure=reason, message=message, seconds=time.perf_counter() - start
         )
 
     def _why(self) -> str:
-        """Why the job ended, from the launcher's log (its root cause: the rank and its exit)."""
+        """Why the job ended: the first failure a rank recorded (one that could not load the
+        workload, say), else the launcher's root cause (the rank and its exit) from its log."""
         text = ""
         if self._dir is not None:
+            first = _first_failure(self._dir)
+            if first is not None:
+                return f"rank {first['rank']} of {first['ranks']}: {first['message']}"
             with contextlib.suppress(OSError):
                 text = Path(self._dir, "launcher.log").read_text(errors="replace")
         return describe_launcher_failure(text, self.ranks)

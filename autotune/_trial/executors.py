@@ -66,13 +66,18 @@ def make_executor(
             executor = None
     if executor is not None:
         return executor, None
+    if ranks > 1:
+        raise ValueError(
+            f"{ranks} data-parallel ranks are impossible: {problem}. Each rank loads the "
+            "model, data and hooks in a process of its own: define them in an importable "
+            "module (not __main__, not lambdas), or use the CLI's factories."
+        )
     reason = (
         f"trials run in this process, not in isolated workers: {problem}. A hang in native code "
         "or a crash would then end the search; define the model, dataset and hooks in an "
         "importable module (not __main__, not lambdas), or use the CLI's factories, to isolate "
         "trials."
     )
-    if isolation == "process" or ranks > 1:
-        what = f"{ranks} data-parallel ranks are" if ranks > 1 else "`isolation='process'` is"
-        raise ValueError(f"{what} impossible: {reason}")
+    if isolation == "process":
+        raise ValueError(f"`isolation='process'` is impossible: {reason}")
     return InProcessExecutor(workload), reason

@@ -233,6 +233,32 @@ def needs_fresh_worker(previous: TrainingConfig | None, cfg: TrainingConfig) -> 
     return _keeps_state(previous) or _keeps_state(cfg)
 
 
+def await_outcome(
+    conn: multiprocessing.connection.Connection,
+    process: subprocess.Popen[bytes],
+    time_limit: float | None,
+    progress: StepListener | None,
+) -> TrialOutcome | None:
+    """The outcome a trial's process sends over ``conn``, its step messages told to
+    ``progress`` meanwhile; None when ``time_limit`` passed first. Raises EOFError where the
+    process ended (or sent something else) without one."""
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    while True:
+        left = 1.0 if deadline is None else deadline - time.perf_counter()
+        if conn.poll(min(1.0, max(0.0, left))):
+            kind, outcome = conn.recv()
+            if kind == "step" and progress is not None:
+                progress(*outcome)  # the worker's (phase, done, total)
+                continue
+            if kind != "outcome":
+                raise EOFError
+            return outcome  # type: ignore[no-any-return]
+        if process.poll() is not None:
+            raise EOFError
+        if deadline is not None and time.perf_counter() >= deadline:
+            return None
+
+
 class WorkerStartError(RuntimeError):
     """A trial worker could not start or could not load the workload."""
 
@@ -373,26 +399,15 @@ class ProcessExecutor:
         conn, process = self._conn, self._process
         try:
             conn.send((cfg, budget, accuracy, measured, progress is not None))
-            deadline = None if time_limit is None else time.perf_counter() + time_limit
-            while True:
-                left = 1.0 if deadline is None else deadline - time.perf_counter()
-                if conn.poll(min(1.0, max(0.0, left))):
-                    kind, outcome = conn.recv()
-                    if kind == "step" and progress is not None:
-                        progress(*outcome)  # the worker's (phase, done, total)
-                        continue
-                    if kind != "outcome":
-                        raise EOFError
-                    self._last = cfg
-                    if outcome.poisoned:
-                        self._stop(kill=True)  # its CUDA context is unusable: a new worker next
-                    return outcome  # type: ignore[no-any-return]
-                if process.poll() is not None:
-                    raise EOFError
-                if deadline is not None and time.perf_counter() >= deadline:
-                    self._stop(kill=True)
-                    assert time_limit is not None
-                    return _timeout_outcome(cfg, time_limit, time.perf_counter() - start)
+            outcome = await_outcome(conn, process, time_limit, progress)
+            if outcome is None:
+                self._stop(kill=True)
+                assert time_limit is not None
+                return _timeout_outcome(cfg, time_limit, time.perf_counter() - start)
+            self._last = cfg
+            if outcome.poisoned:
+                self._stop(kill=True)  # its CUDA context is unusable: a new worker next
+            return outcome
         except (EOFError, OSError, pickle.UnpicklingError):
             code = self._stop(kill=True)
             return TrialOutcome(

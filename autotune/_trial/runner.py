@@ -712,7 +712,7 @@ def train_for_accuracy(
         seed=seed,
         metric=metric,
         final_loss=final_loss,
-        samples=steps * cfg.batch_size,
+        samples=steps * cfg.batch_size * cfg.ranks,  # every rank's
         seconds=time.perf_counter() - start,
         units=validation.units,
         counts=None if all(c == 1.0 for c in validation.counts) else validation.counts,
