@@ -108,6 +108,9 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument(
+        "--tag", default="", help="a section of its own (ddp-NAME-TAG): earlier runs are kept"
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     names = args.workload or ["cnn", "digits"]
@@ -139,7 +142,7 @@ def write(name: str, rows: list[str], args: argparse.Namespace, command: str) ->
     )
     print(text)
     if not args.no_write:
-        write_section(f"ddp-{name}", text)
+        write_section("-".join(filter(None, ["ddp", name, args.tag])), text)
 
 
 if __name__ == "__main__":
