@@ -19,7 +19,7 @@ from autotune import _knobs
 from autotune._device import describe_device
 from autotune._errors import ArgumentError, ConfigError
 from autotune._search.settings import differences
-from autotune._trial.ddp import DDPExecutor, describe_launcher_failure
+from autotune._trial.ddp import DDPExecutor, describe_launcher_failure, root_failure
 from autotune._trial.executors import make_executor
 from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import worker_env
@@ -157,6 +157,36 @@ def test_launcher_root_cause_names_the_rank_and_its_signal() -> None:
     said = describe_launcher_failure(log, 2)
     assert said.startswith("rank 1 of 2: the trial's rank process was killed by SIGKILL")
     assert describe_launcher_failure("", 2) == "the launcher ended"
+
+
+def test_a_rank_that_only_saw_its_peer_go_is_not_blamed(tmp_path: Path) -> None:
+    """Rank 1 was killed; rank 0's all-reduce then failed ("connection closed by peer") and it
+    recorded that: the trial names rank 1, with its exit as the launcher saw it."""
+    (tmp_path / "pid-rank0").write_text("1")
+    (tmp_path / "pid-rank1").write_text("2")
+    (tmp_path / "failure-rank0.json").write_text(json.dumps({
+        "rank": 0, "ranks": 2, "time": 1.0, "reason": "error", "peer": True,
+        "message": "DistBackendError: Connection closed by peer [127.0.0.1]:4242",
+    }))  # fmt: skip
+    (tmp_path / "launcher.log").write_text(
+        "Failures:\n[1]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 1)\n"
+        "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
+        "  exitcode  : 1 (pid: 1)\n[1]:\n  rank      : 1 (local_rank: 1)\n"
+        "  exitcode  : -9 (pid: 2)\n"
+    )
+    reason, message = root_failure(str(tmp_path), 2)
+    assert reason is FailureReason.CRASH
+    assert message.startswith(
+        "crashed: rank 1 of 2: the trial's rank process was killed by SIGKILL"
+    )
+    # A failure of its own, recorded later, still comes first.
+    (tmp_path / "failure-rank1.json").write_text(json.dumps({
+        "rank": 1, "ranks": 2, "time": 2.0, "reason": "oom", "peer": False,
+        "message": "out of memory: CUDA out of memory",
+    }))  # fmt: skip
+    assert root_failure(str(tmp_path), 2) == (
+        FailureReason.OOM, "rank 1 of 2: out of memory: CUDA out of memory",
+    )  # fmt: skip
 
 
 # -- Real jobs (gloo, 2 ranks) --------------------------------------------------------------------

@@ -262,51 +262,87 @@ class DDPExecutor:
         if process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=STOP_GRACE + 5)  # the launcher stops the other ranks
-        first = _first_failure(directory) if directory is not None else None
-        reason = FailureReason.CRASH if first is None else FailureReason(str(first["reason"]))
-        message = self._why() if first is not None else f"crashed: {self._why()}"
+        reason, message = root_failure(directory, self.ranks)
         self._stop(kill=True)
         return TrialOutcome(
             config=cfg, failure=reason, message=message, seconds=time.perf_counter() - start
         )
 
     def _why(self) -> str:
-        """Why the job ended: the first failure a rank recorded (one that could not load the
-        workload, say), else the launcher's root cause (the rank and its exit) from its log."""
-        text = ""
-        if self._dir is not None:
-            first = _first_failure(self._dir)
-            if first is not None:
-                return f"rank {first['rank']} of {first['ranks']}: {first['message']}"
-            with contextlib.suppress(OSError):
-                text = Path(self._dir, "launcher.log").read_text(errors="replace")
-        return describe_launcher_failure(text, self.ranks)
+        """Why the job ended (see :func:`root_failure`)."""
+        return root_failure(self._dir, self.ranks)[1]
 
     def close(self) -> None:
         self._stop(kill=False)
 
 
-_ROOT = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+_EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)
+_ROOT = "Root Cause"
+
+
+def launcher_exits(log: str) -> dict[int, int]:
+    """The exit code of each rank the launcher reported as failed (its "Failures" and "Root
+    Cause" sections)."""
+    return {int(rank): int(code) for rank, code in _EXIT.findall(log)}
 
 
 def describe_launcher_failure(log: str, ranks: int) -> str:
     """The launcher's root cause in words (``rank 1 of 2: ... killed by SIGKILL``), or the
     end of its log where it names none."""
-    match = _ROOT.search(log)
-    if match is not None:
-        rank, code = int(match.group(1)), int(match.group(2))
-        return f"rank {rank} of {ranks}: {_describe_exit(code).replace('worker', 'rank')}"
+    root = log.split(_ROOT, 1)[1] if _ROOT in log else ""
+    exits = launcher_exits(root)
+    if exits:
+        rank, code = next(iter(exits.items()))
+        return _exit_words(rank, ranks, code)
     tail = log.strip()[-LOG_TAIL:]
     return f"the trial's launcher ended; its log ends: {tail}" if tail else "the launcher ended"
 
 
-def _first_failure(directory: str) -> dict[str, object] | None:
-    """The earliest failure a rank recorded (the others' follow from it: a peer gone)."""
+def _exit_words(rank: int, ranks: int, code: int) -> str:
+    return f"rank {rank} of {ranks}: {_describe_exit(code).replace('worker', 'rank')}"
+
+
+def root_failure(directory: str | None, ranks: int) -> tuple[FailureReason, str]:
+    """Why a job ended mid-trial, from the failures its ranks recorded and the launcher's log:
+    the earliest failure a rank recorded of its own (an OOM, a NaN, an error); else a rank that
+    ended without a record (killed by a signal, or exiting), with its exit as the launcher saw
+    it, the others having only seen it go ("connection closed by peer"); else the launcher's
+    root cause. Always names the rank."""
+    if directory is None:
+        return FailureReason.CRASH, "crashed: the trial's launcher ended"
     records = []
     for path in Path(directory).glob(FAILURE_FILE.format(rank="*")):
         with contextlib.suppress(OSError, ValueError):
             records.append(json.loads(path.read_text()))
-    return min(records, key=lambda r: float(r["time"])) if records else None
+    own = [r for r in records if not r.get("peer")]
+    if own:
+        first = min(own, key=lambda r: float(r["time"]))
+        return FailureReason(
+            first["reason"]
+        ), f"rank {first['rank']} of {ranks}: {first['message']}"
+    log = ""
+    with contextlib.suppress(OSError):
+        log = Path(directory, "launcher.log").read_text(errors="replace")
+    started = {
+        int(path.name.removeprefix(PID_FILE.format(rank="")))
+        for path in Path(directory).glob(PID_FILE.format(rank="*"))
+    }
+    silent = sorted(started - {int(r["rank"]) for r in records})
+    exits = launcher_exits(log)
+    # SIGTERM is how the launcher stops the ranks left once one failed: not a cause.
+    stopped = -int(signal.SIGTERM)
+    for rank in sorted(silent, key=lambda r: exits.get(r) == stopped):
+        if rank in exits:
+            return FailureReason.CRASH, f"crashed: {_exit_words(rank, ranks, exits[rank])}"
+    if silent:
+        return FailureReason.CRASH, (
+            f"crashed: rank {silent[0]} of {ranks} ended without a word (killed by a signal, "
+            "or the OS out-of-memory killer)"
+        )
+    if records:
+        first = min(records, key=lambda r: float(r["time"]))
+        return FailureReason.CRASH, f"crashed: rank {first['rank']} of {ranks}: {first['message']}"
+    return FailureReason.CRASH, f"crashed: {describe_launcher_failure(log, ranks)}"
 
 
 def _kill_ranks(directory: str) -> None:

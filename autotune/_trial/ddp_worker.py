@@ -101,11 +101,26 @@ def _merged(ms: list[Measurement], ranks: int) -> Measurement:
     )
 
 
+# What a collective says when another rank is gone (gloo, NCCL): this rank's failure is then
+# a consequence, not the cause.
+PEER_GONE = (
+    "closed by peer",
+    "reset by peer",
+    "remote worker",
+    "remote process",
+    "Broken pipe",
+    "communicator was aborted",
+    "DistNetworkError",
+)
+
+
 def _fail(directory: str, rank: int, world: int, reason: FailureReason, message: str) -> None:
-    """Say what failed on this rank (the executor reports the first), then leave at once: the
-    launcher stops the other ranks, which may be waiting for this one in a collective."""
+    """Say what failed on this rank (the executor reports the first that is not a peer's
+    death seen from here), then leave at once: the launcher stops the other ranks, which may
+    be waiting for this one in a collective."""
+    peer = any(marker in message for marker in PEER_GONE)
     record = {"rank": rank, "ranks": world, "time": time.time(), "reason": reason.value,
-              "message": message}  # fmt: skip
+              "message": message, "peer": peer}  # fmt: skip
     path = os.path.join(directory, FAILURE_FILE.format(rank=rank))
     with open(path + ".tmp", "w") as f:
         json.dump(record, f)
