@@ -256,7 +256,11 @@ KNOBS: tuple[Knob, ...] = (
         powers_of_two=True,
         simplicity=11,
         restrict=_keep(
-            lambda v, f: v <= f.n_train, lambda f: f"the training set has {f.n_train} samples"
+            lambda v, f: v <= f.n_train // f.ranks,
+            lambda f: (
+                f"the training set has {f.n_train} samples"
+                + (f", {f.n_train // f.ranks} per rank" if f.ranks > 1 else "")
+            ),
         ),
         transformers=ex.hf_batch_size,
         lightning=ex.pl_batch_size,

@@ -102,6 +102,8 @@ def test_ddp_knobs_are_searched_only_with_ranks_and_workers_share_the_cores() ->
         "ddp_broadcast_buffers", "ddp_no_sync",
     }  # fmt: skip
     assert four.knobs["num_workers"].values == (0, 1, 2)  # 8 cores, 4 ranks: 2 each
+    assert max(four.knobs["batch_size"].values) == 128  # 1,000 samples: 250 per rank
+    assert any("1000 samples, 250 per rank" in n for n in four.notes)
     assert any("8 CPU cores shared by 4 ranks: 2 each" in n for n in four.notes)
 
 
@@ -296,7 +298,7 @@ def test_a_two_rank_search_measures_ddp_knobs_and_goes_on_after_a_rank_fails() -
 def test_verify_re_measures_a_two_rank_result_with_two_ranks(tmp_path: Path) -> None:
     result = find(
         PerStepCost(),
-        tiny_data(),
+        tiny_data(1024),
         n_trials=1,
         space={"knobs": {"batch_size": [32, 128]}},
         tolerance=1.0,
@@ -310,7 +312,7 @@ def test_verify_re_measures_a_two_rank_result_with_two_ranks(tmp_path: Path) -> 
     result.save(path)
     lines: list[str] = []
     report = autotune.verify(
-        str(path), PerStepCost(), tiny_data(), rounds=2, budget=FAST_BUDGET,
+        str(path), PerStepCost(), tiny_data(1024), rounds=2, budget=FAST_BUDGET,
         accuracy_seeds=0, progress=lines.append,
     )  # fmt: skip
     assert report.winner.ranks == 2 and report.baseline.ranks == 2
