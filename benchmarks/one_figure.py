@@ -4,6 +4,8 @@
     python benchmarks/one_figure.py --workload resnet --runs 5     # JPEG ResNet, 240 s
     python benchmarks/one_figure.py --workload bert --runs 3       # BERT classifier, 240 s
     python benchmarks/one_figure.py --workload cnn --runs 1 --timeout 150 --busy-seconds 25
+    python benchmarks/one_figure.py --workload cnn --runs 1 --timeout 150 --busy-seconds 25 \
+        --ranks 2                                                  # DDP, loaded
 
 Each run is ``autotune.find_best`` as the README's command calls it (the CNN of
 ``autotune.examples``; or realworld.py's ResNet on JPEG files with faint classes or BERT
@@ -81,9 +83,10 @@ def _busy(seconds: float) -> None:
         pass
 
 
-def run(name: str, timeout: float, busy: float = 0.0) -> dict:
+def run(name: str, timeout: float, busy: float = 0.0, ranks: int = 1) -> dict:
     """One search of ``name``; with ``busy``, a busy-loop process keeps one core for the
-    search's first ``busy`` seconds (a newcomer's machine doing something else)."""
+    search's first ``busy`` seconds (a newcomer's machine doing something else); ``ranks``:
+    every trial a data-parallel job of that many processes."""
     if busy > 0:
         multiprocessing.Process(target=_busy, args=(busy,), daemon=True).start()
     model, train, val, hooks = _load(name)
@@ -103,7 +106,7 @@ def run(name: str, timeout: float, busy: float = 0.0) -> dict:
             task=autotune.Task(**hooks),
             timeout=timeout,
             progress=progress,
-            options=autotune.SearchOptions(storage=url, study_name="bench"),
+            options=autotune.SearchOptions(storage=url, study_name="bench", ranks=ranks),
         )
         wall = time.monotonic() - start
         study = optuna.load_study(study_name="bench", storage=url)
@@ -197,12 +200,13 @@ def main() -> int:
         "--busy-seconds", type=float, default=0.0,
         help="keep one core busy for each search's first seconds",
     )  # fmt: skip
+    parser.add_argument("--ranks", type=int, default=1, help="data-parallel ranks per trial")
     args = parser.parse_args()
     timeout = args.timeout or TIMEOUTS[args.workload]
     rows = []
     for i in range(args.runs):
         print(f"== {args.workload} run {i + 1}/{args.runs} ({timeout:.0f} s)", flush=True)
-        rows.append(run(args.workload, timeout, args.busy_seconds))
+        rows.append(run(args.workload, timeout, args.busy_seconds, args.ranks))
     text = table(args.workload, rows)
     print(text)
     if not args.no_write:
@@ -213,7 +217,8 @@ def main() -> int:
             f"{torch.get_num_threads()} torch threads, torch {torch.__version__}; "
             f"commit {code_version()}.\nCommand: `{command}`\n\n"
         )
-        write_section(f"one_figure_{args.workload}", header + text)
+        suffix = f"_ranks{args.ranks}" if args.ranks > 1 else ""
+        write_section(f"one_figure_{args.workload}{suffix}", header + text)
     return 0
 
 
