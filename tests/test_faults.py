@@ -222,7 +222,7 @@ def test_in_process_oom_trials_give_their_memory_back() -> None:
 # -- The search process itself dies or is interrupted -------------------------------------------
 
 
-def _cli(tmp_path: Path, study: str, trials: int) -> list[str]:
+def _cli(tmp_path: Path, study: str, trials: int, space: str = "quick") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -233,7 +233,7 @@ def _cli(tmp_path: Path, study: str, trials: int) -> list[str]:
         "--data",
         "faulty:data",
         "--space",
-        "quick",
+        space,
         "--trials",
         str(trials),
         "--accuracy-samples",
@@ -312,7 +312,14 @@ def test_kill_9_then_the_same_command_resumes_and_loses_nothing(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_ctrl_c_writes_the_best_so_far_and_says_how_to_resume(tmp_path: Path) -> None:
-    cmd = _cli(tmp_path, "interrupted", trials=20)
+    # Numerics-free knobs enough for many trials: on a 2-core CPU the quick space has two
+    # (workers 1, 2), and the search could end on its own before the signal reached it.
+    space = tmp_path / "many.yaml"
+    space.write_text(
+        "name: many\nknobs:\n  num_workers: [0, 1, 2]\n"
+        "  optimizer_impl: [default, foreach, fused]\n  intra_op_threads: [null, 1, 2]\n"
+    )
+    cmd = _cli(tmp_path, "interrupted", trials=20, space=str(space))
     proc = subprocess.Popen(
         cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
