@@ -71,8 +71,12 @@ def find_best(
     options = as_options(options)
     check_limits(tolerance, timeout)
     device_str = resolve_device(device)
-    baseline = baseline_config(options.baseline, device_str).replace(ranks=options.ranks)
     check_ranks(options.ranks, device_str)
+    if options.ranks > 1 and device_str.startswith("cuda"):
+        # Each rank trains on its own GPU: "cuda", the current device of the rank (rank i on
+        # cuda:i in the trials; torch.cuda.set_device(local_rank) in the user's torchrun).
+        device_str = "cuda"
+    baseline = baseline_config(options.baseline, device_str).replace(ranks=options.ranks)
 
     def prepare() -> SearchStart:
         prepared = prepare_workload(

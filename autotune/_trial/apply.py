@@ -105,7 +105,8 @@ def wrap_ddp(
             "torch.distributed.init_process_group() first."
         )
     if device_ids is None and device_type(cfg.device) == "cuda":
-        device_ids = [torch.device(cfg.device).index or 0]
+        index = torch.device(cfg.device).index
+        device_ids = [torch.cuda.current_device() if index is None else index]
     return DistributedDataParallel(model, device_ids=device_ids, **_exports.ddp_kwargs(cfg))
 
 
