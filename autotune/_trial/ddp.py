@@ -38,14 +38,11 @@ from autotune._trial.ddp_worker import FAILURE_FILE, PID_FILE, SOCKET_FILE, WORK
 from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import (
     START_TIMEOUT,
+    ProcessExecutor,
     WorkerStartError,
     _describe_exit,
-    _timeout_outcome,
-    await_outcome,
-    needs_fresh_worker,
 )
-from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyCheck, Budget, StepListener, TrialOutcome
+from autotune._trial.runner import TrialOutcome
 from autotune._trial.workload import Workload
 
 __all__ = ["MONITOR_INTERVAL", "DDPExecutor", "ddp_env", "launcher_command"]
@@ -82,10 +79,12 @@ def ddp_env(ranks: int, device: str) -> dict[str, str]:
     }
 
 
-class DDPExecutor:
-    """Runs each trial as a data-parallel job of ``ranks`` processes (see the module)."""
+class DDPExecutor(ProcessExecutor):
+    """Runs each trial as a data-parallel job of ``ranks`` processes (see the module): a
+    :class:`ProcessExecutor` whose worker is the job (its rank 0 answers), started, stopped
+    and read after a failure its own way."""
 
-    isolated = True
+    starting = "starting its ranks"
 
     def __init__(
         self,
@@ -181,11 +180,6 @@ class DDPExecutor:
         if time.monotonic() >= deadline:
             raise WorkerStartError(f"the trial's ranks did not start within {timeout:.0f} s")
 
-    def ensure_started(self, timeout: float | None = None) -> None:
-        if self._process is None or self._process.poll() is not None:
-            self._stop(kill=True)
-            self._start(START_TIMEOUT if timeout is None else min(timeout, START_TIMEOUT))
-
     def _stop(self, *, kill: bool) -> None:
         """End the job: asked to finish (rank 0 tells the others) or stopped, and in either
         case every rank gone before this returns."""
@@ -212,50 +206,9 @@ class DDPExecutor:
             _kill_ranks(directory)
             shutil.rmtree(directory, ignore_errors=True)
 
-    # -- Trials -------------------------------------------------------------------------------
+    # -- A job that ended mid-trial ------------------------------------------------------------
 
-    def run(
-        self,
-        cfg: TrainingConfig,
-        budget: Budget,
-        *,
-        accuracy: AccuracyCheck | None = None,
-        measured: Measurement | None = None,
-        time_limit: float | None = None,
-        progress: StepListener | None = None,
-    ) -> TrialOutcome:
-        start = time.perf_counter()
-        if self._process is not None and (
-            (self._fresh_each and self._last is not None) or needs_fresh_worker(self._last, cfg)
-        ):
-            self._stop(kill=False)
-        try:
-            self.ensure_started(time_limit)
-        except WorkerStartError as exc:
-            seconds = time.perf_counter() - start
-            if time_limit is not None and seconds >= time_limit:
-                return _timeout_outcome(cfg, time_limit, seconds, during="starting its ranks")
-            return TrialOutcome(
-                config=cfg, failure=FailureReason.CRASH, message=str(exc), seconds=seconds
-            )
-        assert self._conn is not None and self._process is not None
-        conn, process = self._conn, self._process
-        try:
-            conn.send((cfg, budget, accuracy, measured, progress is not None))
-            outcome = await_outcome(conn, process, time_limit, progress)
-            if outcome is None:
-                self._stop(kill=True)
-                assert time_limit is not None
-                return _timeout_outcome(cfg, time_limit, time.perf_counter() - start)
-            self._last = cfg
-            return outcome
-        except (EOFError, OSError, pickle.UnpicklingError):
-            return self._failed(cfg, start)
-        except BaseException:
-            self._stop(kill=True)  # Ctrl-C: end the trial now, every rank with it
-            raise
-
-    def _failed(self, cfg: TrainingConfig, start: float) -> TrialOutcome:
+    def _ended(self, cfg: TrainingConfig, start: float) -> TrialOutcome:
         """The outcome of a job that ended mid-trial: the first rank's failure it recorded,
         else the launcher's root cause (a rank killed by a signal records nothing)."""
         process, directory = self._process, self._dir
@@ -271,9 +224,6 @@ class DDPExecutor:
     def _why(self) -> str:
         """Why the job ended (see :func:`root_failure`)."""
         return root_failure(self._dir, self.ranks)[1]
-
-    def close(self) -> None:
-        self._stop(kill=False)
 
 
 _EXIT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?exitcode\s*:\s*(-?\d+)", re.S)

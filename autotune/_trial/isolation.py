@@ -273,6 +273,7 @@ class ProcessExecutor:
     """
 
     isolated = True
+    starting = "starting its worker"  # what a start-up past the trial's limit was doing
 
     def __init__(
         self,
@@ -391,7 +392,7 @@ class ProcessExecutor:
         except WorkerStartError as exc:
             seconds = time.perf_counter() - start
             if time_limit is not None and seconds >= time_limit:
-                return _timeout_outcome(cfg, time_limit, seconds, during="starting its worker")
+                return _timeout_outcome(cfg, time_limit, seconds, during=self.starting)
             return TrialOutcome(
                 config=cfg, failure=FailureReason.CRASH, message=str(exc), seconds=seconds
             )
@@ -409,16 +410,20 @@ class ProcessExecutor:
                 self._stop(kill=True)  # its CUDA context is unusable: a new worker next
             return outcome
         except (EOFError, OSError, pickle.UnpicklingError):
-            code = self._stop(kill=True)
-            return TrialOutcome(
-                config=cfg,
-                failure=FailureReason.CRASH,
-                message=f"crashed: {_describe_exit(code)}",
-                seconds=time.perf_counter() - start,
-            )
+            return self._ended(cfg, start)
         except BaseException:
             self._stop(kill=True)  # Ctrl-C: end the trial now, cleanly
             raise
+
+    def _ended(self, cfg: TrainingConfig, start: float) -> TrialOutcome:
+        """The outcome of a trial whose worker ended without sending one."""
+        code = self._stop(kill=True)
+        return TrialOutcome(
+            config=cfg,
+            failure=FailureReason.CRASH,
+            message=f"crashed: {_describe_exit(code)}",
+            seconds=time.perf_counter() - start,
+        )
 
     def close(self) -> None:
         self._stop(kill=False)
