@@ -312,17 +312,19 @@ def test_kill_9_then_the_same_command_resumes_and_loses_nothing(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_ctrl_c_writes_the_best_so_far_and_says_how_to_resume(tmp_path: Path) -> None:
-    # Numerics-free knobs enough for many trials: on a 2-core CPU the quick space has two
-    # (workers 1, 2), and the search could end on its own before the signal reached it.
+    # Numerics-free knobs enough for many trials (the quick space has two on a 2-core CPU).
     space = tmp_path / "many.yaml"
     space.write_text(
         "name: many\nknobs:\n  num_workers: [0, 1, 2]\n"
         "  optimizer_impl: [default, foreach, fused]\n  intra_op_threads: [null, 1, 2]\n"
     )
     cmd = _cli(tmp_path, "interrupted", trials=20, space=str(space))
+    # The search must take Ctrl-C as a user's terminal sends it, even where these tests run in
+    # a background job (`nohup ... &` ignores SIGINT, and the child would inherit that).
     proc = subprocess.Popen(
-        cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+        cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     _wait_for(lambda: _mid_candidate(tmp_path, "interrupted"))
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
