@@ -179,24 +179,14 @@ def make_dataloader(
     # Pinning only means something when batches are copied to an accelerator.
     pin = cfg.pin_memory and device_type(cfg.device) != "cpu"
     k = cfg.gradient_accumulation_steps
-    if (k > 1 and batch_size is None) or shard:
+    # The order of the samples: shuffled from ``generator`` (what DataLoader(shuffle=True)
+    # builds), in order, or each rank its share (DistributedSampler).
+    sampler = _sampler(
+        cfg, dataset, shuffle=shuffle, drop_last=drop_last, generator=generator, shard=shard
+    )
+    if k > 1 and batch_size is None:
         # Micro-batches that split the global batches a loader of batch_size * k would yield:
         # the same samples in the same order, whatever the split.
-        sampler = _sampler(
-            cfg, dataset, shuffle=shuffle, drop_last=drop_last, generator=generator, shard=shard
-        )
-        if k == 1 or batch_size is not None:
-            return DataLoader(
-                dataset,
-                batch_size=batch_size if batch_size is not None else cfg.batch_size,
-                sampler=sampler,
-                num_workers=workers,
-                pin_memory=pin,
-                drop_last=drop_last,
-                collate_fn=collate_fn,
-                generator=generator,
-                **kwargs,
-            )
         return DataLoader(
             dataset,
             batch_sampler=MicroBatchSampler(sampler, cfg.batch_size, k, drop_last=drop_last),
@@ -209,7 +199,7 @@ def make_dataloader(
     return DataLoader(
         dataset,
         batch_size=batch_size if batch_size is not None else cfg.batch_size,
-        shuffle=shuffle,
+        sampler=sampler,
         num_workers=workers,
         pin_memory=pin,
         drop_last=drop_last,
