@@ -40,6 +40,7 @@ from autotune._search.distributed import (
 from autotune._search.storage import redact
 from autotune._space import builtin_spaces, load_space
 from autotune._trial.data import is_datamodule
+from autotune._trial.direction import DIRECTION_FLAGS
 from autotune._trial.isolation import ISOLATION_MODES
 from autotune._trial.metrics import AUTO
 from autotune._trial.task import METRIC_CHOICES
@@ -80,13 +81,14 @@ def _task(args: argparse.Namespace) -> autotune.Task:
                 )
             values[f.name] = load_factory(given, option)
         elif f.name == "higher_is_better":
-            values[f.name] = False if given else None
+            values[f.name] = given  # None, or the flag given (--higher- / --lower-is-better)
         else:
             values[f.name] = given
     try:
         return autotune.Task(**values)
     except autotune.ArgumentError as exc:
-        raise CLIError(f"--lower-is-better: {exc}" if args.higher_is_better else str(exc)) from None
+        flag = DIRECTION_FLAGS.get(args.higher_is_better)
+        raise CLIError(f"{flag}: {exc}" if flag else str(exc)) from None
 
 
 def _call_factory(fn: Callable[[], Any], spec: str, option: str) -> Any:
@@ -130,8 +132,10 @@ def _default_study(args: argparse.Namespace) -> str:
     # Hooks join the key only where given, so that earlier commands keep their studies
     # (accuracy was the default metric before "auto": a study of another metric is another).
     given = (args.collate_fn, args.forward, args.loss_fn, args.metric_name)
-    if any(given) or args.metric != "accuracy" or args.higher_is_better:
-        parts += [*map(str, given), args.metric, str(args.higher_is_better)]
+    if any(given) or args.metric != "accuracy" or args.higher_is_better is not None:
+        # str(True) was --lower-is-better's part before --higher-is-better existed: kept.
+        direction = {None: "False", False: "True", True: "higher"}[args.higher_is_better]
+        parts += [*map(str, given), args.metric, direction]
     if args.optimizer:
         parts.append(f"optimizer={args.optimizer}")
     if args.ranks > 1:
@@ -219,7 +223,7 @@ def _trainer_search(args: argparse.Namespace) -> Run:
         autotune.tune,
         **_trainer_arguments(made, args.trainer),
         metric=None if args.metric == AUTO else args.metric,
-        higher_is_better=False if args.higher_is_better else None,
+        higher_is_better=args.higher_is_better,
     )
 
 
@@ -528,7 +532,13 @@ def _hook_arguments(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(autotune.Task):
         option, help_text = f.metadata["cli"], f.metadata["help"]
         if f.name == "higher_is_better":
-            g.add_argument(option, dest=f.name, action="store_true", help=help_text)
+            either = g.add_mutually_exclusive_group()
+            for value, flag in DIRECTION_FLAGS.items():
+                better = "higher" if value else "lower"
+                either.add_argument(
+                    flag, dest=f.name, action="store_const", const=value, default=None,
+                    help=f"the metric is better when {better}; {help_text}",
+                )  # fmt: skip
         else:
             g.add_argument(option, dest=f.name, default=f.default, help=help_text)
 

@@ -22,6 +22,7 @@ from torch import nn
 
 from autotune import _refs
 from autotune._errors import ArgumentError
+from autotune._trial.direction import DIRECTION_FLAGS, callable_direction
 from autotune._trial.metrics import AUTO, BUILTIN_METRICS
 
 __all__ = [
@@ -79,8 +80,8 @@ class Task:
     higher_is_better: bool | None = _option(
         None,
         "--lower-is-better",
-        "a --metric MODULE:FUNCTION is better when lower (a callable metric is taken as "
-        "higher-is-better; builtin metrics know their direction)",
+        "needed where a --metric MODULE:FUNCTION's name does not say which way it is better "
+        "(mse, f1_score and val_loss do); builtin metrics know theirs",
     )
     metric_name: str | None = _option(
         None, "--metric-name", "the metric's name in progress and reports"
@@ -112,6 +113,7 @@ class Task:
         if not isinstance(metric, str):
             if not callable(metric):
                 raise TypeError(f"`metric` must be {known} or a callable, but got {metric!r}.")
+            callable_direction(metric, higher)  # asked for here where nothing says it
             return
         if metric != AUTO and metric not in BUILTIN_METRICS:
             raise ArgumentError(
@@ -164,7 +166,7 @@ class Task:
         if self.metric == AUTO and given is not None and given != higher_is_better:
             better = "higher" if higher_is_better else "lower"
             raise ArgumentError(
-                f"`higher_is_better` is {given!r} (--lower-is-better on the command line), "
+                f"`higher_is_better` is {given!r} ({DIRECTION_FLAGS[given]} on the command line), "
                 f"but metric='auto' chose {metric} from the model's outputs, which is better "
                 f"when {better}. Give the metric too (metric='loss', 'accuracy', or a callable "
                 "with higher_is_better), or leave the direction out."

@@ -179,18 +179,6 @@ def test_a_trainer_of_neither_kind_is_refused() -> None:
         autotune.tune(object())
 
 
-def test_the_direction_of_a_logged_metric_is_read_from_its_name_or_asked_for() -> None:
-    from autotune._trial.trainer_metric import choose_direction
-
-    assert choose_direction("val_loss", None).higher_is_better is False
-    assert choose_direction("eval_accuracy", None).higher_is_better is True
-    assert choose_direction("val/f1_macro", None).higher_is_better is True
-    assert choose_direction("val_acc", None, mode="min").higher_is_better is False
-    assert choose_direction("bleu_or_loss", True).higher_is_better is True
-    with pytest.raises(ValueError, match=r"Which way is 'val_thing' better\?"):
-        choose_direction("val_thing", None)
-
-
 def test_ctrl_c_inside_a_lightning_fit_stays_a_keyboard_interrupt() -> None:
     """Lightning turns it into sys.exit(1) and ignores SIGINT from then on."""
     handler = signal.getsignal(signal.SIGINT)

@@ -120,6 +120,7 @@ def test_a_worker_refuses_hooks_it_cannot_load(tmp_path) -> None:
             tiny_model(),
             tiny_data(),
             metric=lambda outputs, targets: 0.0,
+            higher_is_better=True,
             storage=url,
             launcher=lambda study: None,
             n_trials=1,

@@ -18,9 +18,9 @@ from autotune._choices import CompileMode, LRSchedule, OptimizerImpl, Precision,
 from autotune._config import TrainingConfig
 from autotune._errors import ArgumentError, DataError, ModelError
 from autotune._task import TaskRefs
+from autotune._trial.direction import Said, choose_direction
 from autotune._trial.hf_loop import HFLoop
 from autotune._trial.task import cpu_copy, logged_task
-from autotune._trial.trainer_metric import choose_direction
 from autotune._trial.workload import (
     MAX_VAL_ITEMS,
     Prepared,
@@ -71,10 +71,7 @@ def prepare_hf(
                 "same samples."
             )
     name = _metric_name(metric or args.metric_for_best_model or "loss")
-    given = higher_is_better
-    if given is None and metric is None and args.metric_for_best_model:
-        given = bool(args.greater_is_better)
-    choice = choose_direction(name, given)
+    choice = choose_direction(name, higher_is_better, said=_said(args, name))
     not_searched = _not_searched(trainer, args)
     loop = HFLoop(
         trainer_class=type(trainer),
@@ -107,6 +104,19 @@ def prepare_hf(
         note=f"trainer: every trial runs your {type(trainer).__name__}'s own training loop",
     )  # fmt: skip
     return SearchStart(prepared, _baseline(args, loop), _planned_epochs(args, len(train)))
+
+
+def _said(args: Any, name: str) -> Said | None:
+    """What the user's ``TrainingArguments`` say of ``name``'s direction: ``greater_is_better``
+    where ``metric_for_best_model`` is that metric."""
+    best = args.metric_for_best_model
+    if not best or _metric_name(best) != name or args.greater_is_better is None:
+        return None
+    where = (
+        f"your TrainingArguments(metric_for_best_model={best!r}, "
+        f"greater_is_better={bool(args.greater_is_better)!r})"
+    )
+    return Said(higher_is_better=bool(args.greater_is_better), where=where)
 
 
 def _metric_name(name: str) -> str:

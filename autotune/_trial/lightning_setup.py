@@ -20,10 +20,10 @@ from autotune._config import TrainingConfig
 from autotune._errors import ArgumentError, DataError, ModelError
 from autotune._options import PLANNED_EPOCHS
 from autotune._task import TaskRefs
+from autotune._trial.direction import Said, choose_direction
 from autotune._trial.lightning_loop import LEFT_OUT_CALLBACKS, LightningLoop, Loaders
 from autotune._trial.metrics import MetricChoice
 from autotune._trial.task import cpu_copy, logged_task
-from autotune._trial.trainer_metric import choose_direction
 from autotune._trial.workload import (
     MAX_VAL_ITEMS,
     Prepared,
@@ -72,7 +72,7 @@ def prepare_lightning(
         val_batch_size=int(val.batch_size or 1),
         val_collate_fn=val.collate_fn,
     )
-    monitor, mode = _monitor(trainer.callbacks)
+    monitor, said = _monitor(trainer.callbacks)
     name = metric or monitor
     callbacks = tuple(c for c in trainer.callbacks if not _left_out(c))
     left = sorted({type(c).__name__ for c in trainer.callbacks if _left_out(c)})
@@ -98,7 +98,9 @@ def prepare_lightning(
     )
     checked = _check(loop, module, train.dataset, val.dataset, given=name)
     loop = dataclasses.replace(loop, metric=checked.metric, peak_lr=checked.lr)
-    choice = choose_direction(checked.metric, higher_is_better, mode=mode if not metric else None)
+    # A callback's mode speaks for the metric it watches, whether or not metric= names it too.
+    said = said if checked.metric == monitor else None
+    choice = choose_direction(checked.metric, higher_is_better, said=said)
     val_set: Any = val.dataset
     if len(val_set) > MAX_VAL_ITEMS:
         picks = random.Random(seed).sample(range(len(val_set)), MAX_VAL_ITEMS)
@@ -196,12 +198,17 @@ def _left_out(callback: Any) -> bool:
     return any(part in type(callback).__name__ for part in LEFT_OUT_CALLBACKS)
 
 
-def _monitor(callbacks: Sequence[Any]) -> tuple[str | None, str | None]:
-    """The metric a checkpoint or early-stopping callback watches, and its mode."""
+def _monitor(callbacks: Sequence[Any]) -> tuple[str | None, Said | None]:
+    """The metric a checkpoint or early-stopping callback watches, and the direction its
+    mode says."""
     for callback in callbacks:
         monitor = getattr(callback, "monitor", None)
         if isinstance(monitor, str) and monitor:
-            return monitor, getattr(callback, "mode", None)
+            mode = getattr(callback, "mode", None)
+            if mode not in ("min", "max"):
+                return monitor, None
+            where = f"your {type(callback).__name__}(monitor={monitor!r}, mode={mode!r})"
+            return monitor, Said(higher_is_better=mode == "max", where=where)
     return None, None
 
 

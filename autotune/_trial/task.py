@@ -25,6 +25,7 @@ from torch.utils.data import Dataset, IterableDataset, Subset, default_collate
 from autotune._errors import DataError, ModelError
 from autotune._task import ForwardFn, LossFn, MetricFn, Task
 from autotune._trial.apply import to_device
+from autotune._trial.direction import callable_direction
 from autotune._trial.metrics import (
     AUTO,
     BUILTIN_METRICS,
@@ -114,6 +115,7 @@ class ResolvedTask:
     collate_fn: Callable[[list[Any]], Any] | None = None
     metric: str = CALLABLE
     causal_lm: bool = False  # a causal LM: its position t predicts label t + 1
+    direction_reason: str = GIVEN  # why higher_is_better is what it is
 
     def is_default_batch(self) -> bool:
         return self.forward is default_forward
@@ -179,12 +181,14 @@ def logged_task(name: str, higher_is_better: bool, collate_fn: Any = None) -> Re
 def make_task(task: Task, *, causal_lm: bool = False) -> ResolvedTask:
     """``task`` with autotune's defaults where it leaves a hook out."""
     metric_fn: MetricFn | None = None
+    reason = GIVEN
     if isinstance(task.metric, str):
         kind = name = task.metric
         higher = BUILTIN_METRICS.get(kind, True)
     else:
         metric_fn, kind = task.metric, CALLABLE
-        higher = True if task.higher_is_better is None else task.higher_is_better
+        direction = callable_direction(task.metric, task.higher_is_better)
+        higher, reason = direction.higher_is_better, direction.reason
         name = "metric"  # a function's name (`<lambda>`, `loss_metric`) reads badly in a report
     return ResolvedTask(
         forward=task.forward if task.forward is not None else default_forward,
@@ -195,6 +199,7 @@ def make_task(task: Task, *, causal_lm: bool = False) -> ResolvedTask:
         collate_fn=task.collate_fn,
         metric=kind,
         causal_lm=causal_lm,
+        direction_reason=reason,
     )
 
 
@@ -313,7 +318,9 @@ def set_up_task(
 def _choice(task: ResolvedTask, outputs: Any, targets: Any) -> MetricChoice:
     if task.metric == AUTO:
         return choose_metric(outputs, targets, default_loss=task.loss_fn is default_loss)
-    return MetricChoice(metric=task.metric, higher_is_better=task.higher_is_better, reason=GIVEN)
+    return MetricChoice(
+        metric=task.metric, higher_is_better=task.higher_is_better, reason=task.direction_reason
+    )
 
 
 def check_model_consumes(
