@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from autotune._errors import ConfigError
 
 __all__ = [
+    "WSD_DECAY",
     "BatchScaling",
     "CompileMode",
     "LRSchedule",
@@ -24,6 +25,7 @@ __all__ = [
     "check_type",
     "known_keys",
     "to_enum",
+    "wsd_decay_steps",
 ]
 
 
@@ -75,6 +77,9 @@ class ScheduleKind(str, enum.Enum):
     CONSTANT = "constant"
     COSINE = "cosine"  # linear warm-up, then cosine decay to zero
     ONE_CYCLE = "one_cycle"  # torch.optim.lr_scheduler.OneCycleLR
+    # Warm-up, stable, decay: linear warm-up, the peak held, then a cosine decay to zero over
+    # the run's last WSD_DECAY share (Hugging Face's "warmup_stable_decay").
+    WSD = "wsd"
     # The user's own trainer's optimizer and schedule (autotune.tune): its shape is theirs;
     # peak_lr is their first parameter group's learning rate, which a candidate scales (every
     # group alike). Never a value of a search space.
@@ -138,6 +143,14 @@ def known_keys(cls: type, data: Mapping[str, Any], where: str) -> dict[str, Any]
     return dict(data)
 
 
+WSD_DECAY = 0.2  # the share of a warm-up / stable / decay run that decays
+
+
+def wsd_decay_steps(total_steps: int) -> int:
+    """The steps a ``wsd`` schedule of ``total_steps`` decays over (at least one)."""
+    return max(1, round(WSD_DECAY * total_steps))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LRSchedule:
     """Learning-rate schedule: its shape, the peak LR, warm-up and batch-size scaling.
@@ -189,7 +202,12 @@ class LRSchedule:
             return (step + 1) / warmup
         if self.kind is ScheduleKind.CONSTANT:
             return 1.0
-        frac = min(1.0, (step - warmup) / max(1, total - warmup))
+        start = warmup
+        if self.kind is ScheduleKind.WSD:
+            start = max(warmup, total - wsd_decay_steps(total))
+            if step < start:
+                return 1.0
+        frac = min(1.0, (step - start) / max(1, total - start))
         return 0.5 * (1 + math.cos(math.pi * frac))
 
     def to_dict(self) -> dict[str, Any]:

@@ -332,7 +332,9 @@ class TrainingConfig:
 
     # -- Other trainers -----------------------------------------------------------------------
 
-    def to_transformers(self, *, planned_epochs: float | None = None) -> dict[str, Any]:
+    def to_transformers(
+        self, *, planned_epochs: float | None = None, train_size: int | None = None
+    ) -> dict[str, Any]:
         """Keyword arguments for ``transformers.TrainingArguments``::
 
             args = TrainingArguments(output_dir="out", **cfg.to_transformers())
@@ -343,7 +345,10 @@ class TrainingConfig:
         config measured on the CPU. Schedules: ``constant`` -> ``"constant"`` (or
         ``"constant_with_warmup"``), ``cosine`` -> ``"cosine"``, ``one_cycle`` -> ``"cosine"``
         with a warm-up of OneCycleLR's warm-up share (0.05-0.5), its nearest Hugging Face shape
-        (HF warms up from 0 rather than peak/25 and does not cycle momentum).
+        (HF warms up from 0 rather than peak/25 and does not cycle momentum), ``wsd`` ->
+        ``"warmup_stable_decay"`` with ``lr_scheduler_kwargs={"num_decay_steps": ...}``, the
+        last 20% of the run's optimizer steps (it needs ``planned_epochs`` and ``train_size``,
+        the items in your training set, to count them).
 
         Not TrainingArguments fields, to apply yourself: ``cudnn_benchmark`` and
         ``intra_op_threads`` (``with cfg.backends(): trainer.train()``), ``channels_last``
@@ -360,7 +365,9 @@ class TrainingConfig:
         ``planned_epochs`` (the ``num_train_epochs`` you train now) sets ``num_train_epochs``:
         this config's share of them (:meth:`epochs`); a config that trains a share needs it.
         """
-        return _integrations.transformers_kwargs(self, planned_epochs=planned_epochs)
+        return _integrations.transformers_kwargs(
+            self, planned_epochs=planned_epochs, train_size=train_size
+        )
 
     def to_lightning(self, *, planned_epochs: float | None = None) -> LightningSettings:
         """``lightning.pytorch.Trainer`` arguments (``.trainer``: accelerator, devices,

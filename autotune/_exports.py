@@ -137,6 +137,9 @@ def hf_schedule(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str,
         out["lr_scheduler_type"] = "constant_with_warmup" if warmup > 0 else "constant"
     elif schedule.kind is ScheduleKind.COSINE:
         out["lr_scheduler_type"] = "cosine"
+    elif schedule.kind is ScheduleKind.WSD:
+        # Its decay is a number of steps: transformers_kwargs sets it from the run's length.
+        out["lr_scheduler_type"] = "warmup_stable_decay"
     else:
         # OneCycleLR warms up (cosine, from peak/25) for pct_start of the run, then anneals to
         # ~0: the nearest Hugging Face schedule is linear warm-up for that share, then cosine.

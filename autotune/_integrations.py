@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from autotune import _exports as ex
 from autotune import _knobs
+from autotune._choices import ScheduleKind, wsd_decay_steps
 from autotune._errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,6 +41,7 @@ def transformers_kwargs(
     accepted: Collection[str] | None = None,
     *,
     planned_epochs: float | None = None,
+    train_size: int | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments of ``transformers.TrainingArguments`` for ``cfg``.
 
@@ -47,7 +50,9 @@ def transformers_kwargs(
     ``warmup_steps`` and ``gradient_checkpointing`` by ``activation_checkpointing`` (with
     ``every_n_layers``), and the older names are used where only they exist. A config that
     trains a share of the planned epochs sets ``num_train_epochs`` to that share of
-    ``planned_epochs``, which it then needs.
+    ``planned_epochs``, which it then needs. A warm-up / stable / decay schedule decays over a
+    number of steps (``lr_scheduler_kwargs={"num_decay_steps": ...}``), counted as the Trainer
+    counts its optimizer steps from ``planned_epochs`` and ``train_size``, which it then needs.
     """
     names = frozenset(accepted) if accepted is not None else _training_arguments_names()
     out: dict[str, Any] = {}
@@ -63,9 +68,29 @@ def transformers_kwargs(
         out["num_train_epochs"] = cfg.epochs(planned_epochs)
     elif planned_epochs is not None:
         out["num_train_epochs"] = planned_epochs
+    if cfg.lr_schedule.kind is ScheduleKind.WSD:
+        if planned_epochs is None or train_size is None:
+            raise ConfigError(
+                "This config's LR schedule is warm-up / stable / decay, which Hugging Face's "
+                '"warmup_stable_decay" decays over a number of optimizer steps: pass '
+                "planned_epochs= (the num_train_epochs you train now) and "
+                "train_size=len(train_dataset) so that they can be counted."
+            )
+        total = _hf_optimizer_steps(cfg, cfg.epochs(planned_epochs), train_size)
+        out["lr_scheduler_kwargs"] = {"num_decay_steps": wsd_decay_steps(total)}
     if not ex.on_accelerator(cfg):
         out["use_cpu"] = True
     return out
+
+
+def _hf_optimizer_steps(cfg: TrainingConfig, epochs: float, train_size: int) -> int:
+    """The optimizer steps a Hugging Face ``Trainer`` makes in ``epochs`` over ``train_size``
+    items with ``cfg``'s batch on each of its ranks (its ``max_steps``)."""
+    if train_size < 1:
+        raise ConfigError(f"`train_size` must be >= 1 (items), but got {train_size!r}.")
+    batches = math.ceil(math.ceil(train_size / cfg.ranks) / cfg.batch_size)
+    per_epoch = max(1, math.ceil(batches / cfg.gradient_accumulation_steps))
+    return max(1, math.ceil(epochs * per_epoch))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 
 import pytest
@@ -178,6 +179,18 @@ def test_one_cycle_peaks_at_peak_lr() -> None:
     assert max(lrs) == pytest.approx(0.05, rel=1e-3)
     assert lrs.index(max(lrs)) == 10 - 1 or lrs.index(max(lrs)) == 10
     assert lrs[-1] < 0.001
+
+
+def test_warm_up_stable_decay_holds_the_peak_then_decays_over_the_last_fifth() -> None:
+    cfg = TrainingConfig(lr_schedule=LRSchedule(kind="wsd", peak_lr=0.1, warmup_fraction=0.1))
+    lrs = _lrs(cfg, 100)
+    assert lrs[0] == pytest.approx(0.01)  # first of 10 warm-up steps
+    assert lrs[9:80] == pytest.approx([0.1] * 71)  # stable until the last 20 steps
+    assert lrs[80] == pytest.approx(0.1) and lrs[81] < 0.1  # the decay's first step is the peak
+    assert all(a > b for a, b in itertools.pairwise(lrs[80:]))
+    assert lrs[-1] < 0.001
+    # A shorter run (train_fraction) compresses the whole shape: its decay is its own last 20%.
+    assert _lrs(cfg, 50)[40] == pytest.approx(0.1) and _lrs(cfg, 50)[41] < 0.1
 
 
 def test_constant_schedule_is_constant() -> None:

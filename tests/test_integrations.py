@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from autotune import TrainingConfig
+from autotune import ConfigError, TrainingConfig
 from autotune._integrations import transformers_kwargs
 from autotune.examples import tiny_data
 
@@ -181,6 +181,42 @@ def test_one_cycle_maps_to_cosine_with_its_warm_up_share(tmp_path) -> None:
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     ours = _lr_curve(cfg.lr_scheduler(opt, steps), opt, steps)
     assert max(range(steps), key=ours.__getitem__) in (19, 20)  # the same peak step
+
+
+def test_a_warm_up_stable_decay_schedule_exports_its_decay_in_the_trainers_steps(
+    tmp_path,
+) -> None:
+    """Hugging Face's "warmup_stable_decay" decays over a number of steps, which a config alone
+    cannot know: without the run's epochs and items it is an error naming both, never a guess;
+    with them, the Trainer's LR follows the schedule the search measured, step for step."""
+    cfg = TrainingConfig(
+        batch_size=32,
+        gradient_accumulation_steps=2,
+        lr_schedule={"kind": "wsd", "peak_lr": 1e-2, "warmup_fraction": 0.1},
+    )
+    with pytest.raises(ConfigError, match=r"pass planned_epochs= .* and train_size="):
+        cfg.to_transformers(planned_epochs=3)
+    kwargs = cfg.to_transformers(planned_epochs=3, train_size=1000)
+    # 1000 items in 32 batches of 32, 16 optimizer steps an epoch, 48 in 3 epochs: 20% decay.
+    assert kwargs["lr_scheduler_type"] == "warmup_stable_decay"
+    assert kwargs["lr_scheduler_kwargs"] == {"num_decay_steps": 10}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none", **kwargs)
+    steps = 48
+    ours_opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    ours = _lr_curve(cfg.lr_scheduler(ours_opt, steps), ours_opt, steps)
+    hf_opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=args.learning_rate)
+    hf_sched = transformers.get_scheduler(
+        args.lr_scheduler_type, hf_opt, num_warmup_steps=args.get_warmup_steps(steps),
+        num_training_steps=steps, scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+    )  # fmt: skip
+    theirs = _lr_curve(hf_sched, hf_opt, steps)
+    warmup = 5  # HF's warm-up starts at 0, autotune's one step in: one warm-up step apart
+    assert max(abs(a - b) for a, b in zip(ours[:warmup], theirs[:warmup], strict=True)) <= 2e-3
+    assert ours[warmup:] == pytest.approx(theirs[warmup:], abs=1e-12)
+    assert ours[warmup:39] == pytest.approx([1e-2] * 34)  # held at the peak until the decay
+    assert ours[39] < 1e-2 and ours[-1] < 1e-3  # then decays over the last 10 steps
 
 
 def test_older_transformers_names_are_used_where_only_they_exist() -> None:
