@@ -166,9 +166,15 @@ def hf_ddp_bucket(cfg: TrainingConfig, names: Collection[str] | None) -> dict[st
 
 
 def hf_ddp_buffers(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
+    """Also ``find_unused_parameters`` as the trials ran it (DDP's default, off): the Trainer
+    turns it on by itself unless activation checkpointing is on, a walk of the graph each
+    step that the measured speed did not pay."""
     if cfg.ranks == 1:
         return {}
-    return {"ddp_broadcast_buffers": cfg.ddp_broadcast_buffers}
+    out: dict[str, Any] = {"ddp_broadcast_buffers": cfg.ddp_broadcast_buffers}
+    if _takes(names, "ddp_find_unused_parameters"):
+        out["ddp_find_unused_parameters"] = False
+    return out
 
 
 def hf_ddp_accelerate_only(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:

@@ -640,6 +640,12 @@ def config_from(params: Mapping[str, Any], baseline: TrainingConfig) -> Training
         changes.setdefault("persistent_workers", True)
     if CompileMode(changes.get("compile_mode", baseline.compile_mode)) is CompileMode.NONE:
         changes["compile_dynamic"] = False
+    if int(changes.get("gradient_accumulation_steps", baseline.gradient_accumulation_steps)) > 1:
+        # DDP's static graph asserts when an iteration runs under no_sync, which Hugging
+        # Face's and Lightning's accumulation always use on their inner micro-batches.
+        changes["ddp_static_graph"] = False
+    else:
+        changes["ddp_no_sync"] = False  # no inner micro-batches: nothing it could skip
     # The LR is scaled with the global batch (samples per optimizer step, over every rank),
     # not the micro-batch.
     global_batch = (

@@ -100,23 +100,25 @@ class SearchSpace:
         return dataclasses.replace(self, knobs=knobs, notes=tuple(notes))
 
     def keeping_global_batch(self, baseline: TrainingConfig) -> SearchSpace:
-        """The space whose configs all keep ``baseline``'s global batch: ``batch_size`` is the
-        global batch over each listed ``gradient_accumulation_steps`` that divides it (1, 2, 4
-        and 8 where the space lists none); the batch sizes the space listed give way."""
-        total = baseline.global_batch_size
+        """The space whose configs all keep ``baseline``'s global batch: ``batch_size`` is a
+        rank's share of it (the whole of it on one process) over each listed
+        ``gradient_accumulation_steps`` that divides that share (1, 2, 4 and 8 where the space
+        lists none); the batch sizes the space listed give way."""
+        total, share = baseline.global_batch_size, baseline.rank_batch_size
         listed = self.knobs.get(ACCUMULATION)
         steps = listed.values if isinstance(listed, Choice) else DEFAULT_SPLITS
         splits = sorted(
-            {int(k) for k in steps if total % int(k) == 0}  # type: ignore[arg-type]
+            {int(k) for k in steps if share % int(k) == 0}  # type: ignore[arg-type]
             | {baseline.gradient_accumulation_steps}
         )
         knobs: dict[str, Knob] = dict(self.knobs)
-        knobs["batch_size"] = Choice(tuple(total // k for k in splits))
+        knobs["batch_size"] = Choice(tuple(share // k for k in splits))
         knobs[ACCUMULATION] = Choice(tuple(splits))
+        ranks = f" on each of {baseline.ranks} ranks" if baseline.ranks > 1 else ""
         note = (
             f"keep_global_batch: every config trains the baseline's global batch of {total} "
-            f"samples; batch_size (the micro-batch) is {total} / gradient_accumulation_steps "
-            f"for steps {', '.join(map(str, splits))}"
+            f"samples; batch_size (the micro-batch) is {share} / gradient_accumulation_steps"
+            f"{ranks} for steps {', '.join(map(str, splits))}"
         )
         return dataclasses.replace(
             self, knobs=knobs, global_batch_size=total, notes=(*self.notes, note)
@@ -168,7 +170,7 @@ class SearchSpace:
             p[name] = _suggest(trial, name, knob) if trial is not None else _first(knob)
         if self.global_batch_size is not None:
             micro = int(p.get("batch_size", baseline.batch_size))
-            p[ACCUMULATION] = max(1, self.global_batch_size // micro)
+            p[ACCUMULATION] = max(1, self.global_batch_size // (micro * baseline.ranks))
         return _knobs.config_from(p, baseline)
 
     def _derived(self, name: str) -> bool:

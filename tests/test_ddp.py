@@ -79,6 +79,49 @@ def test_the_lr_scales_with_the_global_batch_of_every_rank() -> None:
     assert cfg.lr_schedule.peak_lr == pytest.approx(2 * base.lr_schedule.peak_lr)
 
 
+def test_keep_global_batch_splits_a_ranks_share_so_every_config_keeps_the_global_batch() -> None:
+    """The split was of the global batch, ranks included, so every candidate trained `ranks`
+    times the baseline's global batch, and on a model without batch norm passed as
+    numerics-free, with no accuracy check."""
+    from autotune._search.baseline import smaller_split
+
+    base = autotune.TrainingConfig(ranks=2, batch_size=32, gradient_accumulation_steps=2)
+    space = autotune.load_space("quick").restrict(_facts(2)).keeping_global_batch(base)
+    assert space.knobs["batch_size"].values == (64, 32, 16, 8)  # a rank's 64 over 1, 2, 4, 8
+    built = [space.build({"batch_size": b}, base) for b in space.knobs["batch_size"].values]
+    assert {c.global_batch_size for c in built} == {128}
+    assert [c.gradient_accumulation_steps for c in built] == [1, 2, 4, 8]
+    assert {c.numerics_key(split_free=True) for c in built} == {base.numerics_key(split_free=True)}
+    split = smaller_split(space, base)
+    assert split is not None and (split.batch_size, split.global_batch_size) == (16, 128)
+
+
+def test_a_static_graph_is_never_built_with_accumulation_nor_no_sync_without_it() -> None:
+    """DDP's static graph asserts in an iteration under no_sync, which Hugging Face's and
+    Lightning's accumulation use: such a winner crashed the user's first step. no_sync with one
+    micro-batch per step skips nothing: a config of it measured noise under another name."""
+    base = autotune.TrainingConfig(ranks=2, batch_size=32)
+    both = {"ddp_static_graph": True, "ddp_no_sync": True}
+    accumulated = _knobs.config_from({**both, "gradient_accumulation_steps": 2}, base)
+    assert (accumulated.ddp_static_graph, accumulated.ddp_no_sync) == (False, True)
+    single = _knobs.config_from({**both, "gradient_accumulation_steps": 1}, base)
+    assert (single.ddp_static_graph, single.ddp_no_sync) == (True, False)
+
+
+def test_a_ranks_measurement_is_priced_at_its_share_of_the_throughput() -> None:
+    """Each rank runs the budget's steps of its own batch, and the throughput counts every
+    rank's samples: a 2-rank measurement was priced at half its time (and the calibration gave
+    each rank the whole job's samples to time, doubling it)."""
+    from autotune._search.baseline import measurement_seconds
+    from autotune._trial.runner import Budget
+
+    budget = Budget(warmup_steps=2, timed_samples=320, min_timed_steps=3, chunks=1)
+    assert budget.steps(32) == (2, 10)  # a rank's micro-batches
+    # 12 micro-batches of 32 on each of 2 ranks: 768 samples at 640 samples/s.
+    assert measurement_seconds(32, budget, 640.0, 0.0, ranks=2) == pytest.approx(1.2)
+    assert measurement_seconds(32, budget, 640.0, 0.0) == pytest.approx(0.6)
+
+
 def _facts(ranks: int, cores: int = 8) -> _knobs.Facts:
     device = describe_device("cpu")
     return _knobs.Facts(
@@ -124,6 +167,8 @@ def test_exports_carry_the_per_rank_batch_and_the_ddp_knobs() -> None:
         "broadcast_buffers=False)" in n
         for n in pl.notes
     )
+    # The trials ran DDP's default; the Trainer would look for unused parameters every step.
+    assert hf["ddp_find_unused_parameters"] is False
     single = autotune.TrainingConfig().to_transformers()
     assert not [k for k in single if k.startswith("ddp_")]
 
@@ -209,6 +254,9 @@ def test_accumulation_under_ddp_all_reduces_once_per_optimizer_step(tmp_path: Pa
     assert counts["sync"] == {"allreduce": 8, "optimizer_steps": 2}
     assert counts["sampler"] == "DistributedSampler"
     assert counts["reshuffled"] is True
+    # An epoch's last, incomplete window ran under no_sync: its step averages the gradients
+    # over the ranks first (it stepped on each rank's own, and the replicas drifted apart).
+    assert counts["apart"] == 0.0
 
 
 def test_an_oom_on_one_rank_fails_the_trial_on_every_rank_within_seconds() -> None:

@@ -119,13 +119,19 @@ class Baseline:
 
 
 def measurement_seconds(
-    batch_size: int, budget: Budget, throughput: float, overhead: float, accumulation: int = 1
+    batch_size: int,
+    budget: Budget,
+    throughput: float,
+    overhead: float,
+    accumulation: int = 1,
+    ranks: int = 1,
 ) -> float:
     """Seconds one measurement of a config at ``batch_size`` (and ``accumulation`` steps)
     takes at ``throughput``: its warm-up and timed micro-batches, plus a fixed ``overhead``
-    (model copy, set-up, a validation batch)."""
+    (model copy, set-up, a validation batch). Under DDP ``batch_size`` is a rank's, each rank
+    runs the budget's steps, and ``throughput`` counts every rank's samples."""
     steps = sum(budget.steps(batch_size, accumulation))
-    return overhead + steps * batch_size / max(throughput, 1e-9)
+    return overhead + steps * batch_size * ranks / max(throughput, 1e-9)
 
 
 def smaller_split(space: SearchSpace, cfg: TrainingConfig) -> TrainingConfig | None:
@@ -138,7 +144,7 @@ def smaller_split(space: SearchSpace, cfg: TrainingConfig) -> TrainingConfig | N
     if not smaller:
         return None
     micro = max(smaller)
-    return cfg.replace(batch_size=micro, gradient_accumulation_steps=total // micro)
+    return cfg.replace(batch_size=micro, gradient_accumulation_steps=total // (micro * cfg.ranks))
 
 
 def split_to_fit(bench: Bench, space: SearchSpace, memory: MemoryLimits | None) -> TrainingConfig:
@@ -214,7 +220,8 @@ def calibrate(bench: Bench, space: SearchSpace) -> Calibration:
     budget = dataclasses.replace(
         s.budget,
         warmup_steps=2,
-        timed_samples=max(cfg.batch_size, round(m.throughput * seconds)),
+        # Samples a rank times (each rank runs the budget): its share of the throughput.
+        timed_samples=max(cfg.batch_size, round(m.throughput / cfg.ranks * seconds)),
         min_timed_steps=3,
         min_timed_seconds=0.0,  # the same samples for every config, however fast
         max_timed_seconds=0.0,
@@ -227,7 +234,8 @@ def calibrate(bench: Bench, space: SearchSpace) -> Calibration:
         b
         for b in batch.values
         if b == cfg.batch_size
-        or SLACK * measurement_seconds(int(b), budget, m.throughput, overhead) <= limit  # type: ignore[arg-type]
+        or SLACK * measurement_seconds(int(b), budget, m.throughput, overhead, ranks=cfg.ranks)  # type: ignore[arg-type]
+        <= limit
     )
     if kept == batch.values:
         return Calibration(cfg, budget, space)

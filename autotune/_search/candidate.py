@@ -50,11 +50,15 @@ def expected_seconds(
     typical = baseline.measure_seconds
     m = baseline.record.measurement
     if m is not None:
-        base = baseline.record.config.gradient_accumulation_steps
-        base_cost = measurement_seconds(m.batch_size, budget, m.throughput, 0.0, base)
+        # Per-rank batches (a DDP measurement's batch_size is every rank's together).
+        base = baseline.record.config
+        base_cost = measurement_seconds(
+            base.batch_size, budget, m.throughput, 0.0, base.gradient_accumulation_steps,
+            base.ranks,
+        )  # fmt: skip
         overhead = max(0.0, baseline.record.measure_seconds - base_cost)
         k = cfg.gradient_accumulation_steps
-        steps = measurement_seconds(cfg.batch_size, budget, m.throughput, overhead, k)
+        steps = measurement_seconds(cfg.batch_size, budget, m.throughput, overhead, k, cfg.ranks)
         typical = SLACK * steps
     if cfg.compile_mode is CompileMode.NONE:
         return typical

@@ -116,6 +116,16 @@ def ddp_module(model: nn.Module) -> DistributedDataParallel | None:
     return inner if isinstance(inner, DistributedDataParallel) else None
 
 
+def average_gradients(model: nn.Module) -> None:
+    """Average every gradient over the process group, as DDP's all-reduce does: for an
+    optimizer step whose micro-batches all ran under ``no_sync`` (an epoch's last window)."""
+    world = dist.get_world_size()
+    for param in model.parameters():
+        if param.grad is not None:
+            dist.all_reduce(param.grad)
+            param.grad.div_(world)
+
+
 def ddp_words(cfg: TrainingConfig) -> list[str]:
     """The DDP knobs that differ from DDP's defaults, as ``describe`` names them."""
     words = [f"{k}={v}" for k, v in _exports.ddp_kwargs(cfg).items()]

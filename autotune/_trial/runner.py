@@ -324,6 +324,10 @@ class Trainer:
         what ends an epoch whose last window of micro-batches is incomplete."""
         if self.pending == 0:
             return
+        if self.ddp is not None and self.pending < self.cfg.gradient_accumulation_steps:
+            # An incomplete window ran every micro-batch under no_sync: no all-reduce has
+            # averaged these gradients, and stepping on them would let the replicas drift.
+            apply.average_gradients(self.model)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         if self.schedules and self.step_count < self.scheduler_total():
