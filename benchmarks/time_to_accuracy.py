@@ -130,6 +130,10 @@ def main() -> int:
     parser.add_argument("--workload", action="append", choices=NAMES)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--seeds", type=int, default=3, help="paired seeds of the whole run")
+    parser.add_argument(
+        "--tag", default="", help="a section of its own (time-to-accuracy-NAMES-TAG): earlier "
+        "runs stay beside it (without it, a run replaces the last one of the same workloads)",
+    )  # fmt: skip
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     names = args.workload or list(NAMES)
@@ -159,7 +163,9 @@ def main() -> int:
     ]
     text = "\n".join(lines)
     if not args.no_write:
-        write_section("time-to-accuracy-" + "-".join(names), text)
+        write_section(
+            "-".join(["time-to-accuracy", *names, *([args.tag] if args.tag else [])]), text
+        )
     print(text)
     return 0
 
