@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -292,6 +293,48 @@ def test_a_rank_killed_by_sigkill_is_named_and_leaves_no_process() -> None:
         assert _gone() == []
     finally:
         executor.close()
+
+
+_SEARCH = """
+import autotune
+from autotune._trial.ddp import DDPExecutor
+from autotune._trial.isolation import worker_env
+from faulty import OnRank
+from test_ddp import _workload
+from conftest import FAST_BUDGET
+
+executor = DDPExecutor(_workload(OnRank("hang", rank=1)), 2, "cpu", env=worker_env())
+executor.ensure_started()
+print("started", flush=True)
+executor.run(autotune.TrainingConfig(ranks=2, batch_size=64), FAST_BUDGET, time_limit=600)
+"""
+
+
+@pytest.mark.slow
+def test_a_search_killed_by_sigkill_leaves_no_rank_training() -> None:
+    """The launcher runs in a session of its own: after the search was killed it trained on
+    (a rank hanging, the other waiting on it) until the trial's limit, ten minutes here."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    search = subprocess.Popen(
+        [sys.executable, "-c", _SEARCH], env=env, stdout=subprocess.PIPE, text=True
+    )
+    job: list[psutil.Process] = []
+    try:
+        assert search.stdout is not None and search.stdout.readline().strip() == "started"
+        time.sleep(2.0)  # the trial is under way: rank 1 hangs, rank 0 waits in an all-reduce
+        job = psutil.Process(search.pid).children(recursive=True)
+        assert len(job) >= 3  # the launcher and its two ranks
+        search.kill()
+        search.wait()
+        start = time.monotonic()
+        _, alive = psutil.wait_procs(job, timeout=30)
+        assert [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+        assert time.monotonic() - start < 15
+    finally:
+        search.kill()
+        for p in job:  # what this test would otherwise leave running, if it failed
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
 
 
 def test_a_rank_that_cannot_load_the_workload_is_named_before_any_trial() -> None:

@@ -34,7 +34,13 @@ import torch
 
 from autotune._config import TrainingConfig
 from autotune._device import cpu_share
-from autotune._trial.ddp_worker import FAILURE_FILE, PID_FILE, SOCKET_FILE, WORKLOAD_FILE
+from autotune._trial.ddp_worker import (
+    FAILURE_FILE,
+    PID_FILE,
+    SEARCH_PID,
+    SOCKET_FILE,
+    WORKLOAD_FILE,
+)
 from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import (
     START_TIMEOUT,
@@ -122,6 +128,7 @@ class DDPExecutor(ProcessExecutor):
             "TORCHINDUCTOR_CACHE_DIR": cache,
             "TRITON_CACHE_DIR": os.path.join(cache, "triton"),
             "AUTOTUNE_DDP_JOB": secrets.token_hex(8),
+            SEARCH_PID: str(os.getpid()),  # its ranks stop when this process is gone
         }
         self.started += 1
         self._last = None

@@ -31,6 +31,7 @@ import threading
 import time
 from typing import Any
 
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -44,6 +45,7 @@ from autotune._trial.worker import _preload, _StepSender, _watch_parent, warm_up
 IDLE_TIMEOUT = datetime.timedelta(days=7)
 FAILURE_FILE = "failure-rank{rank}.json"
 PID_FILE = "pid-rank{rank}"
+SEARCH_PID = "AUTOTUNE_DDP_SEARCH"  # the environment variable naming the search's pid
 SOCKET_FILE = "control.sock"
 WORKLOAD_FILE = "workload.pkl"
 
@@ -130,6 +132,24 @@ def _fail(directory: str, rank: int, world: int, reason: FailureReason, message:
     os._exit(1)
 
 
+def _watch_search(pid: int) -> None:
+    """Exit once the search process ``pid`` is gone: the launcher (this rank's parent) runs
+    in a session of its own and trains on after a search killed with SIGKILL; a rank that
+    exits makes it stop the others."""
+    try:
+        search = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        os._exit(70)
+    while True:
+        time.sleep(0.5)
+        try:
+            gone = not search.is_running() or search.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            gone = True
+        if gone:  # killed (a zombie until reaped), or its pid reused (is_running checks)
+            os._exit(70)
+
+
 def _connect(directory: str) -> multiprocessing.connection.Connection:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(os.path.join(directory, SOCKET_FILE))
@@ -145,6 +165,9 @@ def _on_rank(accuracy: AccuracyCheck | None, device: str) -> AccuracyCheck | Non
 def main(directory: str) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the search process's to handle
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    search = os.environ.get(SEARCH_PID)
+    if search:  # the launcher outlives a search killed with SIGKILL: the ranks watch it too
+        threading.Thread(target=_watch_search, args=(int(search),), daemon=True).start()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     with open(os.path.join(directory, PID_FILE.format(rank=rank)), "w") as f:
