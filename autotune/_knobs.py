@@ -89,6 +89,19 @@ def _anything(value: Any) -> bool:
     return True
 
 
+def _with_workers(cfg: TrainingConfig) -> bool:
+    return cfg.num_workers > 0
+
+
+def _compiled(cfg: TrainingConfig) -> bool:
+    return cfg.compile_mode is not CompileMode.NONE
+
+
+def _one_step(cfg: TrainingConfig) -> bool:
+    """One micro-batch per optimizer step: no accumulation."""
+    return cfg.gradient_accumulation_steps == 1
+
+
 def _differs(value: Any, baseline: Any) -> float:
     return float(value != baseline)
 
@@ -107,8 +120,10 @@ class Knob:
     nullable: bool = False
     powers_of_two: bool = False  # a range {low, high} in a space file means its powers of two
     late: bool = False  # tried on top of the best config, not sampled from the start
-    needs_workers: bool = False  # only exists with DataLoader workers
-    needs_compile: bool = False  # only exists with torch.compile
+    # Where the knob exists at all (None: always): with DataLoader workers, with compile, with
+    # (or without) accumulation. An absent knob is not sampled, not read back, and takes
+    # its field's default in a config.
+    exists: Callable[[TrainingConfig], bool] | None = None
     # Rank in the tie-break between equally fast configs (0 weighs most; None: not compared)
     # and how far a value is from plain eager training, given the baseline's value.
     simplicity: int | None = None
@@ -117,6 +132,10 @@ class Knob:
     reader: Reader | None = None  # the knob's value in a config; default: its field
     transformers: ex.ToTransformers = ex.hf_none
     lightning: ex.ToLightning = ex.pl_none
+
+    def present(self, cfg: TrainingConfig) -> bool:
+        """Whether this knob exists in ``cfg`` (see ``exists``)."""
+        return self.exists is None or self.exists(cfg)
 
     def read(self, cfg: TrainingConfig, baseline: TrainingConfig) -> Any:
         """This knob's value in ``cfg`` (as a space file writes it; ``baseline`` for the knobs
@@ -296,7 +315,7 @@ KNOBS: tuple[Knob, ...] = (
         numerics=False,
         field="persistent_workers",
         rule="true or false",
-        needs_workers=True,
+        exists=_with_workers,
         transformers=ex.hf_persistent,
         lightning=ex.pl_persistent,
     ),
@@ -308,7 +327,7 @@ KNOBS: tuple[Knob, ...] = (
         rule=">= 1",
         check=lambda v: v >= 1,
         nullable=True,
-        needs_workers=True,
+        exists=_with_workers,
         transformers=ex.hf_prefetch,
         lightning=ex.pl_prefetch,
     ),
@@ -366,7 +385,7 @@ KNOBS: tuple[Knob, ...] = (
         field="compile_dynamic",
         rule="true or false",
         late=True,
-        needs_compile=True,
+        exists=_compiled,
         simplicity=1,
         restrict=_only_if(
             lambda f: f.device.supports_compile,
@@ -455,6 +474,9 @@ KNOBS: tuple[Knob, ...] = (
         numerics=False,
         field="ddp_static_graph",
         rule="true or false",
+        # DDP's static graph asserts in an iteration under no_sync, which Hugging Face's and
+        # Lightning's accumulation use on its inner micro-batches: only without accumulation.
+        exists=_one_step,
         simplicity=14,
         restrict=_ddp_rule,
         transformers=ex.hf_ddp_accelerate_only,
@@ -476,6 +498,7 @@ KNOBS: tuple[Knob, ...] = (
         numerics=False,
         field="ddp_no_sync",
         rule="true or false",
+        exists=lambda cfg: not _one_step(cfg),  # no inner micro-batches: nothing to skip
         simplicity=16,
         restrict=_ddp_rule,
         transformers=ex.hf_ddp_no_sync,
@@ -609,16 +632,10 @@ def complexity(cfg: TrainingConfig, baseline: TrainingConfig) -> tuple[float, ..
     return tuple(k.cost(k.read(cfg, baseline), k.read(baseline, baseline)) for _, k in ranked)
 
 
-def _absent(knob: Knob, cfg: TrainingConfig) -> bool:
-    """Whether ``knob`` does not exist in ``cfg`` (it needs workers, or compile, it lacks)."""
-    no_compile = cfg.compile_mode is CompileMode.NONE
-    return (knob.needs_workers and cfg.num_workers == 0) or (knob.needs_compile and no_compile)
-
-
 def values_of(cfg: TrainingConfig, baseline: TrainingConfig) -> dict[str, Any]:
-    """Every knob's value in ``cfg``, as a space file writes them (the knobs that need
-    DataLoader workers, or compile, only where there are)."""
-    return {k.name: k.read(cfg, baseline) for k in KNOBS if not _absent(k, cfg)}
+    """Every knob's value in ``cfg``, as a space file writes them (only the knobs that exist
+    in it: see ``Knob.exists``)."""
+    return {k.name: k.read(cfg, baseline) for k in KNOBS if k.present(cfg)}
 
 
 def config_from(params: Mapping[str, Any], baseline: TrainingConfig) -> TrainingConfig:
@@ -633,19 +650,19 @@ def config_from(params: Mapping[str, Any], baseline: TrainingConfig) -> Training
             continue
         changes[knob.field] = p[knob.name]
     changes["num_workers"] = workers
-    if workers == 0:
-        changes.update(persistent_workers=False, prefetch_factor=None)
-    elif baseline.num_workers == 0:
+    if workers > 0 and baseline.num_workers == 0:
         # Workers where the baseline has none: keep them alive between epochs unless told.
         changes.setdefault("persistent_workers", True)
-    if CompileMode(changes.get("compile_mode", baseline.compile_mode)) is CompileMode.NONE:
-        changes["compile_dynamic"] = False
-    if int(changes.get("gradient_accumulation_steps", baseline.gradient_accumulation_steps)) > 1:
-        # DDP's static graph asserts when an iteration runs under no_sync, which Hugging
-        # Face's and Lightning's accumulation always use on their inner micro-batches.
-        changes["ddp_static_graph"] = False
-    else:
-        changes["ddp_no_sync"] = False  # no inner micro-batches: nothing it could skip
+    # Where the conditional knobs exist follows from the others; one that does not exist here
+    # takes its field's default.
+    defaults = {f.name: f.default for f in dataclasses.fields(baseline)}
+    conditional = {k.field: defaults[k.field] for k in KNOBS if k.exists and k.field}
+    shaped = baseline.replace(
+        **{f: v for f, v in changes.items() if f not in conditional}, **conditional
+    )
+    for knob in KNOBS:
+        if knob.field is not None and not knob.present(shaped):
+            changes[knob.field] = defaults[knob.field]
     # The LR is scaled with the global batch (samples per optimizer step, over every rank),
     # not the micro-batch.
     global_batch = (

@@ -156,21 +156,18 @@ class SearchSpace:
         trial: optuna.Trial | None = None,
     ) -> TrainingConfig:
         """The config that ``params`` (knob name -> value) describe, on top of ``baseline``.
-        Knobs that need DataLoader workers (or compile) are sampled, or take their first value,
-        only where there are workers (or compile)."""
+        Knobs that exist only in some configs (with DataLoader workers, with compile, with or
+        without accumulation) are sampled, or take their first value, only where they exist."""
         p = dict(params)
-        workers = int(p.get("num_workers", baseline.num_workers)) > 0
-        compiled = str(p.get("compile_mode", baseline.compile_mode.value)) != "none"
-        for name, knob in self.knobs.items():
-            spec = _knobs.BY_NAME[name]
-            if name in p or not (
-                (spec.needs_workers and workers) or (spec.needs_compile and compiled)
-            ):
-                continue
-            p[name] = _suggest(trial, name, knob) if trial is not None else _first(knob)
         if self.global_batch_size is not None:
             micro = int(p.get("batch_size", baseline.batch_size))
             p[ACCUMULATION] = max(1, self.global_batch_size // (micro * baseline.ranks))
+        # The config the other knobs make says where the conditional ones exist.
+        shaped = _knobs.config_from({k: v for k, v in p.items() if not _conditional(k)}, baseline)
+        for name, knob in self.knobs.items():
+            if name in p or not _conditional(name) or not _knobs.BY_NAME[name].present(shaped):
+                continue
+            p[name] = _suggest(trial, name, knob) if trial is not None else _first(knob)
         return _knobs.config_from(p, baseline)
 
     def _derived(self, name: str) -> bool:
@@ -272,8 +269,8 @@ DEFAULT_SPLITS = (1, 2, 4, 8)  # accumulation steps tried to keep the global bat
 
 
 def _conditional(name: str) -> bool:
-    spec = _knobs.BY_NAME[name]
-    return spec.needs_workers or spec.needs_compile
+    """Whether knob ``name`` exists only in some configs (sampled in ``build`` where it does)."""
+    return _knobs.BY_NAME[name].exists is not None
 
 
 def _first(knob: Knob) -> Any:
