@@ -132,10 +132,11 @@ def _default_study(args: argparse.Namespace) -> str:
     # Hooks join the key only where given, so that earlier commands keep their studies
     # (accuracy was the default metric before "auto": a study of another metric is another).
     given = (args.collate_fn, args.forward, args.loss_fn, args.metric_name)
-    if any(given) or args.metric != "accuracy" or args.higher_is_better is not None:
-        # str(True) was --lower-is-better's part before --higher-is-better existed: kept.
-        direction = {None: "False", False: "True", True: "higher"}[args.higher_is_better]
-        parts += [*map(str, given), args.metric, direction]
+    lower = args.higher_is_better is False  # --lower-is-better's part, as before the other
+    if any(given) or args.metric != "accuracy" or lower:
+        # --higher-is-better says what a metric function without it was taken as: the same
+        # study, so that a command that now needs the flag resumes what it started.
+        parts += [*map(str, given), args.metric, str(lower)]
     if args.optimizer:
         parts.append(f"optimizer={args.optimizer}")
     if args.ranks > 1:

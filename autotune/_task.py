@@ -234,8 +234,10 @@ class TaskRefs:
             raise ValueError(f"Unknown task field(s) {', '.join(unknown)} in a stored task.")
         return cls(values={**_defaults(), **values}, unnamed=unnamed)
 
-    def load(self) -> Task:
-        """The task these references name, loaded in this process."""
+    def load(self, *, higher_is_better: bool | None = None) -> Task:
+        """The task these references name, loaded in this process; ``higher_is_better``: the
+        direction the search resolved, for a metric function a study stored without one
+        (before a direction that no name says was asked for)."""
         if self.unnamed:
             raise ArgumentError(
                 f"The search's {', '.join(self.unnamed)} hook(s) were given as callables that "
@@ -252,6 +254,8 @@ class TaskRefs:
             loaded[f.name] = (
                 load_hook(value, f.name) if by_reference and value is not None else value
             )
+        if loaded["higher_is_better"] is None and callable(loaded["metric"]):
+            loaded["higher_is_better"] = higher_is_better
         return Task(**loaded)
 
 

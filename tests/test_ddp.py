@@ -95,6 +95,11 @@ def test_keep_global_batch_splits_a_ranks_share_so_every_config_keeps_the_global
     assert {c.numerics_key(split_free=True) for c in built} == {base.numerics_key(split_free=True)}
     split = smaller_split(space, base)
     assert split is not None and (split.batch_size, split.global_batch_size) == (16, 128)
+    # Split into accumulation, a static graph (which would assert under no_sync) is dropped.
+    static = autotune.TrainingConfig(ranks=2, batch_size=64, ddp_static_graph=True)
+    split = smaller_split(space, static)
+    assert split is not None and split.gradient_accumulation_steps == 2
+    assert split.ddp_static_graph is False
 
 
 def test_a_static_graph_is_never_built_with_accumulation_nor_no_sync_without_it() -> None:

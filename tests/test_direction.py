@@ -14,7 +14,11 @@ from lightning.pytorch.callbacks import EarlyStopping
 
 import autotune
 from autotune._cli import main
+from autotune._task import TaskRefs
 from autotune._trial.direction import Said, choose_direction
+from autotune._trial.hf_setup import prepare_hf
+from autotune._trial.lightning_setup import prepare_lightning
+from autotune._trial.metrics import MetricChoice
 from autotune.examples import tiny_data, tiny_model
 
 import lightning_tasks as lt
@@ -122,14 +126,69 @@ def test_a_lightning_callbacks_mode_speaks_for_the_metric_it_watches() -> None:
 
 
 def test_hugging_faces_greater_is_better_speaks_for_its_metric_for_best_model(tmp_path) -> None:
-    trainer = lt.hf_trainer(
-        str(tmp_path), metric_for_best_model="accuracy", greater_is_better=True,
-        eval_strategy="epoch",
+    """Only where the user set it: TrainingArguments fills greater_is_better in by itself (not
+    for a name ending in "loss"), which says nothing of eval_wer (lower is better)."""
+    said = prepare_hf(
+        lt.hf_trainer(str(tmp_path), metric_for_best_model="accuracy", greater_is_better=False),
+        metric="eval_accuracy", higher_is_better=None,
+    ).prepared.metric  # fmt: skip
+    assert said.higher_is_better is False
+    assert "greater_is_better=False" in said.reason
+    trainer = lt.hf_trainer(str(tmp_path), metric_for_best_model="accuracy")
+    assert trainer.args.greater_is_better is True  # filled in: not the user's word
+    assert prepare_hf(trainer, metric="eval_accuracy", higher_is_better=None).prepared.metric == (
+        MetricChoice(
+            metric="eval_accuracy", higher_is_better=True,
+            reason="its name says higher is better",
+        )
     )  # fmt: skip
     with pytest.raises(
         autotune.ArgumentError,
-        match=r"Which way is 'eval_accuracy' better\? You gave higher_is_better=False .* but "
-        r"your TrainingArguments\(metric_for_best_model='accuracy', greater_is_better=True\) "
-        r"says higher is better",
+        match=r"Which way is 'eval_accuracy' better\? You gave higher_is_better=True .* but "
+        r"your TrainingArguments\(metric_for_best_model='accuracy', greater_is_better=False\) "
+        r"says lower is better",
     ):
-        autotune.tune(trainer, metric="eval_accuracy", higher_is_better=False)
+        autotune.tune(
+            lt.hf_trainer(str(tmp_path), metric_for_best_model="accuracy", greater_is_better=False),
+            metric="eval_accuracy", higher_is_better=True,
+        )  # fmt: skip
+
+
+def test_a_lightning_callbacks_default_mode_does_not_turn_an_accuracy_round() -> None:
+    """ModelCheckpoint and EarlyStopping minimise unless told: monitoring val_acc without a
+    mode guarded it as lower-is-better, upside down. The name is read, and the callback named."""
+    start = prepare_lightning(
+        lt.lightning_trainer(callbacks=[EarlyStopping(monitor="val_acc")]), lt.SmoothedSGD(),
+        datamodule=lt.NoisyData(), metric="val_acc",
+    )  # fmt: skip
+    assert start.prepared.metric.higher_is_better is True
+    assert "EarlyStopping(monitor='val_acc', mode='min') minimises val_acc" in str(
+        start.prepared.note
+    )
+
+
+def test_words_that_may_turn_a_name_round_make_it_ask() -> None:
+    for name in ("neg_mean_squared_error", "neg_log_loss", "accuracy_drop", "acc_gap"):
+        with pytest.raises(autotune.ArgumentError, match="Its name does not say"):
+            choose_direction(name, None)
+    assert choose_direction("error_rate", None).higher_is_better is False
+
+
+def test_a_worker_loads_a_study_stored_before_the_direction_was_asked_for() -> None:
+    """A stored metric function with no direction: the search's resolved one is used."""
+    refs = TaskRefs.from_dict({"metric": "steady:agreement", "higher_is_better": None})
+    with pytest.raises(autotune.ArgumentError, match=r"your metric 'agreement'"):
+        refs.load()  # what a worker did with such a study: refused, naming a flag it lacks
+    assert refs.load(higher_is_better=True).higher_is_better is True
+
+
+def test_higher_is_better_on_the_command_line_keeps_the_study_a_command_had() -> None:
+    """A command with a metric function that ran without a flag now needs --higher-is-better
+    (what it was taken as): it must resume the same study, not start another."""
+    from autotune._cli import _default_study, build_parser
+
+    base = ["search", "--model", "m:f", "--data", "m:d", "--out", "x", "--metric", "m:score"]
+    study = [_default_study(build_parser().parse_args([*base, *flag])) for flag in (
+        [], ["--higher-is-better"], ["--lower-is-better"],
+    )]  # fmt: skip
+    assert study[0] == study[1] != study[2]

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from autotune._config import TrainingConfig
 from autotune._errors import AutotuneError
+from autotune._knobs import config_from
 from autotune._search import storage
 from autotune._search.bench import Bench
 from autotune._search.guard import AccuracyGuard, plan_accuracy_budget
@@ -144,7 +145,9 @@ def smaller_split(space: SearchSpace, cfg: TrainingConfig) -> TrainingConfig | N
     if not smaller:
         return None
     micro = max(smaller)
-    return cfg.replace(batch_size=micro, gradient_accumulation_steps=total // (micro * cfg.ranks))
+    # Through the registry, so that knobs that do not exist with accumulation are dropped.
+    steps = total // (micro * cfg.ranks)
+    return config_from({"batch_size": micro, "gradient_accumulation_steps": steps}, cfg)
 
 
 def split_to_fit(bench: Bench, space: SearchSpace, memory: MemoryLimits | None) -> TrainingConfig:

@@ -213,7 +213,7 @@ def join_search(
         model,
         dataset,
         val_dataset,
-        settings.hooks.load(),
+        settings.hooks.load(higher_is_better=settings.higher_is_better),
         val_fraction=settings.val_fraction,
         seed=settings.seed,
         eval_batch_size=settings.validation_batch_size,

@@ -37,6 +37,8 @@ HIGHER = (
 )  # fmt: skip
 # The command line's two flags for higher_is_better (neither given: None).
 DIRECTION_FLAGS = {True: "--higher-is-better", False: "--lower-is-better"}
+# Words that may turn a metric's direction round (scikit-learn's neg_*, a drop in accuracy).
+TURNING = ("neg", "negative", "minus", "inv", "inverse", "drop", "gap", "delta", "reduction")
 FLAGS = (
     "higher_is_better=True or False (--higher-is-better / --lower-is-better on the command line)"
 )
@@ -51,8 +53,11 @@ class Said:
 
 
 def direction_in_name(name: str) -> bool | None:
-    """True / False where the name's words say higher / lower is better, else None."""
+    """True / False where the name's words say higher / lower is better, else None: also
+    where a word may turn the other round (``neg_mean_squared_error``, ``accuracy_drop``)."""
     words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    if any(w in TURNING for w in words):
+        return None
     lower = any(w in LOWER or w.endswith("loss") for w in words)
     higher = any(w in HIGHER or w.startswith("acc") for w in words)
     return None if lower == higher else higher

@@ -112,6 +112,8 @@ def _said(args: Any, name: str) -> Said | None:
     best = args.metric_for_best_model
     if not best or _metric_name(best) != name or args.greater_is_better is None:
         return None
+    if bool(args.greater_is_better) == (not best.endswith("loss")):
+        return None  # what TrainingArguments fills in by itself: not a word of the user's
     where = (
         f"your TrainingArguments(metric_for_best_model={best!r}, "
         f"greater_is_better={bool(args.greater_is_better)!r})"

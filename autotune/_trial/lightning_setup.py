@@ -20,7 +20,7 @@ from autotune._config import TrainingConfig
 from autotune._errors import ArgumentError, DataError, ModelError
 from autotune._options import PLANNED_EPOCHS
 from autotune._task import TaskRefs
-from autotune._trial.direction import Said, choose_direction
+from autotune._trial.direction import Said, choose_direction, direction_in_name
 from autotune._trial.lightning_loop import LEFT_OUT_CALLBACKS, LightningLoop, Loaders
 from autotune._trial.metrics import MetricChoice
 from autotune._trial.task import cpu_copy, logged_task
@@ -98,8 +98,17 @@ def prepare_lightning(
     )
     checked = _check(loop, module, train.dataset, val.dataset, given=name)
     loop = dataclasses.replace(loop, metric=checked.metric, peak_lr=checked.lr)
-    # A callback's mode speaks for the metric it watches, whether or not metric= names it too.
+    # A callback's mode speaks for the metric it watches, whether or not metric= names it too;
+    # but "min" is also what both callbacks take when no mode is given, so where the name says
+    # higher is better, the name is read and the callback named.
     said = said if checked.metric == monitor else None
+    if said is not None and not said.higher_is_better and direction_in_name(checked.metric):
+        notes.append(
+            f"metric: {said.where} minimises {checked.metric}, whose name says higher is "
+            "better (min is the callbacks' default mode): guarded as higher is better; pass "
+            "higher_is_better=False if it is not"
+        )
+        said = None
     choice = choose_direction(checked.metric, higher_is_better, said=said)
     val_set: Any = val.dataset
     if len(val_set) > MAX_VAL_ITEMS:
