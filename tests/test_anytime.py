@@ -115,8 +115,8 @@ def test_no_time_is_kept_back_when_nothing_is_pending() -> None:
 
 
 def test_an_unresolved_confirmation_takes_the_seeds_that_settle_it_when_they_fit() -> None:
-    """bf16's paired drop alternates +-0.003 from seed to seed: the first look (three seeds,
-    the study's first check at one-sided 98.75%, the validation sample's noise included)
+    """bf16's paired drop alternates +-0.0039 from seed to seed: the first look (three seeds,
+    the study's first check at one-sided 97.19%, the validation sample's noise included)
     bounds the drop above the 0.01 tolerance; the seeds its runs say would settle it fit, and
     the second look confirms it, within the budget."""
     base = bert_like()
@@ -125,7 +125,7 @@ def test_an_unresolved_confirmation_takes_the_seeds_that_settle_it_when_they_fit
         value = base.metric(cfg, seed)
         if cfg.precision.value == "bf16":
             value += 0.001 * (seed % 2)  # undo bert_like's own jitter
-            value -= 0.003 if seed % 2 == 0 else -0.003
+            value -= 0.0039 if seed % 2 == 0 else -0.0039
         return value
 
     model = dataclasses.replace(base, metric=metric)

@@ -8,6 +8,7 @@ import math
 
 from sim import Model, noise, search
 
+from autotune._search.baseline import budget_note
 from autotune._search.guard import Verdict
 from autotune._search.horizon import pairs_to_confirm, plan_horizon
 from autotune._trial.runner import AccuracyRun
@@ -224,3 +225,44 @@ def test_validating_halfway_leaves_the_run_as_it_was() -> None:
     # An annealed schedule is still at a high rate halfway: no midpoint is taken.
     cosine = cfg.replace(lr_schedule=autotune.LRSchedule(kind="cosine"))
     assert train_for_accuracy(cosine, work, 320, seed=3, midpoint=True).midpoint is None
+
+
+def test_a_budget_too_short_for_a_check_says_so_and_which_timeout_would_hold_one() -> None:
+    """Runs of 2 s that vary by ±0.02: a harmless change's check needs tens of pairs, far
+    more than the 60 s left; the plan says which changes can still be confirmed, and the
+    timeout that would hold one check (the shortfall added to the user's timeout, rounded up
+    to 10 s). Where the check fits, or with no time budget, nothing is said."""
+    base = runs([0.90, 0.92, 0.94], None)
+    plan = plan_horizon(base, samples=2048, limit=2048, tolerance=0.01, run_seconds=2.0, left=60.0)
+    assert plan.pairs is not None and plan.seconds > 60.0
+    short = plan.short_by
+    assert short == plan.seconds - 60.0
+    note = budget_note(plan, timeout=240.0)
+    assert note is not None
+    assert f"needs ~{plan.seconds:.0f} s of accuracy runs here, and ~60 s are left" in note
+    assert f"a timeout of about {10 * math.ceil((240.0 + short) / 10)} s would hold one" in note
+    roomy = plan_horizon(base, samples=2048, limit=2048, tolerance=0.01, run_seconds=2.0, left=1e5)
+    assert roomy.short_by is None and budget_note(roomy, timeout=1e5) is None
+    untimed = plan_horizon(base, samples=2048, limit=2048, tolerance=0.01, run_seconds=2.0)
+    assert untimed.short_by is None and budget_note(untimed, timeout=None) is None
+    wild = plan_horizon(
+        runs([0.1, 0.9, 0.5], None), samples=2048, limit=2048, tolerance=0.01, run_seconds=2.0,
+        left=60.0,
+    )  # fmt: skip
+    assert wild.pairs is None
+    assert "no timeout would hold one at this horizon" in (budget_note(wild, timeout=240.0) or "")
+
+
+def test_the_search_says_up_front_when_its_budget_holds_no_check_that_moves_training() -> None:
+    """The digits MLP's noise (±0.03 a run) at 60 s: the progress line and the result's
+    accuracy note say that only a change whose pairs barely vary can be confirmed here."""
+
+    def metric(cfg, seed: int) -> float:
+        return 0.90 + noise(seed, 0.03)
+
+    run, _, lines = search(digits(metric=metric), knobs=DIGITS, timeout=60.0, n_train=400)
+    said = [line for line in lines if "can be confirmed; a timeout of about" in line]
+    assert len(said) == 1, "\n".join(lines)
+    accuracy = run.ledger().baseline_accuracy
+    assert accuracy is not None and accuracy.note is not None
+    assert "only a change whose pairs vary much less" in accuracy.note

@@ -7,6 +7,7 @@ the budget.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from typing import Protocol
 
@@ -354,7 +355,12 @@ def measure_baseline_accuracy(
         note=note,
     )
     plan = horizon_plan(bench, accuracy, reserve)
-    accuracy = dataclasses.replace(accuracy, plans=(*plans, plan.describe()))
+    budget = budget_note(plan, s.timeout)
+    accuracy = dataclasses.replace(
+        accuracy,
+        plans=(*plans, plan.describe()),
+        note=" ".join(n for n in (note, budget) if n) or None,
+    )
     storage.write_baseline_accuracy(bench.study, accuracy)
     measured = Baseline.of(bench.ledger())
     assert measured is not None and measured.guard is not None
@@ -365,10 +371,33 @@ def measure_baseline_accuracy(
         f"(untrained model: {_fmt(guard.initial_metric)}), in {outcome.seconds:.0f} s"
     )
     bench.report(f"accuracy guard: horizon: {plan.describe()}")
+    if budget:
+        bench.report(f"accuracy guard: {budget}")
     advice = guard.advice()
     if advice:
         bench.report(f"accuracy guard: {advice}")
     return measured
+
+
+def budget_note(plan: HorizonPlan, timeout: float | None) -> str | None:
+    """What a budget too short for a check at the ``plan``'s horizon means, said once the
+    baseline's runs have measured it (None: one fits, or no time budget): which changes can
+    still be confirmed, and the ``timeout`` that would hold one check."""
+    short = plan.short_by
+    if short is None or timeout is None or plan.left is None:
+        return None
+    need = (
+        f"a timeout of about {10 * math.ceil((timeout + short) / 10):.0f} s would hold one"
+        if math.isfinite(short)
+        else "no timeout would hold one at this horizon"
+    )
+    cost = f"~{plan.seconds:.0f} s" if math.isfinite(plan.seconds) else "more than any budget"
+    return (
+        f"a check of a change that moves training (its pairs varying as the baseline's seeds "
+        f"do) needs {cost} of accuracy runs here, and ~{plan.left:.0f} s are left for checks: "
+        "in this budget only a change whose pairs vary much less (reduced precision's often "
+        f"do) can be confirmed; {need}"
+    )
 
 
 def horizon_plan(bench: Bench, accuracy: BaselineAccuracy, reserve: float) -> HorizonPlan:

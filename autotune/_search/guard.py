@@ -31,13 +31,15 @@ The guard decides in two steps:
   the upper bound is within the tolerance, *rejected* when the lower bound is beyond it,
   otherwise *unresolved* (and it says how many seeds would settle it, or that a larger
   validation set would). **The error rate is held for the answer**: the study's ``j``-th check
-  may spend ``α_j = α / (j (j + 1))`` and its ``k``-th look ``α_j / (k (k + 1))``; their sum
-  over any number of checks and looks stays below ``α = 1 - CONFIDENCE``, so the answer (the
-  fastest confirmed candidate) is a candidate whose true drop is beyond the tolerance with
-  probability at most ``α`` (a union bound; rejections are non-binding, so they cannot raise
-  it). The bound is as good as its normal approximation: a failure mode that no run of a check
-  has shown (a run that fails to take off 1 time in 10) slips through *any* test on a few pairs,
-  since ``n`` pairs all miss a mode of rate ``f`` with probability ``(1 - f)^n``
+  may spend ``α_j = α w_j`` and its ``k``-th look ``α_j w_k``, with ``w_1 = 3/4`` and ``w_k =
+  1 / (4 (k - 1) k)`` after (:func:`share`: most to the first, where checks settle inside a
+  budget); their sum over any number of checks and looks stays below ``α = 1 - CONFIDENCE``,
+  so the answer (the fastest confirmed candidate) is a candidate whose true drop is beyond the
+  tolerance with probability at most ``α`` (a union bound; rejections are non-binding, so
+  they cannot raise it). The bound is as good as its normal approximation: a failure mode
+  that no run of a check has shown (a run that fails to take off 1 time in 10) slips through
+  *any* test on a few pairs, since ``n`` pairs all miss a mode of rate ``f`` with probability
+  ``(1 - f)^n``
   (``benchmarks/guard_error_rates.py`` measures how often, beside that floor). So the error
   rate is claimed for drops whose modes the pairs show, and a confirmation says how rare a
   mode could be and go unseen in its pairs (:func:`unseen_rate`: 1 time in 20, 63% of runs at
@@ -74,6 +76,8 @@ __all__ = [
     "look_alpha",
     "percent",
     "plan_accuracy_budget",
+    "share",
+    "shares_spent",
     "spent_alpha",
     "t_quantile",
     "unseen_note",
@@ -88,6 +92,9 @@ MIN_STEPS = 8  # baseline steps an accuracy run takes at the least
 LEARNED = 2.0  # the baseline must move its metric by this many of its own spreads (std) to learn
 MIN_LEARNED_SEEDS = 2  # ... or this many of its seeds must each move it by more than the tolerance
 MAX_NEED = 10_000  # seeds beyond which an unresolved check counts as unsettleable
+# Of the answer's error rate, the share the study's first check may spend, and of a check's,
+# the share its first look may (see :func:`share`).
+FIRST_SHARE = 0.75
 
 
 @functools.lru_cache(maxsize=4096)
@@ -107,22 +114,36 @@ def unseen_rate(pairs: int) -> float:
     return 1.0 - float(ALPHA ** (1.0 / max(pairs, 1)))
 
 
+def share(k: int) -> float:
+    """The ``k``-th (1, 2, ...) of a sequence's shares of an error rate: :data:`FIRST_SHARE` for
+    the first, ``(1 - FIRST_SHARE) / ((k - 1) k)`` after it. They sum to 1 over any number of
+    terms, and the first gets most: a budget rarely holds more than a check or two of a look
+    or two each, and the first look of the first check is where most checks that settle do."""
+    return FIRST_SHARE if k == 1 else (1.0 - FIRST_SHARE) / ((k - 1) * k)
+
+
+def shares_spent(k: int) -> float:
+    """The first ``k`` shares together: ``1 - (1 - FIRST_SHARE) / k`` (0 for none)."""
+    return 0.0 if k <= 0 else 1.0 - (1.0 - FIRST_SHARE) / k
+
+
 def check_alpha(order: int) -> float:
     """The error rate the ``order``-th check of a study (1, 2, ...) may spend over all its
-    looks: ``α / (j (j + 1))``, which sums to less than ``α`` over any number of checks, so
-    the *answer* (the fastest confirmed candidate) is a false accept with probability at most
-    ``α`` however many candidates were checked."""
-    return ALPHA / (order * (order + 1))
+    looks: ``α`` times its :func:`share`, which sums to at most ``α`` over any number of
+    checks, so the *answer* (the fastest confirmed candidate) is a false accept with
+    probability at most ``α`` however many candidates were checked."""
+    return ALPHA * share(order)
 
 
 def look_alpha(look: int, order: int = 1) -> float:
-    """The error rate the ``look``-th look (1, 2, ...) of the ``order``-th check may spend."""
-    return check_alpha(order) / (look * (look + 1))
+    """The error rate the ``look``-th look (1, 2, ...) of the ``order``-th check may spend: the
+    check's, times the look's :func:`share`."""
+    return check_alpha(order) * share(look)
 
 
 def spent_alpha(looks: int, order: int = 1) -> float:
     """The error rate ``looks`` looks of the ``order``-th check have spent in all."""
-    return check_alpha(order) * looks / (looks + 1)
+    return check_alpha(order) * shares_spent(looks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -743,7 +764,8 @@ class AccuracyGuard:
             "test": (
                 f"sequential non-inferiority: confirmed when the one-sided upper bound of the "
                 f"mean paired drop (seed-to-seed and validation-sample noise) is within the "
-                f"tolerance; check j, look k at level 1 - {ALPHA:g}/(j(j+1)k(k+1)), at most "
+                f"tolerance; check j, look k at level 1 - {ALPHA:g} w_j w_k (w_1 = "
+                f"{FIRST_SHARE:g}, w_k = {1 - FIRST_SHARE:g}/((k-1)k) after), at most "
                 f"{ALPHA:g} false accepts for the answer across all checks and looks"
             ),
             "advice": self.advice(),

@@ -108,6 +108,15 @@ class HorizonPlan:
         return None
 
     @property
+    def short_by(self) -> float | None:
+        """How many seconds more than the search has left for checks a harmless change's
+        check at this horizon is expected to take (inf: beyond reach here); None where it
+        fits, or with no time budget."""
+        if self.left is None or self.seconds <= self.left:
+            return None
+        return self.seconds - self.left
+
+    @property
     def lengthen(self) -> bool:
         return self.reason is not None
 
