@@ -355,16 +355,18 @@ def measure_baseline_accuracy(
         note=note,
     )
     plan = horizon_plan(bench, accuracy, reserve)
-    budget = budget_note(plan, s.timeout)
-    accuracy = dataclasses.replace(
-        accuracy,
-        plans=(*plans, plan.describe()),
-        note=" ".join(n for n in (note, budget) if n) or None,
-    )
+    accuracy = dataclasses.replace(accuracy, plans=(*plans, plan.describe()))
     storage.write_baseline_accuracy(bench.study, accuracy)
     measured = Baseline.of(bench.ledger())
     assert measured is not None and measured.guard is not None
     guard = measured.guard
+    budget = None
+    if s.accuracy_samples is not None or longer_reason(guard, plan) is None:
+        # (Where the horizon should be longer, choose_horizon says what that needs.)
+        budget = budget_note(plan, s.timeout)
+    if budget:
+        note = " ".join(n for n in (note, budget) if n)
+        storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))
     bench.report(
         f"accuracy guard: baseline {guard.metric_name} {guard.baseline_metric:.4f} "
         f"± {guard.spread:.4f} over {guard.repeats} seeds of {samples} samples "
@@ -434,11 +436,18 @@ def choose_horizon(bench: Bench, baseline: Baseline, reserve: float) -> Baseline
         samples = plan.longer
         seconds = 2 * SLACK * s.accuracy_repeats * samples / max(baseline.throughput, 1e-9)
         if not bench.deadline.fits(seconds + reserve):
-            bench.report(
-                f"accuracy guard: {why}, but runs of {samples:,} samples (~{seconds:.0f} s for "
-                "the baseline's and one check) do not fit in the time left"
+            text = (
+                f"{why}, but runs of {samples:,} samples (~{seconds:.0f} s for the baseline's "
+                "and one check) do not fit in the time left"
             )
-            return baseline
+            left = bench.deadline.left()
+            if s.timeout is not None and left is not None:
+                need = s.timeout + seconds + reserve - left
+                text += f": a timeout of about {10 * math.ceil(need / 10):.0f} s would hold them"
+            bench.report(f"accuracy guard: {text}")
+            note = " ".join(n for n in (accuracy.note, f"The horizon: {text}.") if n)
+            storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))
+            return Baseline.of(bench.ledger()) or baseline
         bench.report(f"accuracy guard: {why}; trying {samples:,}")
         baseline = measure_baseline_accuracy(
             bench, baseline, samples, plans=accuracy.plans, reserve=reserve
