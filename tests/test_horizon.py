@@ -230,8 +230,9 @@ def test_validating_halfway_leaves_the_run_as_it_was() -> None:
 def test_a_budget_too_short_for_a_check_says_so_and_which_timeout_would_hold_one() -> None:
     """Runs of 2 s that vary by ±0.02: a harmless change's check needs tens of pairs, far
     more than the 60 s left; the plan says which changes can still be confirmed, and the
-    timeout that would hold one check (the shortfall added to the user's timeout, rounded up
-    to 10 s). Where the check fits, or with no time budget, nothing is said."""
+    timeout that would hold one check (the shortfall added to the user's timeout, 10% more for
+    the screening before a check, rounded up to 10 s). Where the check fits, or with no time
+    budget, nothing is said."""
     base = runs([0.90, 0.92, 0.94], None)
     plan = plan_horizon(base, samples=2048, limit=2048, tolerance=0.01, run_seconds=2.0, left=60.0)
     assert plan.pairs is not None and plan.seconds > 60.0
@@ -240,7 +241,7 @@ def test_a_budget_too_short_for_a_check_says_so_and_which_timeout_would_hold_one
     note = budget_note(plan, timeout=240.0)
     assert note is not None
     assert f"needs ~{plan.seconds:.0f} s of accuracy runs here, and ~60 s are left" in note
-    assert f"a timeout of about {10 * math.ceil((240.0 + short) / 10)} s would hold one" in note
+    assert f"a timeout of about {10 * math.ceil(1.1 * (240.0 + short) / 10)} s would" in note
     roomy = plan_horizon(base, samples=2048, limit=2048, tolerance=0.01, run_seconds=2.0, left=1e5)
     assert roomy.short_by is None and budget_note(roomy, timeout=1e5) is None
     untimed = plan_horizon(base, samples=2048, limit=2048, tolerance=0.01, run_seconds=2.0)

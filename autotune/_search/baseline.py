@@ -381,6 +381,17 @@ def measure_baseline_accuracy(
     return measured
 
 
+SUGGESTION_MARGIN = 1.1  # a suggested timeout's margin for the screening before any check
+
+
+def suggested_timeout(seconds: float) -> int:
+    """A timeout to suggest where ``seconds`` would just hold the work: with
+    :data:`SUGGESTION_MARGIN` (the search screens candidates before any passes and is
+    checked, which the plan does not price), rounded up to 10 s. A ResNet search told 370 s
+    would hold a check had it fall 10 s short at 360 s."""
+    return 10 * math.ceil(SUGGESTION_MARGIN * seconds / 10)
+
+
 def budget_note(plan: HorizonPlan, timeout: float | None) -> str | None:
     """What a budget too short for a check at the ``plan``'s horizon means, said once the
     baseline's runs have measured it (None: one fits, or no time budget): which changes can
@@ -389,7 +400,7 @@ def budget_note(plan: HorizonPlan, timeout: float | None) -> str | None:
     if short is None or timeout is None or plan.left is None:
         return None
     need = (
-        f"a timeout of about {10 * math.ceil((timeout + short) / 10):.0f} s would hold one"
+        f"a timeout of about {suggested_timeout(timeout + short)} s would hold one"
         if math.isfinite(short)
         else "no timeout would hold one at this horizon"
     )
@@ -443,7 +454,7 @@ def choose_horizon(bench: Bench, baseline: Baseline, reserve: float) -> Baseline
             left = bench.deadline.left()
             if s.timeout is not None and left is not None:
                 need = s.timeout + seconds + reserve - left
-                text += f": a timeout of about {10 * math.ceil(need / 10):.0f} s would hold them"
+                text += f": a timeout of about {suggested_timeout(need)} s would hold them"
             bench.report(f"accuracy guard: {text}")
             note = " ".join(n for n in (accuracy.note, f"The horizon: {text}.") if n)
             storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))
