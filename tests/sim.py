@@ -72,6 +72,8 @@ class Model:
     # (the measurement's spread shows it).
     # Whether a config's n-th throughput measurement crashes (a flaky config).
     crashes: Callable[[TrainingConfig, int], bool] = lambda cfg, n: False
+    # Whether a config's run with these accuracy seeds never ends (it is stopped at its limit).
+    stalls: Callable[[TrainingConfig, tuple[int, ...]], bool] = lambda cfg, seeds: False
 
     def score(self, cfg: TrainingConfig, seed: int, samples: int) -> float:
         if self.metric_at is not None:
@@ -157,6 +159,8 @@ class SimulatedExecutor:
                 runs.append(AccuracyRun(seed=seed, metric=sum(units) / len(units), final_loss=0.5,
                                         samples=samples, seconds=seconds,
                                         units=units, midpoint=halfway))  # fmt: skip
+        if accuracy is not None and self.model.stalls(cfg, tuple(accuracy.seeds)):
+            cost = math.inf
         if time_limit is not None and cost > time_limit:
             self.clock.now += time_limit
             return TrialOutcome(

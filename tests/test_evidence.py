@@ -4,6 +4,7 @@ on the simulated machine of tests/sim.py, with the budget checked against a fake
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from sim import Model, noise, search
@@ -103,3 +104,24 @@ def test_a_baseline_that_did_not_learn_gets_a_longer_horizon_where_it_fits() -> 
     best = ledger.best()
     assert best is not None and best.config.batch_size == 64, "\n".join(lines)
     assert clock.now - run.settings.started <= 1.05 * 120
+
+
+def test_a_check_whose_runs_are_stopped_at_their_limit_is_unresolved_not_rejected() -> None:
+    """Batch 64's first look never ends (stopped at its time limit, as the search's deadline
+    stops a check started in its grace): that says nothing of its accuracy, so the check is
+    unresolved (it was filed as rejected), not tried again, and batch 64 is not the answer."""
+    model = dataclasses.replace(
+        digits_like(shift=-0.002, spread=0.001),
+        stalls=lambda cfg, seeds: cfg.batch_size == 64 and 0 not in seeds,
+    )
+    run, clock, lines = search(model, knobs=DIGITS, timeout=60.0, n_train=400)
+    ledger = run.ledger()
+    b64 = next(e for e in ledger.candidates if e.config.batch_size == 64)
+    c = ledger.confirmation(b64)
+    assert c is not None and c.verdict is Verdict.UNRESOLVED, "\n".join(lines)
+    assert c.failure is not None and "stopped before they ended" in c.failure
+    assert not c.confirmable and not c.runs
+    assert "rejected" not in "\n".join(line for line in lines if "confirmation of" in line)
+    best = ledger.best()
+    assert best is not None and best.config.batch_size == 32
+    assert clock.now - run.settings.started <= 1.05 * 60, "\n".join(lines)

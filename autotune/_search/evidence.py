@@ -21,6 +21,7 @@ from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.guard import Confirmation, SampleNoise, Verdict, p_inferior
 from autotune._search.ledger import Entry
+from autotune._trial.failures import FailureReason
 from autotune._trial.runner import AccuracyCheck, AccuracyRun
 
 __all__ = ["STEP", "confirm", "evidence_value", "next_target", "unit_sums"]
@@ -162,10 +163,19 @@ def _first_look(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
     first = record.accuracy[0] if record.accuracy else None
     order = 1 + len(bench.ledger().confirmations)
     if not outcome.ok or first is None:
+        # A run that failed (a crash, a metric that is not finite) rejects the candidate; one
+        # stopped at its time limit (the search's deadline, its grace spent) says nothing of
+        # its accuracy: unresolved, and not checked again.
+        stopped = outcome.failure is FailureReason.TIMEOUT
         return Confirmation(
             runs=(),
-            verdict=Verdict.REJECTED,
-            failure=outcome.message,
+            verdict=Verdict.UNRESOLVED if stopped else Verdict.REJECTED,
+            failure=(
+                f"its accuracy runs were stopped before they ended ({outcome.message}): no "
+                "verdict on its accuracy"
+                if stopped
+                else outcome.message
+            ),
             trial=entry.number,
             at=bench.deadline.now(),
             order=order,
