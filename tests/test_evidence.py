@@ -106,15 +106,19 @@ def test_a_baseline_that_did_not_learn_gets_a_longer_horizon_where_it_fits() -> 
     assert clock.now - run.settings.started <= 1.05 * 120
 
 
-def test_a_check_whose_runs_are_stopped_at_their_limit_is_unresolved_not_rejected() -> None:
-    """Batch 64's first look never ends (stopped at its time limit, as the search's deadline
-    stops a check started in its grace): that says nothing of its accuracy, so the check is
-    unresolved (it was filed as rejected), not tried again, and batch 64 is not the answer."""
-    model = dataclasses.replace(
+def stalling_check() -> Model:
+    """The digits case where batch 64's first look never ends (its screening run does)."""
+    return dataclasses.replace(
         digits_like(shift=-0.002, spread=0.001),
         stalls=lambda cfg, seeds: cfg.batch_size == 64 and 0 not in seeds,
     )
-    run, clock, lines = search(model, knobs=DIGITS, timeout=60.0, n_train=400)
+
+
+def test_a_check_stopped_by_the_deadline_is_unresolved_not_rejected() -> None:
+    """Batch 64's first look is stopped where the search's deadline (its grace spent) stops
+    it: that says nothing of its accuracy, so the check is unresolved (it was filed as
+    rejected), not tried again, and batch 64 is not the answer."""
+    run, clock, lines = search(stalling_check(), knobs=DIGITS, timeout=60.0, n_train=400)
     ledger = run.ledger()
     b64 = next(e for e in ledger.candidates if e.config.batch_size == 64)
     c = ledger.confirmation(b64)
@@ -125,3 +129,15 @@ def test_a_check_whose_runs_are_stopped_at_their_limit_is_unresolved_not_rejecte
     best = ledger.best()
     assert best is not None and best.config.batch_size == 32
     assert clock.now - run.settings.started <= 1.05 * 60, "\n".join(lines)
+
+
+def test_a_check_whose_runs_hang_past_their_own_limit_is_rejected() -> None:
+    """With time to spare (600 s), the same first look is stopped at its own limit (a few
+    times what it should take), long before the deadline: a config whose accuracy runs hang
+    is rejected, and the search goes on within its budget."""
+    run, clock, lines = search(stalling_check(), knobs=DIGITS, timeout=600.0, n_train=400)
+    ledger = run.ledger()
+    b64 = next(e for e in ledger.candidates if e.config.batch_size == 64)
+    c = ledger.confirmation(b64)
+    assert c is not None and c.verdict is Verdict.REJECTED and c.failure == "timeout"
+    assert clock.now - run.settings.started <= 1.05 * 600, "\n".join(lines)

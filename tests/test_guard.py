@@ -15,14 +15,18 @@ import autotune
 from autotune import AccuracyGuard
 from autotune._search.guard import (
     AccuracyPlan,
+    Confirmation,
     Verdict,
     check_alpha,
     look_alpha,
     plan_accuracy_budget,
     seeds_to_settle,
+    share,
+    shares_spent,
     spent_alpha,
     unseen_rate,
 )
+from autotune._search.ledger import rejudged
 from autotune._trial.runner import AccuracyRun
 from autotune._trial.task import make_task, split_dataset
 from autotune.examples import tiny_data
@@ -145,6 +149,24 @@ def test_later_looks_and_later_checks_are_held_to_a_stricter_level() -> None:
     assert check_alpha(3) == pytest.approx(0.05 / 24)
     assert sum(check_alpha(j) for j in range(1, 10**4)) < 0.05
     assert sum(look_alpha(k, j) for j in range(1, 300) for k in range(1, 300)) < 0.05
+    # The shares' partial sums in closed form (1 - 1/(4k)) are the sums: under 1 for any k.
+    for k in (1, 2, 3, 10, 1000):
+        assert shares_spent(k) == pytest.approx(math.fsum(share(i) for i in range(1, k + 1)))
+        assert shares_spent(k) < 1.0
+
+
+def test_a_check_whose_runs_failed_spends_none_of_the_error_rate() -> None:
+    """The study's first check crashed (no test was made); the second, the first to test
+    anything, is judged at the first check's level (97.19%), not the second's (99.53%)."""
+    g = guard([0.90, 0.93, 0.87], initial=0.5)
+    crashed = Confirmation(runs=(), verdict=Verdict.REJECTED, failure="crashed", order=1)
+    tested = check(g, [0.899, 0.930, 0.868], trial=4)
+    tested = dataclasses.replace(tested, order=2)
+    judged = rejudged({"a": crashed, "b": tested}, g)
+    assert judged["a"] is crashed
+    assert (
+        judged["b"].order == 1 and "(97.19% one-sided, look 1 of check 1)" in judged["b"].describe()
+    )
 
 
 def test_identical_pairs_are_bounded_by_the_validation_samples_own_noise() -> None:

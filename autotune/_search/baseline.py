@@ -29,6 +29,7 @@ from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
 __all__ = [
     "Baseline",
     "Calibration",
+    "budget_note",
     "calibrate",
     "choose_horizon",
     "measure_baseline",
@@ -37,6 +38,7 @@ __all__ = [
     "run_baseline",
     "smaller_split",
     "split_to_fit",
+    "suggested_timeout",
 ]
 
 WIDE_SPREAD = 0.25  # a baseline measurement spread wider than this is measured again
@@ -361,12 +363,15 @@ def measure_baseline_accuracy(
     assert measured is not None and measured.guard is not None
     guard = measured.guard
     budget = None
-    if s.accuracy_samples is not None or longer_reason(guard, plan) is None:
-        # (Where the horizon should be longer, choose_horizon says what that needs.)
+    # Only for a baseline that learned on every data order (else the advice, or the longer
+    # horizon choose_horizon asks for, says what the guard needs) at its final horizon.
+    settled_horizon = s.accuracy_samples is not None or longer_reason(guard, plan) is None
+    if guard.learned and not guard.wrong_way and not guard.lagging and settled_horizon:
         budget = budget_note(plan, s.timeout)
     if budget:
-        note = " ".join(n for n in (note, budget) if n)
+        note = joined_note(note, budget)
         storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))
+        measured = Baseline.of(bench.ledger()) or measured
     bench.report(
         f"accuracy guard: baseline {guard.metric_name} {guard.baseline_metric:.4f} "
         f"± {guard.spread:.4f} over {guard.repeats} seeds of {samples} samples "
@@ -379,6 +384,12 @@ def measure_baseline_accuracy(
     if advice:
         bench.report(f"accuracy guard: {advice}")
     return measured
+
+
+def joined_note(*parts: str | None) -> str:
+    """The accuracy record's note from its ``parts``, each a sentence."""
+    sentences = (p.strip() for p in parts if p and p.strip())
+    return " ".join(f"{p[0].upper()}{p[1:]}{'' if p.endswith('.') else '.'}" for p in sentences)
 
 
 SUGGESTION_MARGIN = 1.1  # a suggested timeout's margin for the screening before any check
@@ -456,7 +467,7 @@ def choose_horizon(bench: Bench, baseline: Baseline, reserve: float) -> Baseline
                 need = s.timeout + seconds + reserve - left
                 text += f": a timeout of about {suggested_timeout(need)} s would hold them"
             bench.report(f"accuracy guard: {text}")
-            note = " ".join(n for n in (accuracy.note, f"The horizon: {text}.") if n)
+            note = joined_note(accuracy.note, f"the horizon: {text}")
             storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))
             return Baseline.of(bench.ledger()) or baseline
         bench.report(f"accuracy guard: {why}; trying {samples:,}")

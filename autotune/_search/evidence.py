@@ -161,12 +161,13 @@ def _first_look(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
         expected=baseline.confirm_seconds(record),
     )
     first = record.accuracy[0] if record.accuracy else None
-    order = 1 + len(bench.ledger().confirmations)
+    # The check's rank among those that made a test (see ledger.rejudged).
+    order = 1 + sum(1 for c in bench.ledger().confirmations.values() if c.failure is None)
     if not outcome.ok or first is None:
-        # A run that failed (a crash, a metric that is not finite) rejects the candidate; one
-        # stopped at its time limit (the search's deadline, its grace spent) says nothing of
-        # its accuracy: unresolved, and not checked again.
-        stopped = outcome.failure is FailureReason.TIMEOUT
+        # A run that failed (a crash, a metric that is not finite, a run that hung past its
+        # own limit) rejects the candidate; one stopped by the search's deadline (its grace
+        # spent) says nothing of its accuracy: unresolved, and not checked again.
+        stopped = outcome.failure is FailureReason.TIMEOUT and bench.deadline.past()
         return Confirmation(
             runs=(),
             verdict=Verdict.UNRESOLVED if stopped else Verdict.REJECTED,

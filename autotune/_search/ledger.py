@@ -161,11 +161,14 @@ def rejudged(
     the baseline's runs as they are now), at the look it was filed at: a verdict is derived,
     never carried over. Each check's share of the answer's error rate follows from its rank
     among the study's checks (by the order each was opened in, then its trial), so that two
-    checks never spend the same share."""
+    checks never spend the same share. A check whose runs failed (no test was made, nothing
+    can be confirmed by it) takes no rank: it spends none of the error rate."""
     ranked = sorted(confirmations.items(), key=lambda kv: (kv[1].order, kv[1].trial or 0, kv[0]))
     out = {}
-    for rank, (key, c) in enumerate(ranked, start=1):
+    rank = 0
+    for key, c in ranked:
         if c.failure is None:
+            rank += 1
             c = guard.confirm(
                 c.runs,
                 units=c.units,
