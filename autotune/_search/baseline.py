@@ -399,7 +399,7 @@ def suggested_timeout(seconds: float) -> int:
     """A timeout to suggest where ``seconds`` would just hold the work: with
     :data:`SUGGESTION_MARGIN` (the search screens candidates before any passes and is
     checked, which the plan does not price), rounded up to 10 s. A ResNet search told 370 s
-    would hold a check had it fall 10 s short at 360 s."""
+    would hold a check fell 10 s short at 360 s."""
     return 10 * math.ceil(SUGGESTION_MARGIN * seconds / 10)
 
 
