@@ -271,6 +271,19 @@ def test_a_baseline_that_stays_the_winner_is_said_plainly(fast_kwargs) -> None:
     )
 
 
+def test_a_win_verified_by_an_earlier_run_of_the_study_is_not_a_negative_time(
+    fast_kwargs,
+) -> None:
+    """A resumed study whose first win was verified by its earlier run: the summary says so
+    (it printed "first verified win after -296 s"); a win in this run keeps its seconds."""
+    result = find(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
+    data = result.to_dict()
+    data["search"].update(first_win_seconds=None, first_win_earlier=True)
+    assert "first verified win in an earlier run of this study;" in render_summary(data)
+    data["search"].update(first_win_seconds=12.0, first_win_earlier=False)
+    assert "first verified win after 12 s;" in render_summary(data)
+
+
 @pytest.mark.slow
 def test_a_candidate_that_collapses_on_one_seed_in_two_is_rejected_once_seeds_show_it(
     fast_kwargs, bf16_capable

@@ -111,7 +111,14 @@ class SearchResult:
             "seconds": seconds,
             "candidates": len(ledger.candidates),
             "configs_measured": ledger.configs_measured(),
-            "first_win_seconds": None if first_win is None else first_win - settings.started,
+            # Seconds into this run; a win verified by an earlier run of the study (a resumed
+            # search) is said as such, not as a negative time.
+            "first_win_seconds": (
+                None
+                if first_win is None or first_win < settings.started
+                else first_win - settings.started
+            ),
+            "first_win_earlier": first_win is not None and first_win < settings.started,
             "accuracy_samples": ledger.guard.accuracy_samples if ledger.guard else None,
             "accuracy_note": ledger.baseline_accuracy.note if ledger.baseline_accuracy else None,
             "unmeasured": [

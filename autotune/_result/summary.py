@@ -278,11 +278,15 @@ def _search_lines(data: dict[str, Any]) -> list[str]:
     failures = search.get("failures") or {}
     failed = ", ".join(f"{k}: {v}" for k, v in sorted(failures.items())) or "none"
     first = search.get("first_win_seconds")
+    if search.get("first_win_earlier"):
+        win = "in an earlier run of this study"
+    else:
+        win = "none" if first is None else f"after {first:.0f} s"
     lines = [
         f"  search: {search.get('trials', 0)} trials ({search.get('configs_measured', 0)} configs "
         "measured) "
         f"in {search.get('seconds', 0):.0f} s of {_budget(search)}; first verified win "
-        f"{'none' if first is None else f'after {first:.0f} s'}; failures: {failed}; study "
+        f"{win}; failures: {failed}; study "
         f"{search.get('study_name')!r}"
     ]
     missing = search.get("unmeasured") or []
