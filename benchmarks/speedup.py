@@ -93,7 +93,9 @@ def remeasure(
             throughput[name].append(m.throughput)
             print(f"round {r + 1}: {name:8} {m!r}", flush=True)
     ratios = [w / b for w, b in zip(throughput["winner"], throughput["baseline"], strict=True)]
-    samples = args.accuracy_samples or int(result["search"]["accuracy_samples"])
+    # A search whose budget ended before the guard measured accuracy stored no horizon: three
+    # epochs, the guard's longest, then.
+    samples = args.accuracy_samples or result["search"].get("accuracy_samples") or 3 * len(train)
     metrics: dict[str, list[float]] = {"baseline": [], "winner": []}
     for seed in range(args.seeds):
         for name, cfg in (("baseline", base), ("winner", best)):
@@ -148,11 +150,21 @@ def render(name: str, result: dict[str, Any], check: dict[str, Any], command: st
             f"{statistics.fmean(mb):.4f} ({', '.join(f'{v:.4f}' for v in mb)}), winner "
             f"{statistics.fmean(mw):.4f} ({', '.join(f'{v:.4f}' for v in mw)}); "
             f"difference {diff:+.4f} against a tolerance of {result['tolerance']} "
-            f"(guard {'reliable' if guard['reliable'] else 'not reliable'}: baseline spread "
-            f"±{guard['baseline_spread']:.4f}, confirmation resolution "
-            f"{guard['confirmation_resolution']:.4f}).",
+            f"({_guard_text(guard)}).",
             "",
         ]
+    )
+
+
+def _guard_text(guard: dict[str, Any] | None) -> str:
+    if guard is None:
+        return "the search made no accuracy check: its budget ended first, or none was needed"
+    spread = guard.get("baseline_spread")
+    runs = len(guard.get("baseline_runs") or [])
+    return (
+        f"the search's guard: baseline over {runs} runs"
+        + (f", spread ±{spread:.4f}" if spread is not None else "")
+        + ("" if guard.get("learned", True) else ", not learned on every data order")
     )
 
 
