@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -46,6 +49,17 @@ def test_on_cuda_trials_that_keep_state_get_a_fresh_worker(previous, cfg, fresh)
 def _workload() -> Workload:
     task = make_task(autotune.Task(metric="accuracy"))
     return Workload(model=tiny_model(), train=tiny_data(), val=tiny_data(64), task=task)
+
+
+@pytest.mark.parametrize("module", ["autotune._trial.worker", "autotune._trial.ddp_worker"])
+def test_a_worker_module_starts_without_runpys_warning(module: str) -> None:
+    """``import autotune`` must not load a worker's module before ``python -m`` runs it: every
+    fresh worker (verify's rounds, cuDNN benchmark trials) printed runpy's RuntimeWarning."""
+    proc = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-m", module],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "found in sys.modules" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow

@@ -34,13 +34,6 @@ import torch
 
 from autotune._config import TrainingConfig
 from autotune._device import cpu_share
-from autotune._trial.ddp_worker import (
-    FAILURE_FILE,
-    PID_FILE,
-    SEARCH_PID,
-    SOCKET_FILE,
-    WORKLOAD_FILE,
-)
 from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import (
     START_TIMEOUT,
@@ -56,6 +49,14 @@ __all__ = ["MONITOR_INTERVAL", "DDPExecutor", "ddp_env", "launcher_command"]
 MONITOR_INTERVAL = 0.2  # seconds between the launcher's checks of its ranks
 STOP_GRACE = 5.0  # seconds the launcher has to stop its ranks before it is killed
 LOG_TAIL = 1500  # characters of the launcher's log a failure without a record shows
+# The job directory's files, shared with the ranks (ddp_worker imports them from here: this
+# module must not import ddp_worker, or ``import autotune`` would load the trial worker's module
+# before ``python -m autotune._trial.worker`` runs it, and every fresh worker would warn).
+FAILURE_FILE = "failure-rank{rank}.json"
+PID_FILE = "pid-rank{rank}"
+SEARCH_PID = "AUTOTUNE_DDP_SEARCH"  # the environment variable naming the search's pid
+SOCKET_FILE = "control.sock"
+WORKLOAD_FILE = "workload.pkl"
 
 
 def launcher_command(ranks: int, directory: str) -> list[str]:

@@ -35,6 +35,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from autotune._trial.ddp import FAILURE_FILE, PID_FILE, SEARCH_PID, SOCKET_FILE, WORKLOAD_FILE
 from autotune._trial.failures import FailureReason, classify
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import AccuracyCheck, TrialOutcome, reporting_steps, run_trial
@@ -43,11 +44,6 @@ from autotune._trial.worker import _preload, _StepSender, _watch_parent, warm_up
 # A rank waits between trials (and for the slowest rank) as long as the search lasts; a rank
 # that died is stopped by the launcher, not by this timeout.
 IDLE_TIMEOUT = datetime.timedelta(days=7)
-FAILURE_FILE = "failure-rank{rank}.json"
-PID_FILE = "pid-rank{rank}"
-SEARCH_PID = "AUTOTUNE_DDP_SEARCH"  # the environment variable naming the search's pid
-SOCKET_FILE = "control.sock"
-WORKLOAD_FILE = "workload.pkl"
 
 
 def rank_device(device: str, local_rank: int) -> str:
