@@ -92,21 +92,33 @@ class Clock:
 
 
 def pytest_cmd(py: str, expr: str, per_test: float | None) -> list[str]:
-    cmd = [py, "-m", "pytest", "-m", "gpu", "-k", expr, "-v", "-rs", "-p", "no:cacheprovider"]
+    cmd = [py, "-m", "pytest", "-m", "gpu", "-k", expr, "-v", "-rs", "-p", "no:cacheprovider",
+           "-o", "console_output_style=times"]  # fmt: skip
     if per_test and importlib.util.find_spec("pytest_timeout") is not None:
         cmd.append(f"--timeout={per_test:.0f}")
     return [*cmd, "tests"]
 
 
 def pytest_summary(text: str) -> tuple[str, list[str]]:
-    """pytest's final counts line, and the failing tests' ids."""
+    """pytest's final counts line, and the failing tests' ids. A run stopped before its end
+    has no counts line: the verbose lines are counted, and the test it stopped in named."""
     counts = ""
     for line in reversed(text.splitlines()):
         if re.search(r"\d+ (passed|failed|skipped|error)", line):
             counts = line.strip("= ").strip()
             break
     failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", text, flags=re.MULTILINE)
-    return counts or "no summary (see the log)", failed
+    if counts:
+        return counts, failed
+    outcomes = re.findall(r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b", text, re.M)
+    tally = {o: sum(1 for _, x in outcomes if x == o) for o in ("PASSED", "FAILED", "SKIPPED")}
+    failed = failed or [t for t, o in outcomes if o in ("FAILED", "ERROR")]
+    started = re.findall(r"^(\S+::\S+) *$", text, re.M)  # a test line with no outcome yet
+    done = {t for t, _ in outcomes}
+    running = next((t for t in reversed(started) if t not in done), None)
+    parts = [f"{n} {o.lower()}" for o, n in tally.items() if n]
+    stopped = f"stopped in `{running}`" if running else "stopped before its summary"
+    return ", ".join([*parts, stopped]) + " (see the log)", failed
 
 
 def search_summary(best: Path) -> str:
@@ -139,6 +151,10 @@ def main() -> int:
         "--per-test-timeout", type=float, default=300.0,
         help="stop a single GPU test after this many seconds (needs pytest-timeout)",
     )  # fmt: skip
+    parser.add_argument(
+        "--only", default=None, metavar="EXPR",
+        help="a pytest -k expression: run only these GPU tests (those an earlier check left)",
+    )  # fmt: skip
     parser.add_argument("--no-write", action="store_true", help="do not edit RESULTS.md")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -166,9 +182,10 @@ def main() -> int:
 
     # Reserves: what the later steps need at least, so that one slow step cannot starve them.
     compile_expr = "max-autotune"
+    only = f"({args.only}) and " if args.only else ""
     text = step(
         "pytest-gpu", "`pytest -m gpu` (all but max-autotune)",
-        pytest_cmd(py, f"not ({compile_expr})", args.per_test_timeout), 3600, reserve=240,
+        pytest_cmd(py, f"{only}not ({compile_expr})", args.per_test_timeout), 3600, reserve=240,
     )  # fmt: skip
     if text is not None:
         counts, failed = pytest_summary(text)
@@ -214,7 +231,7 @@ def main() -> int:
 
     text = step(
         "pytest-gpu-max-autotune", "`pytest -m gpu -k max-autotune` (compiles for minutes)",
-        pytest_cmd(py, compile_expr, args.per_test_timeout), 1800, reserve=0,
+        pytest_cmd(py, f"{only}{compile_expr}", args.per_test_timeout), 1800, reserve=0,
     )  # fmt: skip
     if text is not None:
         counts, failed = pytest_summary(text)
