@@ -48,6 +48,7 @@ __all__ = [
     "numerics_id",
     "numerics_key",
     "pair_arm",
+    "pair_base",
     "values_of",
 ]
 
@@ -124,6 +125,11 @@ class Knob:
     # (or without) accumulation. An absent knob is not sampled, not read back, and takes
     # its field's default in a config.
     exists: Callable[[TrainingConfig], bool] | None = None
+    # Numerics-free and with no one-time cost: the accuracy guard's runs, both arms of every
+    # pair, train with the safe answer's value (see :func:`pair_base`). Not cuDNN benchmark
+    # (a fresh worker per run, an algorithm chosen anew each run), compile (a compile per run)
+    # or DDP's knobs (one rank).
+    shared: bool = False
     # Rank in the tie-break between equally fast configs (0 weighs most; None: not compared)
     # and how far a value is from plain eager training, given the baseline's value.
     simplicity: int | None = None
@@ -300,6 +306,7 @@ KNOBS: tuple[Knob, ...] = (
         name="num_workers",
         kind=ValueKind.INT,
         numerics=False,
+        shared=True,
         field="num_workers",
         rule=">= 0",
         check=lambda v: v >= 0,
@@ -313,6 +320,7 @@ KNOBS: tuple[Knob, ...] = (
         name="persistent_workers",
         kind=ValueKind.BOOL,
         numerics=False,
+        shared=True,
         field="persistent_workers",
         rule="true or false",
         exists=_with_workers,
@@ -323,6 +331,7 @@ KNOBS: tuple[Knob, ...] = (
         name="prefetch_factor",
         kind=ValueKind.INT,
         numerics=False,
+        shared=True,
         field="prefetch_factor",
         rule=">= 1",
         check=lambda v: v >= 1,
@@ -335,6 +344,7 @@ KNOBS: tuple[Knob, ...] = (
         name="pin_memory",
         kind=ValueKind.BOOL,
         numerics=False,
+        shared=True,
         field="pin_memory",
         rule="true or false",
         simplicity=7,
@@ -357,6 +367,7 @@ KNOBS: tuple[Knob, ...] = (
         name="optimizer_impl",
         kind=ValueKind.ENUM,
         numerics=False,  # the same update, within float rounding (see README)
+        shared=True,
         field="optimizer_impl",
         enum=OptimizerImpl,
         simplicity=6,
@@ -421,6 +432,7 @@ KNOBS: tuple[Knob, ...] = (
         name="channels_last",
         kind=ValueKind.BOOL,
         numerics=False,
+        shared=True,
         field="channels_last",
         rule="true or false",
         simplicity=9,
@@ -431,6 +443,7 @@ KNOBS: tuple[Knob, ...] = (
         name="intra_op_threads",
         kind=ValueKind.INT,
         numerics=False,
+        shared=True,
         field="intra_op_threads",
         rule=">= 1 or null",
         check=lambda v: v >= 1,
@@ -580,6 +593,7 @@ NUMERIC_FIELDS: tuple[str, ...] = (
     "train_fraction",
 )
 assert {k.field or "lr_schedule" for k in KNOBS if k.numerics} == set(NUMERIC_FIELDS)
+assert not any(k.shared and (k.numerics or k.late or k.field is None) for k in KNOBS)
 
 
 def late_knobs() -> frozenset[str]:
@@ -593,11 +607,25 @@ def numerics_free_knobs() -> tuple[str, ...]:
     return tuple(k.name for k in KNOBS if not k.numerics and not k.late)
 
 
+def pair_base(baseline: TrainingConfig, safe: TrainingConfig) -> TrainingConfig:
+    """The settings every accuracy run trains with beside ``baseline``'s numerics: the
+    baseline's config with the ``shared`` knobs of ``safe`` (a measured config with the
+    baseline's numerics, the safe answer), so that the guard's runs, both arms of every pair,
+    load data and lay out memory as the fastest safe config does: the same for both arms, and
+    as cheap as a safe config makes them."""
+    if numerics_key(safe) != numerics_key(baseline) or safe.device != baseline.device:
+        return baseline
+    return baseline.replace(
+        **{k.field: getattr(safe, k.field) for k in KNOBS if k.shared and k.field}
+    )
+
+
 def pair_arm(cfg: TrainingConfig, baseline: TrainingConfig) -> TrainingConfig:
     """The config an accuracy run of ``cfg`` trains as one arm of a pair with ``baseline``'s
-    run: ``baseline``'s settings with ``cfg``'s numerics (and its checkpointing, which only
-    trades memory), so that the two runs of a pair differ only in the numerics being judged
-    (not in workers, memory format, cuDNN or compile) and pay no compile or worker start-up."""
+    run (``baseline``: the pair's settings, see :func:`pair_base`): ``baseline``'s settings
+    with ``cfg``'s numerics (and its checkpointing, which only trades memory), so that the two
+    runs of a pair differ only in the numerics being judged (not in workers, memory format,
+    cuDNN or compile) and pay no compile or fresh worker."""
     changes = {name: getattr(cfg, name) for name in NUMERIC_FIELDS}
     return baseline.replace(**changes, checkpointing=cfg.checkpointing)
 

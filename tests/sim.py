@@ -148,8 +148,9 @@ class SimulatedExecutor:
             arm = accuracy.config or cfg
             self.arms.append((cfg, arm))
             samples = run_samples(arm, accuracy.samples)
+            arm_tp = self.model.throughput * self.model.speed(arm)  # the arm's settings train
             for seed in accuracy.seeds:
-                seconds = samples / tp
+                seconds = samples / arm_tp
                 cost += seconds
                 units = per_example(seed, self.model.score(arm, seed, samples))
                 halfway = None

@@ -488,3 +488,43 @@ def test_configs_measured_in_the_same_rounds_rank_by_those_rounds() -> None:
     assert ledger.side_speedup(ledger.entries[2]) == pytest.approx(200 / 140)
     best = ledger.best()
     assert best is not None and best.number == 2
+
+
+def test_accuracy_runs_train_with_the_safe_answers_loader_and_memory_knobs() -> None:
+    """Before the baseline's accuracy runs, the settings they (and both arms of every pair)
+    train with are the baseline's with the fastest safe config's shared knobs, never its
+    cuDNN benchmark or compile, at that config's throughput; once filed with the runs, a later
+    look, a worker and a resumed search read the same, and a run's expected seconds follow
+    that throughput. A study filed before they were kept pairs at the baseline's own."""
+    from autotune._search.baseline import SLACK, Baseline, pair_settings
+
+    safe = BASE.replace(
+        num_workers=1, persistent_workers=True, channels_last=True, cudnn_benchmark=True
+    )
+    study = _study_with([_base(), _candidate(safe, 100.0)])
+    ledger = Ledger.read(study, settings())
+    baseline = Baseline.of(ledger)
+    assert baseline is not None and ledger.best_safe().number == 1
+    pair, throughput = pair_settings(ledger, baseline)
+    assert pair == BASE.replace(num_workers=1, persistent_workers=True, channels_last=True)
+    assert throughput == pytest.approx(3200.0) and baseline.throughput == pytest.approx(1600.0)
+
+    storage.write_baseline_accuracy(study, BaselineAccuracy(runs=runs(0.9, 0.91), samples=256))
+    old = Baseline.of(Ledger.read(study, settings()))
+    assert old is not None and old.pair_config == BASE and old.pair_throughput == 1600.0
+    bf16 = BASE.replace(precision="bf16")
+    assert old.check_of(bf16, (1,)).config == bf16
+
+    storage.write_baseline_accuracy(
+        study,
+        BaselineAccuracy(runs=runs(0.9, 0.91), samples=256, config=pair, throughput=throughput),
+    )
+    ledger = Ledger.read(study, settings())
+    filed = Baseline.of(ledger)
+    assert filed is not None and filed.pair_config == pair
+    assert pair_settings(ledger, filed) == (pair, pytest.approx(3200.0))
+    assert filed.check_of(bf16, (1,)).config == pair.replace(precision="bf16")
+    # A candidate measured at the pair's throughput trains its arm as fast as the baseline's
+    # runs did (1 s each): priced at the pair's throughput, not the baseline's (0.5 s).
+    assert filed.run_seconds(ledger.entries[1].record) == pytest.approx(SLACK * 1.0)
+    assert old.run_seconds(ledger.entries[1].record) == pytest.approx(SLACK * 0.5)

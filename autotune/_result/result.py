@@ -121,6 +121,12 @@ class SearchResult:
             "first_win_earlier": first_win is not None and first_win < settings.started,
             "accuracy_samples": ledger.guard.accuracy_samples if ledger.guard else None,
             "accuracy_note": ledger.baseline_accuracy.note if ledger.baseline_accuracy else None,
+            # The settings every accuracy run trained with (None: the baseline's own).
+            "accuracy_runs_config": (
+                ledger.baseline_accuracy.config.to_dict()
+                if ledger.baseline_accuracy and ledger.baseline_accuracy.config
+                else None
+            ),
             "unmeasured": [
                 u.to_dict()
                 for u in coverage.unmeasured(ledger, settings.space, settings.baseline, skipped)

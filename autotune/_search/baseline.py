@@ -13,7 +13,7 @@ from typing import Protocol
 
 from autotune._config import TrainingConfig
 from autotune._errors import AutotuneError
-from autotune._knobs import config_from
+from autotune._knobs import config_from, pair_base
 from autotune._search import storage
 from autotune._search.bench import Bench
 from autotune._search.guard import AccuracyGuard, plan_accuracy_budget
@@ -35,6 +35,7 @@ __all__ = [
     "measure_baseline",
     "measure_baseline_accuracy",
     "measurement_seconds",
+    "pair_settings",
     "run_baseline",
     "smaller_split",
     "split_to_fit",
@@ -90,11 +91,26 @@ class Baseline:
         """The accuracy run every candidate that changes the numerics makes (seed 0)."""
         return None if self.accuracy is None else self.check_of(None, (0,))
 
+    @property
+    def pair_config(self) -> TrainingConfig:
+        """The settings the guard's runs train with, both arms of every pair (the baseline's
+        config with the safe answer's shared knobs, see :func:`pair_settings`)."""
+        if self.accuracy is not None and self.accuracy.config is not None:
+            return self.accuracy.config
+        return self.record.config
+
+    @property
+    def pair_throughput(self) -> float:
+        """The throughput the baseline's accuracy runs trained at (see :attr:`pair_config`)."""
+        if self.accuracy is not None and self.accuracy.throughput:
+            return self.accuracy.throughput
+        return self.throughput
+
     def check_of(self, cfg: TrainingConfig | None, seeds: tuple[int, ...]) -> AccuracyCheck:
-        """Accuracy runs of ``seeds`` for ``cfg``'s arm of each pair: the baseline's settings
+        """Accuracy runs of ``seeds`` for ``cfg``'s arm of each pair: the pair's settings
         with ``cfg``'s numerics (see ``TrainingConfig.pair_arm``); None: the trial's own."""
         assert self.accuracy is not None
-        arm = None if cfg is None else cfg.pair_arm(self.record.config)
+        arm = None if cfg is None else cfg.pair_arm(self.pair_config)
         return AccuracyCheck(samples=self.accuracy.samples, seeds=seeds, config=arm)
 
     def run_seconds(self, of: Measured | None = None) -> float:
@@ -107,7 +123,8 @@ class Baseline:
         if of is None:
             return SLACK * mean
         throughput = of.measurement.throughput if of.measurement is not None else None
-        ratio = self.throughput / throughput if throughput and self.throughput else 1.0
+        base = self.pair_throughput
+        ratio = base / throughput if throughput and base else 1.0
         return SLACK * mean * ratio * of.config.train_fraction
 
     def confirm_seconds(self, of: Measured | None = None) -> float:
@@ -300,13 +317,33 @@ def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
     return baseline
 
 
+def pair_settings(ledger: Ledger, baseline: Baseline) -> tuple[TrainingConfig, float]:
+    """The settings the baseline's accuracy runs, and both arms of every pair, train with, and
+    their throughput: those of the runs already made; else the baseline's config with the
+    shared knobs of the fastest safe config measured so far (see ``_knobs.pair_base``), at
+    that config's throughput. A pair then differs only in the numerics judged, as before, and
+    each of its runs loads data and lays out memory as the safe answer does: accuracy runs
+    cost what the safe answer's training costs, not the baseline's."""
+    if baseline.accuracy is not None:
+        return baseline.pair_config, baseline.pair_throughput
+    base = baseline.record.config
+    safe = ledger.best_safe()
+    if safe is None or safe.record.measurement is None:
+        return base, baseline.throughput
+    cfg = pair_base(base, safe.config)
+    if cfg == base:
+        return base, baseline.throughput
+    return cfg, safe.record.measurement.throughput
+
+
 def accuracy_plan_seconds(bench: Bench, baseline: Baseline) -> tuple[int, float, str | None]:
     """(samples per run, expected seconds of all the baseline's runs, the plan's note)."""
     s = bench.settings
+    _, throughput = pair_settings(bench.ledger(), baseline)
     plan = plan_accuracy_budget(
         n_train=s.n_train,
         batch_size=s.baseline.global_batch_size,  # optimizer steps, accumulation included
-        throughput=baseline.throughput,
+        throughput=throughput,
         repeats=s.accuracy_repeats,
         seconds=s.timeout,
         planned_epochs=s.planned_epochs,
@@ -315,7 +352,7 @@ def accuracy_plan_seconds(bench: Bench, baseline: Baseline) -> tuple[int, float,
     samples, note = plan.samples, plan.note
     if s.accuracy_samples is not None:
         samples, note = s.accuracy_samples, None
-    seconds = SLACK * s.accuracy_repeats * samples / max(baseline.throughput, 1e-9)
+    seconds = SLACK * s.accuracy_repeats * samples / max(throughput, 1e-9)
     return samples, seconds, note
 
 
@@ -338,8 +375,20 @@ def measure_baseline_accuracy(
         expected, note = expected * samples / planned, None
     if note is not None:
         bench.report(f"accuracy guard: {note}")
+    pair, pair_throughput = pair_settings(bench.ledger(), baseline)
+    own = pair == baseline.record.config
+    if not own:
+        bench.report(
+            f"accuracy guard: every accuracy run, the baseline's and both arms of each pair, "
+            f"trains with the safe answer's settings ({pair.describe()}): the same for both "
+            "arms, numerics unchanged"
+        )
     check = AccuracyCheck(
-        samples=samples, seeds=tuple(range(s.accuracy_repeats)), initial=True, midpoint=True
+        samples=samples,
+        seeds=tuple(range(s.accuracy_repeats)),
+        initial=True,
+        config=None if own else pair,
+        midpoint=True,
     )
     bench.report.trial("the baseline's accuracy runs (the accuracy guard)")
     outcome = bench.execute(
@@ -355,6 +404,8 @@ def measure_baseline_accuracy(
         initial_metric=outcome.initial_metric,
         seconds=outcome.seconds,
         note=note,
+        config=None if own else pair,
+        throughput=None if own else pair_throughput,
     )
     plan = horizon_plan(bench, accuracy, reserve)
     accuracy = dataclasses.replace(accuracy, plans=(*plans, plan.describe()))

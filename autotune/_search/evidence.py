@@ -227,7 +227,9 @@ def _more_seeds(
     if base_seeds:
         more = bench.execute(
             bench.settings.baseline,
-            accuracy=AccuracyCheck(samples=samples, seeds=base_seeds),
+            accuracy=AccuracyCheck(
+                samples=samples, seeds=base_seeds, config=baseline.accuracy.config
+            ),
             measured=baseline.record.measurement,
             expected=baseline.run_seconds() * len(base_seeds),
         )

@@ -121,6 +121,11 @@ class BaselineAccuracy:
     # How the horizon was chosen: one line per horizon tried, the plan made at it (see
     # autotune._search.horizon), the last one at ``samples``.
     plans: tuple[str, ...] = ()
+    # The settings every accuracy run trains with, the baseline's and both arms of every pair
+    # (the baseline's config with the safe answer's shared knobs, see _knobs.pair_base), and
+    # that config's throughput; None: the baseline's own (and studies filed before).
+    config: TrainingConfig | None = None
+    throughput: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -130,6 +135,8 @@ class BaselineAccuracy:
             "seconds": self.seconds,
             "note": self.note,
             "plans": list(self.plans),
+            "config": None if self.config is None else self.config.to_dict(),
+            "throughput": self.throughput,
         }
 
     @classmethod
@@ -141,4 +148,6 @@ class BaselineAccuracy:
             seconds=float(data.get("seconds") or 0.0),
             note=data.get("note"),
             plans=tuple(str(p) for p in data.get("plans") or ()),
+            config=None if data.get("config") is None else TrainingConfig.from_dict(data["config"]),
+            throughput=_float(data.get("throughput")),
         )
