@@ -44,11 +44,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from scipy import stats
 
 import autotune
 from autotune._device import environment
-from autotune._knobs import config_from
+from autotune._knobs import KNOBS, config_from
 from autotune._search.evidence import next_target, unit_sums
 from autotune._search.guard import (
     AccuracyGuard,
@@ -206,10 +207,24 @@ def agreement(verdict: str, label: str) -> str:
     return "agree" if label == "beyond" else "**false reject**"
 
 
+def pair_params(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:
+    """``--pair KNOB=VALUE`` options as knob values, each a shared knob (see Knob.shared)."""
+    shared = {k.name for k in KNOBS if k.shared}
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in shared:
+            parser.error(f"--pair {item!r}: expected KNOB=VALUE with KNOB one of {sorted(shared)}")
+        out[name] = yaml.safe_load(value)
+    return out
+
+
 def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[str]]:
     start = time.monotonic()
     work = workload_for(name)
-    base = autotune.TrainingConfig(device="cpu")
+    # The settings every accuracy run trains with (the search's pair_settings): the baseline's,
+    # with the shared knobs of the safe answer given by --pair.
+    base = config_from(args.pair_params, autotune.TrainingConfig(device="cpu"))
     task = work.task
     tol = args.tolerance if args.tolerance is not None else TOLERANCE[name]
     n_train = len(work.train)  # type: ignore[arg-type]
@@ -381,7 +396,14 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
         f"{env['torch']}, run with `nice -n 5` beside other work. Command: `{args.command}` "
         f"(code: {code_version()}); wall time {wall / 60:.1f} min.",
         "",
-        f"Baseline `{autotune.TrainingConfig().describe()}` (realworld.py's). H: the samples "
+        f"Baseline `{autotune.TrainingConfig().describe()}` (realworld.py's)"
+        + (
+            f"; every accuracy run, both arms, trains with `{' '.join(args.pair)}` (a safe "
+            "answer's shared knobs, as a search's accuracy runs do). "
+            if args.pair
+            else ". "
+        )
+        + "H: the samples "
         f"per accuracy run a {args.timeout:g}-s search plans for it (`plan_accuracy_budget` at "
         f"the throughput measured here), doubled where the search's horizon rule says (the plans "
         f"below). Guard: paired seeds 0.. at H, look 1 at {REPEATS} "
@@ -424,8 +446,14 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=4, help="seeds of the long runs")
     parser.add_argument("--guard-cap", type=int, default=6, help="most seeds the guard buys")
     parser.add_argument("--tolerance", type=float, default=None)
+    parser.add_argument(
+        "--pair", action="append", default=[], metavar="KNOB=VALUE",
+        help="a shared knob of the safe answer a search would find here (channels_last=true, "
+        "num_workers=2, ...): every accuracy run trains with it, as the search's do",
+    )  # fmt: skip
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
+    args.pair_params = pair_params(parser, args.pair)
     args.command = "nice -n 5 python " + " ".join(["benchmarks/guard_truth.py", *sys.argv[1:]])
     names = args.workload or list(WORKLOAD_NAMES)
     section = "guard-truth" + "".join(f"-{n}" for n in args.workload or [])

@@ -21,6 +21,10 @@ MIN_ROUNDS = figures.MIN_ROUNDS  # the fewest that make a measured speedup
 SAFE_LEADERS = 2  # configs that train the baseline's model measured in the first rounds
 CHALLENGERS = 3  # configs a second pass of rounds may add, where they fit
 MAX_STRETCH = 4.0  # the rounds' measurements last at most this many times the search's
+# Where no config that trains the baseline's model screened faster than the baseline, the
+# fastest one that screened at least this fraction of its speed is measured beside it: the
+# baseline's screening is one draw too, and one that ran a third fast hid every safe win.
+NEAR_SAFE = 0.75
 
 
 def confirm_pending(bench: Bench, baseline: Baseline) -> None:
@@ -72,12 +76,14 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
         confirm(bench, current, entry, keep=after, persist=now)
 
 
-def _contenders(ledger: Ledger, extra: Entry | None = None) -> list[Entry]:
+def _contenders(ledger: Ledger, extra: Entry | None = None, *, near: bool = False) -> list[Entry]:
     """The baseline and the answers: the safe one with the next :data:`SAFE_LEADERS` - 1
     fastest configs that train the baseline's model, each screened faster than the baseline
     beyond a tie (screening is one draw each: the leader by one draw is often not the leader
-    side by side), and the fast one where there is one (or ``extra``, a candidate that would
-    become it if confirmed)."""
+    side by side), or where none did and ``near``, the fastest that screened at least
+    :data:`NEAR_SAFE` of the baseline's speed (the baseline's own draw may have run fast: no
+    time is kept for it, it is measured where the rounds have room); and the fast one where
+    there is one (or ``extra``, a candidate that would become it if confirmed)."""
     base = ledger.baseline
     if base is None:
         return []
@@ -97,6 +103,16 @@ def _contenders(ledger: Ledger, extra: Entry | None = None) -> list[Entry]:
             and all(e.config != o.config for o in (*out, *leaders))
         ):
             leaders.append(e)
+    if near and not leaders:
+        close = (
+            e
+            for e in ranked
+            if ledger.rank_time(e) * NEAR_SAFE <= ledger.rank_time(base)
+            and not ledger.slower_side_by_side(e)
+            and e.config != base.config
+        )
+        first = next(close, None)
+        leaders = [] if first is None else [first]
     for e in (*leaders, extra or ledger.best_fast()):
         if e is not None and all(e.config != o.config for o in out):
             out.append(e)
@@ -187,7 +203,11 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
     below what another config's screening promised, a second pass measures those challengers
     beside the baseline and the answer, in the time kept for it."""
     ledger = bench.ledger()
-    contenders = _contenders(ledger)
+    contenders = _contenders(ledger, near=True)
+    if len(contenders) > len(_contenders(ledger)) and not bench.deadline.fits(
+        MIN_ROUNDS * _per_round(baseline, contenders)
+    ):
+        contenders = _contenders(ledger)  # the answers' rounds first
     if len(contenders) < 2:
         return
     spare = _second_pass_seconds(ledger, baseline, contenders)
