@@ -126,9 +126,11 @@ class Knob:
     # its field's default in a config.
     exists: Callable[[TrainingConfig], bool] | None = None
     # Numerics-free and with no one-time cost: the accuracy guard's runs, both arms of every
-    # pair, train with the safe answer's value (see :func:`pair_base`). Not cuDNN benchmark
-    # (a fresh worker per run, an algorithm chosen anew each run), compile (a compile per run)
-    # or DDP's knobs (one rank).
+    # pair, train with the safe answer's value (see :func:`pair_base`). Not loader workers
+    # (each worker draws augmentation from its own stream, and which worker loads a sample
+    # moves with the batch size: a batch candidate's pair would share less than at the
+    # baseline's in-process loading), cuDNN benchmark (a fresh worker per run, an algorithm
+    # chosen anew each run), compile (a compile per run) or DDP's knobs (one rank).
     shared: bool = False
     # Rank in the tie-break between equally fast configs (0 weighs most; None: not compared)
     # and how far a value is from plain eager training, given the baseline's value.
@@ -306,7 +308,6 @@ KNOBS: tuple[Knob, ...] = (
         name="num_workers",
         kind=ValueKind.INT,
         numerics=False,
-        shared=True,
         field="num_workers",
         rule=">= 0",
         check=lambda v: v >= 0,
@@ -320,7 +321,6 @@ KNOBS: tuple[Knob, ...] = (
         name="persistent_workers",
         kind=ValueKind.BOOL,
         numerics=False,
-        shared=True,
         field="persistent_workers",
         rule="true or false",
         exists=_with_workers,
@@ -331,7 +331,6 @@ KNOBS: tuple[Knob, ...] = (
         name="prefetch_factor",
         kind=ValueKind.INT,
         numerics=False,
-        shared=True,
         field="prefetch_factor",
         rule=">= 1",
         check=lambda v: v >= 1,
@@ -611,8 +610,8 @@ def pair_base(baseline: TrainingConfig, safe: TrainingConfig) -> TrainingConfig:
     """The settings every accuracy run trains with beside ``baseline``'s numerics: the
     baseline's config with the ``shared`` knobs of ``safe`` (a measured config with the
     baseline's numerics, the safe answer), so that the guard's runs, both arms of every pair,
-    load data and lay out memory as the fastest safe config does: the same for both arms, and
-    as cheap as a safe config makes them."""
+    lay out memory and step the optimizer as the fastest safe config does: the same for both
+    arms, and about as cheap as a safe config makes them."""
     if numerics_key(safe) != numerics_key(baseline) or safe.device != baseline.device:
         return baseline
     return baseline.replace(

@@ -38,6 +38,7 @@ import argparse
 import dataclasses
 import datetime
 import math
+import os
 import statistics
 import sys
 import time
@@ -393,7 +394,7 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
         f"### The guard against long runs (`guard_truth.py`, {datetime.date.today()})",
         "",
         f"Machine: {env['cpu_model']} ({env['device']}), {env['cpu_count']} CPUs, torch "
-        f"{env['torch']}, run with `nice -n 5` beside other work. Command: `{args.command}` "
+        f"{env['torch']}{args.niceness}. Command: `{args.command}` "
         f"(code: {code_version()}); wall time {wall / 60:.1f} min.",
         "",
         f"Baseline `{autotune.TrainingConfig().describe()}` (realworld.py's)"
@@ -454,7 +455,10 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     args.pair_params = pair_params(parser, args.pair)
-    args.command = "nice -n 5 python " + " ".join(["benchmarks/guard_truth.py", *sys.argv[1:]])
+    nice = os.nice(0)  # what the run was started with, said as it was
+    args.niceness = f", run with `nice -n {nice}` beside other work" if nice else ""
+    prefix = f"nice -n {nice} python " if nice else "python "
+    args.command = prefix + " ".join(["benchmarks/guard_truth.py", *sys.argv[1:]])
     names = args.workload or list(WORKLOAD_NAMES)
     section = "guard-truth" + "".join(f"-{n}" for n in args.workload or [])
     section += "".join(f"-{c}" for c in args.candidate or [])

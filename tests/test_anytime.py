@@ -206,27 +206,38 @@ def test_a_compile_longer_than_the_budget_runs_with_what_is_left_and_says_why() 
 
 
 def test_both_arms_of_a_pair_differ_only_in_the_numerics_being_judged() -> None:
-    """A candidate with workers and a larger batch: every accuracy run, the baseline's and
-    both arms of each pair, trains the same settings outside the numerics (the baseline's with
-    the safe answer's loader and memory knobs, never compile or cuDNN benchmark) with its own
-    batch and precision, so that a pair differs only in what the guard judges."""
-    run, _, lines = search(bert_like(workers_help=1.3), knobs=KNOBS, timeout=240.0)
+    """A safe answer with channels_last and loader workers, and candidates with a larger
+    batch: every accuracy run, the baseline's and both arms of each pair, trains the same
+    settings outside the numerics (the baseline's with the safe answer's memory format, never
+    its loader workers, compile or cuDNN benchmark) with its own batch and precision, so that
+    a pair differs only in what the guard judges."""
+    plain = bert_like(workers_help=1.3)
+    model = dataclasses.replace(
+        plain, speed=lambda cfg: plain.speed(cfg) * (1.3 if cfg.channels_last else 1.0)
+    )
+    knobs = {
+        "batch_size": [32, 64, 128],
+        "num_workers": [0, 1],
+        "precision": ["fp32", "bf16"],
+        "lr_schedule": ["constant", "cosine"],
+        "channels_last": [False, True],
+    }
+    run, _, lines = search(model, knobs=knobs, timeout=300.0)
     arms = run.bench.executor.arms
     base = run.settings.baseline
     ledger = _ledger(run)
     safe = ledger.best_safe()
-    assert safe is not None and safe.config.num_workers > 0, "\n".join(lines)
+    assert safe is not None and safe.config.channels_last, "\n".join(lines)
+    assert safe.config.num_workers > 0, "\n".join(lines)
     pair = ledger.baseline_accuracy.config if ledger.baseline_accuracy else None
-    # The safe answer's workers, the baseline's numerics: what every run below shares.
+    # The safe answer's memory format; the baseline's loading, numerics and the rest.
     assert pair == base.replace(
-        num_workers=safe.config.num_workers,
-        persistent_workers=safe.config.persistent_workers,
-        prefetch_factor=safe.config.prefetch_factor,
+        channels_last=True,
         pin_memory=safe.config.pin_memory,
         optimizer_impl=safe.config.optimizer_impl,
-        channels_last=safe.config.channels_last,
         intra_op_threads=safe.config.intra_op_threads,
     ), "\n".join(lines)
+    assert pair.num_workers == base.num_workers
     assert any(
         "every accuracy run, the baseline's and both arms of each pair, trains with the safe "
         "answer's settings" in x
@@ -234,6 +245,7 @@ def test_both_arms_of_a_pair_differ_only_in_the_numerics_being_judged() -> None:
     ), "\n".join(lines)
     judged = [(trial, arm) for trial, arm in arms if trial != base]
     assert judged, "\n".join(lines)
+    assert any(trial.num_workers != base.num_workers for trial, _ in judged), "\n".join(lines)
     for trial, arm in arms:
         assert arm.numerics_key() == trial.numerics_key()
         assert arm.compile_mode.value == "none" and not arm.cudnn_benchmark

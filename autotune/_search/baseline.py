@@ -321,19 +321,22 @@ def pair_settings(ledger: Ledger, baseline: Baseline) -> tuple[TrainingConfig, f
     """The settings the baseline's accuracy runs, and both arms of every pair, train with, and
     their throughput: those of the runs already made; else the baseline's config with the
     shared knobs of the fastest safe config measured so far (see ``_knobs.pair_base``), at
-    that config's throughput. A pair then differs only in the numerics judged, as before, and
-    each of its runs loads data and lays out memory as the safe answer does: accuracy runs
-    cost what the safe answer's training costs, not the baseline's."""
+    that config's measured throughput (the baseline's where it was not measured itself: the
+    safe answer's own may owe part of its speed to knobs a pair does not share). A pair then
+    differs only in the numerics judged, as before, and each of its runs lays out memory and
+    steps the optimizer as the safe answer does."""
     if baseline.accuracy is not None:
         return baseline.pair_config, baseline.pair_throughput
     base = baseline.record.config
     safe = ledger.best_safe()
-    if safe is None or safe.record.measurement is None:
+    if safe is None:
         return base, baseline.throughput
     cfg = pair_base(base, safe.config)
     if cfg == base:
         return base, baseline.throughput
-    return cfg, safe.record.measurement.throughput
+    measured = ledger.measured(cfg)
+    m = measured.record.measurement if measured is not None else None
+    return cfg, m.throughput if m is not None else baseline.throughput
 
 
 def accuracy_plan_seconds(bench: Bench, baseline: Baseline) -> tuple[int, float, str | None]:

@@ -5,14 +5,14 @@
 training samples in the same order (the same DataLoader generator seed; augmentation drawn in
 the loader's workers is not shared where the worker seeding differs) and are scored on the same
 validation examples, in the same batches. Both arms, and the baseline's own runs, train the
-same numerics-free settings: the baseline's, with the loader, memory-format and optimizer-kernel
-knobs of the fastest safe config measured before the baseline's runs (``_knobs.pair_base``;
-never compile or cuDNN benchmark), and the candidate's checkpointing, which only trades memory.
-So a pair differs only in the numerics being judged (batch size and accumulation, precision,
-LR schedule), and each run costs what the safe answer's training costs. What the pair does
-not share: every random draw that the judged change moves (a larger batch consumes the data
-order differently; dropout and other in-model RNG streams advance with the batch), and the
-kernels a different precision selects.
+same numerics-free settings: the baseline's, with the pinning, memory-format, optimizer-kernel
+and thread knobs of the fastest safe config measured before the baseline's runs
+(``_knobs.pair_base``; never loader workers, compile or cuDNN benchmark), and the
+candidate's checkpointing, which only trades memory. So a pair differs only in the numerics
+being judged (batch size and accumulation, precision, LR schedule), and each run costs about
+what the safe answer's training costs. What the pair does not share: every random draw that
+the judged change moves (a larger batch consumes the data order differently; dropout and other
+in-model RNG streams advance with the batch), and the kernels a different precision selects.
 What pairing cancels is the noise the two runs share; what is left, it measures from the pairs.
 
 The guard decides in two steps:
