@@ -263,8 +263,11 @@ class VerifyReport:
         if self.full is not None:
             lines.extend(self.full.lines())
         lines.append("")
-        verdict = "faster here" if self.faster_here else "NOT faster here"
-        lines.append(f"  verdict: the winner is {verdict}")
+        if self.same_config:
+            verdict = "the winner is the baseline: keep the baseline's settings"
+        else:
+            verdict = "the winner is " + ("faster here" if self.faster_here else "NOT faster here")
+        lines.append(f"  verdict: {verdict}")
         lines.extend(f"  ! {w}" for w in self.warnings)
         return "\n".join(lines)
 

@@ -183,13 +183,17 @@ def main() -> int:
     # Reserves: what the later steps need at least, so that one slow step cannot starve them.
     compile_expr = "max-autotune"
     only = f"({args.only}) and " if args.only else ""
-    text = step(
+
+    def tests(name: str, label: str, expr: str, own: float, reserve: float) -> None:
+        text = step(name, label, pytest_cmd(py, expr, args.per_test_timeout), own, reserve)
+        if text is not None:
+            counts, failed = pytest_summary(text)
+            found(counts + ("; failed: " + ", ".join(f"`{t}`" for t in failed) if failed else ""))
+
+    tests(
         "pytest-gpu", "`pytest -m gpu` (all but max-autotune)",
-        pytest_cmd(py, f"{only}not ({compile_expr})", args.per_test_timeout), 3600, reserve=240,
+        f"{only}not ({compile_expr})", 3600, reserve=240,
     )  # fmt: skip
-    if text is not None:
-        counts, failed = pytest_summary(text)
-        found(counts + ("; failed: " + ", ".join(f"`{t}`" for t in failed) if failed else ""))
 
     best = logs / "best.json"
     best.unlink(missing_ok=True)
@@ -229,13 +233,10 @@ def main() -> int:
         what = "the search's result re-measured" if "--result" in source else "its own search"
         found(f"{what}: ratio {ratio.group(1) if ratio else 'n/a'} (section `cnn-cuda`)")
 
-    text = step(
+    tests(
         "pytest-gpu-max-autotune", "`pytest -m gpu -k max-autotune` (compiles for minutes)",
-        pytest_cmd(py, f"{only}{compile_expr}", args.per_test_timeout), 1800, reserve=0,
+        f"{only}{compile_expr}", 1800, reserve=0,
     )  # fmt: skip
-    if text is not None:
-        counts, failed = pytest_summary(text)
-        found(counts + ("; failed: " + ", ".join(f"`{t}`" for t in failed) if failed else ""))
 
     section = render(steps, args)
     print("\n" + section)

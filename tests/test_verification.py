@@ -291,3 +291,19 @@ def test_full_trains_a_shorter_winner_for_its_share_of_the_run(result_file, tmp_
     assert sorted((r["arm"], r["samples"]) for r in kept) == [
         ("baseline", 2304), ("baseline", 2304), ("winner", 1152), ("winner", 1152),
     ]  # fmt: skip
+
+
+def test_a_winner_that_is_the_baseline_is_not_called_faster() -> None:
+    """A search that kept the baseline: verify has nothing to compare, and its verdict says so
+    (it said "the winner is faster here" under "nothing to compare")."""
+    from autotune._verify import VerifyReport
+
+    cfg = autotune.TrainingConfig()
+    report = VerifyReport(
+        winner=cfg, baseline=cfg, device="cpu", baseline_measurements=(),
+        winner_measurements=(), recorded_speedup=1.0, recorded_throughput_ratio=1.0,
+        planned_samples=1000, planned_epochs=1.0, environment_warnings=(),
+    )  # fmt: skip
+    assert report.faster_here  # nothing failed: exit status 0
+    assert "verdict: the winner is the baseline: keep the baseline's settings" in report.summary()
+    assert "faster here" not in report.summary()

@@ -203,11 +203,11 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
     below what another config's screening promised, a second pass measures those challengers
     beside the baseline and the answer, in the time kept for it."""
     ledger = bench.ledger()
-    contenders = _contenders(ledger, near=True)
-    if len(contenders) > len(_contenders(ledger)) and not bench.deadline.fits(
+    answers, contenders = _contenders(ledger), _contenders(ledger, near=True)
+    if len(contenders) > len(answers) and not bench.deadline.fits(
         MIN_ROUNDS * _per_round(baseline, contenders)
     ):
-        contenders = _contenders(ledger)  # the answers' rounds first
+        contenders = answers  # the answers' rounds first
     if len(contenders) < 2:
         return
     spare = _second_pass_seconds(ledger, baseline, contenders)
