@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import optuna
 import pytest
@@ -151,6 +152,45 @@ def test_an_in_memory_study_cannot_be_resumed_and_nothing_breaks() -> None:
     assert storage.resolve(None) is None
     memory = optuna.storages.InMemoryStorage()
     assert storage.resolve(memory) is memory
+
+
+def _beating_study(tmp_path):  # type: ignore[no-untyped-def]
+    beats = optuna.storages.RDBStorage(
+        f"sqlite:///{tmp_path / 'beats.db'}", heartbeat_interval=1, grace_period=1,
+        heartbeat_stale_trial_callback=storage.retry_once,
+    )  # fmt: skip
+    study = optuna.create_study(storage=beats)
+    study.enqueue_trial({"batch_size": 64})  # chosen for it, not yet asked for by the trial
+    return study
+
+
+def test_a_process_killed_right_after_naming_its_trial_has_it_failed_and_retried(
+    tmp_path,
+) -> None:
+    study = _beating_study(tmp_path)
+    trial = study.ask()
+    storage.mark_owner(study, trial)  # then killed, before its beat thread ever ran
+    time.sleep(2.1)  # the grace period, at the database clock's one-second resolution
+    storage.reconcile_stale_trials(study)  # as any other process's search loop does
+    died, retry = study.get_trials(deepcopy=False)
+    assert died.state is optuna.trial.TrialState.FAIL  # stale: it had a beat to go stale
+    assert retry.state is optuna.trial.TrialState.WAITING
+    assert retry.system_attrs["fixed_params"] == {"batch_size": 64}
+    assert retry.user_attrs[storage.RETRY_OF] == died.number
+
+
+def test_a_trial_whose_process_died_while_asking_for_it_is_failed_and_retried(
+    tmp_path, monkeypatch
+) -> None:
+    study = _beating_study(tmp_path)
+    study.ask()  # killed inside ``ask``: no beat, no owner
+    storage.reconcile_stale_trials(study)
+    assert study.get_trials(deepcopy=False)[0].state is optuna.trial.TrialState.RUNNING
+    monkeypatch.setattr(storage, "ORPHAN_SECONDS", 0.0)  # as if long after
+    assert storage.reconcile_stale_trials(study) == [0]
+    died, retry = study.get_trials(deepcopy=False)
+    assert died.state is optuna.trial.TrialState.FAIL
+    assert retry.system_attrs["fixed_params"] == {"batch_size": 64}
 
 
 class Unpicklable(torch.utils.data.Dataset):

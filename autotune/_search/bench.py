@@ -117,7 +117,7 @@ class Bench:
             # (storage.heartbeat) around each trial of its ask-and-tell loop.
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
             trial = self.study.ask()
-        storage.mark_owner(trial)
+        storage.mark_owner(self.study, trial)
         return trial
 
     def waiting(self) -> bool:

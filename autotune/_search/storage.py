@@ -8,6 +8,9 @@ the one place that knows where autotune keeps what in it.
   host included) is failed once its heartbeat goes stale, and retried once.
 - On this host, a RUNNING trial whose owning process is gone (``kill -9``) is failed at once and
   retried once, without waiting for the heartbeat's grace period.
+- A trial's first heartbeat is written before its owner is, so no trial is seen owned yet
+  beatless; one left without an owner long after it started (its process died while asking)
+  is failed and retried too.
 - Each trial is told (stored) before the next one is asked for: nothing finished is lost.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import logging
 import os
 import socket
@@ -76,6 +80,7 @@ ROUNDS = "autotune_rounds"  # study attribute: side-by-side rounds, trial -> tim
 # One study attribute per key, so that processes adding them at once never overwrite each other.
 CONFIRMATION = "autotune_confirmation:"  # + numerics id: the confirmation filed under it
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+ORPHAN_SECONDS = 600.0  # a RUNNING trial with no owner this long after it started is dead
 
 
 # -- What autotune keeps in the study -----------------------------------------------------------
@@ -233,9 +238,12 @@ def redact(storage: Any) -> str | None:
 
 def retry_once(study: optuna.Study, trial: FrozenTrial) -> None:
     """Enqueue a failed trial's parameters again, unless it already was a retry."""
-    if trial.user_attrs.get(RETRY_OF) is not None or not trial.params:
+    # A trial that died before it chose all its parameters: those it had, or those it was
+    # enqueued with (its first guess, a variant), which it had not yet asked for.
+    params = {**trial.system_attrs.get("fixed_params", {}), **trial.params}
+    if trial.user_attrs.get(RETRY_OF) is not None or not params:
         return
-    study.enqueue_trial(dict(trial.params), user_attrs={RETRY_OF: trial.number})
+    study.enqueue_trial(params, user_attrs={RETRY_OF: trial.number})
     log.info("trial %d failed with its process; it will be retried once", trial.number)
 
 
@@ -326,7 +334,13 @@ def _owner() -> dict[str, Any]:
     return {"host": _host(), "pid": me.pid, "started": me.create_time()}
 
 
-def mark_owner(trial: optuna.Trial) -> None:
+def mark_owner(study: optuna.Study, trial: optuna.Trial) -> None:
+    """Name the process that runs ``trial``, after its first heartbeat: Optuna fails only
+    trials with a stale beat, so a process killed between its owner showing and a first
+    beat (the beat thread not yet started) would leave its trial running for ever."""
+    backend: Any = study._storage
+    if hasattr(backend, "record_heartbeat") and backend.get_heartbeat_interval():
+        backend.record_heartbeat(trial._trial_id)
     trial.set_user_attr(OWNER, _owner())
 
 
@@ -367,9 +381,16 @@ def reconcile_stale_trials(study: optuna.Study) -> list[int]:
         optuna.storages.fail_stale_trials(study)  # heartbeat storages: other hosts too
     host = _host()
     failed = []
+    now = datetime.datetime.now()
     for trial in study.get_trials(deepcopy=False, states=[TrialState.RUNNING]):
         owner = trial.user_attrs.get(OWNER)
-        if not isinstance(owner, dict) or owner.get("host") != host or _alive(owner):
+        if owner is None:
+            # Named within moments of being asked for: still nameless long after, its process
+            # died inside ``ask`` (the sampler), before a beat or an owner could be written.
+            start = trial.datetime_start
+            if start is None or (now - start).total_seconds() < ORPHAN_SECONDS:
+                continue
+        elif not isinstance(owner, dict) or owner.get("host") != host or _alive(owner):
             continue
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
