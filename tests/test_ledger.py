@@ -490,6 +490,38 @@ def test_configs_measured_in_the_same_rounds_rank_by_those_rounds() -> None:
     assert best is not None and best.number == 2
 
 
+def test_the_tables_baseline_figures_come_from_the_headlines_rounds() -> None:
+    """The winner (#1) was measured beside the baseline in three rounds, 1.30x in two of them;
+    a second pass measured a challenger (#2) beside the baseline in two more, in a fast window.
+    The table's baseline throughput and projected time come from the winner's three rounds, so
+    that its throughputs divide to the headline's 1.30x (over all five rounds the baseline's
+    median throughput is 1,100 and the table said 1.18x beside a 1.30x headline)."""
+    from autotune._result.result import SearchResult
+
+    cl = BASE.replace(channels_last=True)
+    workers = BASE.replace(num_workers=1, persistent_workers=True)
+    study = _study_with([_base(), _candidate(cl, 154.0), _candidate(workers, 190.0)])
+    samples = 200_000.0  # projected time = samples / throughput
+    for base, rates in [(1000.0, {1: 1300.0}), (1000.0, {1: 1300.0}), (1100.0, {1: 1300.0}),
+                        (1400.0, {2: 1450.0}), (1400.0, {2: 1450.0})]:  # fmt: skip
+        rates = {0: base, **rates}
+        storage.add_round(study, {n: samples / r for n, r in rates.items()}, rates)
+    ledger = Ledger.read(study, settings())
+    result = SearchResult.from_ledger(
+        ledger, settings(), study_name="s", storage=None, seconds=60.0, interrupted=False,
+        memory=None,
+    )  # fmt: skip
+    data = result.to_dict()
+    m, b = data["metrics"], data["baseline"]["metrics"]
+    assert result.winner.number == 1 and data["speedup"] == pytest.approx(1.3)
+    assert b["throughput"] == 1000.0 and m["throughput"] == 1300.0
+    assert b["projected_training_time"] == pytest.approx(200.0)
+    assert b["measured_as"] == m["measured_as"] == "side by side over 3 rounds"
+    assert "the baseline's" not in result.summary().split("projected time:")[1].splitlines()[0]
+    # The study's own record of the baseline still counts every round it was measured in.
+    assert ledger.trial_record(ledger.entries[0]).side_rounds == 5
+
+
 def test_accuracy_runs_train_with_the_safe_answers_loader_and_memory_knobs() -> None:
     """Before the baseline's accuracy runs, the settings they (and both arms of every pair)
     train with are the baseline's with the fastest safe config's shared knobs, never its

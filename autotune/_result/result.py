@@ -145,7 +145,9 @@ class SearchResult:
         fast = ledger.best_fast()
         return cls(
             winner=ledger.trial_record(best),
-            baseline_trial=ledger.trial_record(base),
+            # The baseline's figures from the rounds that measured the winner: the table and
+            # the headline from one set of rounds.
+            baseline_trial=ledger.trial_record(base, beside=best),
             trials=ledger.trial_records(),
             guard=ledger.guard,
             tolerance=settings.tolerance,
