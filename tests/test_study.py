@@ -164,6 +164,7 @@ def _beating_study(tmp_path):  # type: ignore[no-untyped-def]
     return study
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
 def test_a_process_killed_right_after_naming_its_trial_has_it_failed_and_retried(
     tmp_path,
 ) -> None:
@@ -179,6 +180,7 @@ def test_a_process_killed_right_after_naming_its_trial_has_it_failed_and_retried
     assert retry.user_attrs[storage.RETRY_OF] == died.number
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
 def test_a_trial_whose_process_died_while_asking_for_it_is_failed_and_retried(
     tmp_path, monkeypatch
 ) -> None:

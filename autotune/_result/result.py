@@ -26,7 +26,7 @@ from autotune._result.summary import render_summary
 from autotune._search import coverage, figures, ranking
 from autotune._search import storage as stored
 from autotune._search.guard import AccuracyGuard, Verdict
-from autotune._search.ledger import Ledger, TrialRecord
+from autotune._search.ledger import Ledger, TrialRecord, beside
 from autotune._search.settings import SearchSettings
 from autotune._trial.probe import MemoryLimits
 
@@ -147,7 +147,7 @@ class SearchResult:
             winner=ledger.trial_record(best),
             # The baseline's figures from the rounds that measured the winner: the table and
             # the headline from one set of rounds.
-            baseline_trial=ledger.trial_record(base, beside=best),
+            baseline_trial=beside(ledger, best).trial_record(base),
             trials=ledger.trial_records(),
             guard=ledger.guard,
             tolerance=settings.tolerance,

@@ -28,7 +28,7 @@ from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import AccuracyRun
 
-__all__ = ["Entry", "Ledger", "TrialRecord", "make_guard"]
+__all__ = ["Entry", "Ledger", "TrialRecord", "beside", "make_guard"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -272,42 +272,28 @@ class Ledger:
         so a twin that kept only its first, luckier measurement cannot outrank it."""
         return tuple(e.number for e in self.entries if e.config == entry.config)
 
-    def _beside(self, beside: Entry | None) -> list[int]:
-        """The side-by-side rounds (their indices) that measured ``beside``'s config; every
-        round where None."""
-        if beside is None:
-            return list(range(len(self.rounds)))
-        twins = self.twins(beside)
-        return [i for i, r in enumerate(self.rounds) if any(n in r for n in twins)]
-
-    def remeasured(self, entry: Entry, beside: Entry | None = None) -> tuple[float, ...]:
-        """Its config's projected times measured again in the side-by-side rounds (those that
-        measured ``beside`` too, where given)."""
+    def remeasured(self, entry: Entry) -> tuple[float, ...]:
+        """Its config's projected times measured again in the side-by-side rounds."""
         twins = self.twins(entry) if self.rounds else ()
-        kept = [self.rounds[i] for i in self._beside(beside)]
-        return tuple(r[n] for r in kept for n in twins if n in r)
+        return tuple(r[n] for r in self.rounds for n in twins if n in r)
 
     def times(self, entry: Entry) -> list[float]:
         first = entry.record.projected_time
         return [] if first is None else [first, *self.remeasured(entry)]
 
-    def projected(self, entry: Entry, beside: Entry | None = None) -> float | None:
+    def projected(self, entry: Entry) -> float | None:
         """Projected training time: the median over the side-by-side rounds where they
         measured it (at least :data:`figures.MIN_ROUNDS`: every figure of such a config comes
-        from them; only those that measured ``beside`` too, where given), else over its
-        measurement (and a lone re-measurement)."""
-        again = self.remeasured(entry, beside)
+        from them), else over its measurement (and a lone re-measurement)."""
+        again = self.remeasured(entry)
         times = list(again) if len(again) >= figures.MIN_ROUNDS else self.times(entry)
         return ranking.median_time(times) if times else None
 
-    def side_throughput(self, entry: Entry, beside: Entry | None = None) -> float | None:
+    def side_throughput(self, entry: Entry) -> float | None:
         """Its throughput measured side by side: the median over the rounds that measured it
-        (and ``beside``, where given; None with fewer than :data:`figures.MIN_ROUNDS`, or in
-        rounds that kept none)."""
+        (None with fewer than :data:`figures.MIN_ROUNDS`, or in rounds that kept none)."""
         twins = self.twins(entry)
-        rated = self.round_throughputs
-        kept = [rated[i] for i in self._beside(beside) if i < len(rated)]
-        rates = [r[n] for r in kept for n in twins if n in r]
+        rates = [r[n] for r in self.round_throughputs for n in twins if n in r]
         return float(statistics.median(rates)) if len(rates) >= figures.MIN_ROUNDS else None
 
     def rank_time(self, entry: Entry) -> float:
@@ -520,10 +506,7 @@ class Ledger:
     def trial_records(self) -> tuple[TrialRecord, ...]:
         return tuple(self.trial_record(e) for e in self.entries)
 
-    def trial_record(self, entry: Entry, beside: Entry | None = None) -> TrialRecord:
-        """Its record; its side-by-side figures from the rounds that measured ``beside`` too,
-        where given (the baseline beside the winner: the table's figures and the headline's
-        speedup from the same rounds, where a second pass measured the baseline in more)."""
+    def trial_record(self, entry: Entry) -> TrialRecord:
         r = entry.record
         return TrialRecord(
             number=entry.number,
@@ -532,7 +515,7 @@ class Ledger:
             measurement=r.measurement,
             metric=r.metric,
             accuracy_checked=bool(r.accuracy),
-            projected_time=self.projected(entry, beside),
+            projected_time=self.projected(entry),
             feasible=self.feasible(entry),
             failure=r.failure.value if r.failure else None,
             message=r.message,
@@ -542,10 +525,23 @@ class Ledger:
             confirmation=self.confirmation(entry),
             safe=self.safe(entry),
             screened=self.screened(entry),
-            side_rounds=len(self.remeasured(entry, beside)),
-            side_throughput=self.side_throughput(entry, beside),
+            side_rounds=len(self.remeasured(entry)),
+            side_throughput=self.side_throughput(entry),
             screening_time=r.projected_time,
         )
+
+
+def beside(ledger: Ledger, entry: Entry) -> Ledger:
+    """``ledger`` with only the side-by-side rounds that measured ``entry``'s config (the
+    baseline's figures beside the winner's: the table and the headline from one set)."""
+    twins = ledger.twins(entry)
+    kept = [i for i, r in enumerate(ledger.rounds) if any(n in r for n in twins)]
+    rated = ledger.round_throughputs
+    return dataclasses.replace(
+        ledger,
+        rounds=tuple(ledger.rounds[i] for i in kept),
+        round_throughputs=tuple(rated[i] for i in kept if i < len(rated)),
+    )
 
 
 def _measured_in(round_: Mapping[int, float], numbers: tuple[int, ...]) -> float | None:
