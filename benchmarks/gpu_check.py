@@ -11,7 +11,10 @@
    ``autotune verify`` of its result in fresh workers.
 3. ``benchmarks/speedup.py --workload cnn --device cuda`` (its own ``cnn-cuda`` section):
    the search's result re-measured side by side (``--speedup-search`` searches anew instead).
-4. The max-autotune compile tests.
+4. With ``--settles WORKLOAD`` (cnn, resnet, bert; repeatable): ``guard_settles.py`` on the
+   GPU, a search at its default budget, and how many of its screened checks settled (the
+   issue-27 target that a 2-core CPU does not reach; resnet and bert need ``transformers``).
+5. The max-autotune compile tests.
 
 What each step found (pass/fail counts, failing tests, the search's winner and speedup, the
 verify verdict, exit codes, the machine and the commit) goes to benchmarks/RESULTS.md between
@@ -155,6 +158,10 @@ def main() -> int:
         "--only", default=None, metavar="EXPR",
         help="a pytest -k expression: run only these GPU tests (those an earlier check left)",
     )  # fmt: skip
+    parser.add_argument(
+        "--settles", action="append", default=[], choices=["cnn", "resnet", "bert"],
+        help="also run guard_settles.py on the GPU for this workload (repeatable)",
+    )  # fmt: skip
     parser.add_argument("--no-write", action="store_true", help="do not edit RESULTS.md")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -232,6 +239,20 @@ def main() -> int:
         ratio = re.search(r"ratio \(winner/baseline, same round\) \| \*\*([\d.]+x)\*\*", text)
         what = "the search's result re-measured" if "--result" in source else "its own search"
         found(f"{what}: ratio {ratio.group(1) if ratio else 'n/a'} (section `cnn-cuda`)")
+
+    for workload in args.settles:
+        text = step(
+            f"settles-{workload}", f"`guard_settles.py --workload {workload}` (CUDA)",
+            [py, "benchmarks/guard_settles.py", "--workload", workload, "--no-write"],
+            900, reserve=0,
+        )  # fmt: skip
+        if text is not None:
+            counts = re.search(r"(\d+ of \d+) screened numerics-changing candidates settled", text)
+            answer = re.search(r"answer (.+?) at ([\d.]+x)", text)
+            found(
+                f"{counts.group(1) if counts else 'no'} screened checks settled"
+                + (f"; answer {answer.group(1)} at {answer.group(2)}" if answer else "")
+            )
 
     tests(
         "pytest-gpu-max-autotune", "`pytest -m gpu -k max-autotune` (compiles for minutes)",

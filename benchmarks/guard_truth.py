@@ -142,12 +142,14 @@ def baseline_throughput(work: Workload, base: autotune.TrainingConfig) -> float:
 
 def guard_verdict(
     guard_of: Any, base_runs: Runs, cand_runs: Runs, cap: int, tol: float
-) -> tuple[Confirmation, int, float, float | None]:
+) -> tuple[Confirmation, int, float, float, float | None]:
     """As the search decides (``evidence.confirm``): look 1 at REPEATS seeds, then the seeds
     ``evidence.next_target`` asks for while unresolved, up to ``cap`` in all; the runs'
-    per-example outcomes in every look. Returns the verdict, its looks and the seconds its
-    runs took (both arms) and the least seconds that would have decided it at look 1, were its
-    final mean and spread known in advance (None: no number of seeds would)."""
+    per-example outcomes in every look. Returns the verdict, its looks, the seconds its runs
+    took (both arms), the check's own seconds (the candidate's runs and the baseline's beyond
+    the REPEATS seeds a search buys once, before any check, for every check to reuse) and the
+    least seconds that would have decided it at look 1 (both arms), were its final mean and
+    spread known in advance (None: no number of seeds would)."""
     seeds, look = REPEATS, 1
     while True:
         guard: AccuracyGuard = guard_of(base_runs.get(range(seeds)), base_runs)
@@ -158,13 +160,14 @@ def guard_verdict(
         )
         print(f"    look {look}: {result.verdict} - {result.describe()}", flush=True)
         spent = sum(base_runs.runs[s].seconds + cand_runs.runs[s].seconds for s in range(seeds))
+        own = spent - sum(base_runs.runs[s].seconds for s in range(REPEATS))
         target = next_target(seeds, result.need, 1.0, float(cap - seeds))
         if result.verdict is not Verdict.UNRESOLVED or target is None:
             drops = guard.paired_drops(metrics)
             noise = guard.sample_noise(unit_sums(runs), drops, guard.pair_squares(runs))
             least = seeds_to_settle(drops, tol, 1, noise=noise)
             least_s = None if least is None else least * spent / seeds
-            return result, look, spent, least_s
+            return result, look, spent, own, least_s
         seeds, look = target, look + 1
 
 
@@ -191,6 +194,7 @@ class Row:
     seeds: int
     looks: int
     seconds: float  # the guard's runs, both arms, until its verdict
+    own: float  # of them, the candidate's and the baseline's beyond the seeds bought once
     least: float | None  # the fewest seconds that decide at look 1, at the final spread
     truth_drop: float
     truth_lo: float
@@ -296,7 +300,7 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
         cfg = candidate(cand_name, base)
         print(f"[{name}] candidate {cand_name}: {cfg.describe()}", flush=True)
         guard_runs = Runs(work, cfg, h)
-        result, looks, spent, least = guard_verdict(
+        result, looks, spent, own, least = guard_verdict(
             guard_of, base_h, guard_runs, args.guard_cap, tol
         )
         cand_h = Runs(work, cfg, h)
@@ -325,6 +329,7 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
             seeds=len(result.runs),
             looks=looks,
             seconds=spent,
+            own=own,
             least=least,
             truth_drop=mean,
             truth_lo=lo,
@@ -414,15 +419,17 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
         " worse) ± two-sided 95% t-interval. Tolerance 0.01 for every workload (gpt2: nats of "
         "validation loss, lower is better; the tolerance its realworld.py search used).",
         "",
-        "| workload | candidate | guard verdict (drop, bounds, seeds/looks) | seconds to decide "
-        "(least at that spread) | long-run drop [95% CI] | label | agreement |",
+        "| workload | candidate | guard verdict (drop, bounds, seeds/looks) | seconds to decide: "
+        "both arms (least at that spread); the check's own | long-run drop [95% CI] | label | "
+        "agreement |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
             f"| {r.workload} ({r.metric}) | {r.candidate} | {r.verdict} ({_f(r.drop)}, "
             f"{_f(r.lower)} .. {_f(r.upper)}, {r.seeds}/{r.looks}) | {r.seconds:.0f} s "
-            f"({'-' if r.least is None else f'{r.least:.0f} s'}) | {r.truth_drop:+.4f} "
+            f"({'-' if r.least is None else f'{r.least:.0f} s'}); {r.own:.0f} s | "
+            f"{r.truth_drop:+.4f} "
             f"[{_f(r.truth_lo)}, {_f(r.truth_hi)}] | {r.label} | {r.agreement} |"
         )
     lines += [
@@ -431,11 +438,34 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
         f"rejects**, {len(rows) - agree - accepts - rejects} n.a. (guard unresolved or long "
         "runs unclear).",
         "",
+        decide_line(rows, args.timeout),
+        "",
         "Is the task exercised at H?",
         "",
         *[f"- {n}" for n in notes],
     ]
     return "\n".join(lines) + "\n"
+
+
+def decide_line(rows: list[Row], timeout: float) -> str:
+    """The median seconds to decide a harmless change (long runs: within), an unresolved one
+    counted as never decided; both arms, and the check's own (the baseline's first REPEATS
+    seeds are bought once by a search, before any check, and reused by every check)."""
+    harmless = [r for r in rows if r.label == "within"]
+    if not harmless:
+        return "No harmless change (long runs within the tolerance) to time."
+
+    def median(values: list[float]) -> str:
+        m = statistics.median(values)
+        return "not decided" if math.isinf(m) else f"{m:.0f} s ({m / timeout:.0%} of {timeout:g} s)"
+
+    decided = [r.verdict != "unresolved" for r in harmless]
+    both = [r.seconds if d else math.inf for r, d in zip(harmless, decided, strict=True)]
+    own = [r.own if d else math.inf for r, d in zip(harmless, decided, strict=True)]
+    return (
+        f"Seconds to decide a harmless change, median over {len(harmless)} (an unresolved one "
+        f"never decided): **{median(both)} both arms; {median(own)} the check's own**."
+    )
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """CUDA-only paths, run where a GPU exists (skipped with the reason elsewhere, see conftest).
 
-`pytest -m gpu` runs them all; `benchmarks/gpu_check.sh` runs them with a short GPU search and
+`pytest -m gpu` runs them all; `benchmarks/gpu_check.py` runs them with a short GPU search and
 the speedup benchmark, and records what it found in benchmarks/RESULTS.md. Each test names the
 issue-14 item it checks on real hardware (its CPU counterpart fakes what it can).
 """
