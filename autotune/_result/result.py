@@ -249,12 +249,14 @@ class SearchResult:
         return None if measured is None else (measured[1], measured[2])
 
     def speedup_of(self, trial: TrialRecord) -> float | None:
-        """``trial``'s speedup, like measured with like: the baseline's projected training
-        time over the trial's where the side-by-side rounds measured both, else over their
-        screening measurements (None where either is unknown)."""
+        """``trial``'s speedup, like measured with like: the median of its side-by-side
+        rounds' paired ratios where the rounds measured it (the headline's, for the winner),
+        else the baseline's screening projected time over its (None where either is
+        unknown). Not the ratio of two medians: a config measured in a second pass, while the
+        machine ran faster, would be compared with the baseline's figures from other rounds."""
+        if trial.side_speedup is not None and _side(trial):
+            return trial.side_speedup
         base = self.baseline_trial
-        if _side(trial) and _side(base):
-            return figures.speedup(base.projected_time, trial.projected_time)
         return figures.speedup(base.screening_time, trial.screening_time)
 
     @property

@@ -57,6 +57,8 @@ class TrialRecord:
     # there (the median); its figures then come from those rounds, not its screening.
     side_rounds: int = 0
     side_throughput: float | None = None
+    # Its speedup over the baseline, paired: the median of its rounds' ratios (None: no rounds).
+    side_speedup: float | None = None
     screening_time: float | None = None  # its projected time by its screening measurement
 
     @property
@@ -527,6 +529,7 @@ class Ledger:
             screened=self.screened(entry),
             side_rounds=len(self.remeasured(entry)),
             side_throughput=self.side_throughput(entry),
+            side_speedup=self.side_speedup(entry),
             screening_time=r.projected_time,
         )
 
