@@ -188,6 +188,18 @@ class TrainingConfig:
         """Samples per optimizer step on one rank: the micro-batch times the accumulation."""
         return self.batch_size * self.gradient_accumulation_steps
 
+    def batch_exceeds(self, n_train: int) -> str | None:
+        """Why no full batch of this config fits in ``n_train`` training samples (None: one
+        does): its global batch is larger than the training set."""
+        if self.global_batch_size <= n_train:
+            return None
+        ranks = f" x {self.ranks} ranks" if self.ranks > 1 else ""
+        return (
+            f"its global batch of {self.global_batch_size} samples (batch {self.batch_size} x "
+            f"{self.gradient_accumulation_steps} accumulation steps{ranks}) is larger than the "
+            f"{n_train:,} training samples: not one full batch to train"
+        )
+
     def epochs(self, planned: float) -> float:
         """The epochs to train where the whole run would be ``planned`` epochs: this config
         trains ``train_fraction`` of them, and its LR schedule (``lr_scheduler``'s

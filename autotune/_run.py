@@ -121,6 +121,12 @@ def run_search(
 ) -> SearchResult:
     """The search for a prepared workload: space, study, executor, then the loop."""
     workload = prepared.workload
+    oversized = baseline.batch_exceeds(len(workload.train))  # type: ignore[arg-type]
+    if oversized is not None:
+        raise ConfigError(
+            f"The baseline's batch cannot train: {oversized}. Pass a smaller batch_size or "
+            "gradient_accumulation_steps in baseline=, or more training data."
+        )
     if prepared.note:
         report(prepared.note)
     restricted = restrict_space(

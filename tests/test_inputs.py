@@ -78,6 +78,12 @@ class Items(torch.utils.data.Dataset):
             autotune.ConfigError,
             r"Invalid `baseline`: `batch_size` must be >= 1, but got 0",
         ),
+        (
+            {"baseline": {"batch_size": 64, "gradient_accumulation_steps": 8}},
+            autotune.ConfigError,
+            r"The baseline's batch cannot train: its global batch of 512 samples \(batch 64 x 8 "
+            r"accumulation steps\) is larger than the 230 training samples",
+        ),
     ],
 )
 def test_bad_input(kwargs, error, message) -> None:
@@ -89,7 +95,7 @@ def test_bad_input(kwargs, error, message) -> None:
 
 def test_custom_batch_structure_through_a_forward_hook(monkeypatch) -> None:
     """Dict batches (as Hugging Face models take) validate through the forward hook."""
-    data = [{"x": torch.randn(8), "y": i % 3} for i in range(32)]
+    data = [{"x": torch.randn(8), "y": i % 3} for i in range(64)]
 
     def forward(model, batch):
         return model(batch["x"]), batch["y"]

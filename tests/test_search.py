@@ -580,6 +580,30 @@ def test_keep_global_batch_splits_a_baseline_batch_that_does_not_fit(fast_kwargs
     assert any("measured as 32 x 2, the same global batch" in n for n in notes)
 
 
+def test_a_global_batch_larger_than_the_training_set_is_not_started(fast_kwargs) -> None:
+    """230 training samples (256 less the validation split): batch 32 is kept by the space,
+    but 32 x 16 accumulation steps is a global batch of 512, not one full batch to train on.
+    It is failed before it runs, with the reason, instead of failing in the loader ("produced
+    no batches") after a worker started; the search goes on."""
+    lines: list[str] = []
+    result = find(
+        tiny_model(),
+        tiny_data(),
+        space={"knobs": {"gradient_accumulation_steps": [1, 2, 16]}},
+        n_trials=3,
+        progress=lines.append,
+        **fast_kwargs,
+    )
+    assert any(
+        "global batch of 512 samples (batch 32 x 16 accumulation steps) is larger than the "
+        "230 training samples" in line
+        for line in lines
+    ), "\n".join(lines)
+    assert not any("produced no batches" in line for line in lines)
+    assert {t.config.gradient_accumulation_steps for t in result.trials} == {1, 2}
+    assert not result.failures
+
+
 class NormedRecorder(nn.Module):
     """A tiny classifier with a batch-norm layer (its statistics see each micro-batch), slow on
     batches above 32: a split of 64 is then the faster config, worth an accuracy run."""

@@ -140,6 +140,11 @@ def _run(
     except ConfigError as exc:  # a combination the config itself rejects
         bench.fail(trial, str(exc))
         return CandidateRun()
+    oversized = cfg.batch_exceeds(bench.settings.n_train)  # batch_size alone: the space's
+    if oversized is not None:
+        bench.fail(trial, f"not started: {oversized}")
+        bench.report(f"skipped {cfg.describe()}: {oversized}")
+        return CandidateRun()
     ledger = bench.ledger()
     previous = ledger.measured(cfg)
     if previous is not None:
