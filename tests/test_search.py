@@ -589,7 +589,7 @@ def test_a_global_batch_larger_than_the_training_set_is_not_started(fast_kwargs)
     result = find(
         tiny_model(),
         tiny_data(),
-        space={"knobs": {"gradient_accumulation_steps": [1, 2, 16]}},
+        space={"knobs": {"gradient_accumulation_steps": [1, 16, 32]}},
         n_trials=3,
         progress=lines.append,
         **fast_kwargs,
@@ -600,7 +600,9 @@ def test_a_global_batch_larger_than_the_training_set_is_not_started(fast_kwargs)
         for line in lines
     ), "\n".join(lines)
     assert not any("produced no batches" in line for line in lines)
-    assert {t.config.gradient_accumulation_steps for t in result.trials} == {1, 2}
+    skips = [line for line in lines if line.startswith("skipped ")]
+    assert len(skips) == len(set(skips))  # each said once, however often the sampler asks
+    assert {t.config.gradient_accumulation_steps for t in result.trials} == {1}
     assert not result.failures
 
 

@@ -142,8 +142,11 @@ def _run(
         return CandidateRun()
     oversized = cfg.batch_exceeds(bench.settings.n_train)  # batch_size alone: the space's
     if oversized is not None:
-        bench.fail(trial, f"not started: {oversized}")
-        bench.report(f"skipped {cfg.describe()}: {oversized}")
+        why = f"not started: {oversized}"
+        failed = bench.study.get_trials(deepcopy=False, states=[TrialState.FAIL])
+        if not any(t.user_attrs.get("message") == why for t in failed):  # said once
+            bench.report(f"skipped {cfg.describe()}: {oversized}")
+        bench.fail(trial, why)
         return CandidateRun()
     ledger = bench.ledger()
     previous = ledger.measured(cfg)
