@@ -254,7 +254,7 @@ class SearchResult:
         else the baseline's screening projected time over its (None where either is
         unknown). Not the ratio of two medians: a config measured in a second pass, while the
         machine ran faster, would be compared with the baseline's figures from other rounds."""
-        if trial.side_speedup is not None and _side(trial):
+        if trial.side_speedup is not None:  # set only where the rounds measured it
             return trial.side_speedup
         base = self.baseline_trial
         return figures.speedup(base.screening_time, trial.screening_time)
