@@ -59,6 +59,9 @@ class SearchOptions:
       is given.
     - ``accuracy_samples``, ``accuracy_repeats``: samples per accuracy run (None: planned from
       the time budget) and the baseline's data-order seeds.
+    - ``min_pairs``: the paired seeds a change of the numerics needs before it can be
+      confirmed (None: the baseline's seeds). A failure mode of 1 run in 10 goes unseen in 3
+      pairs 73% of the time, in 20 pairs 12%: more pairs buy that assurance with time.
     - ``budget``: the throughput measurement of every trial (None: calibrated from the
       baseline's speed, to time ``timed_seconds``: by default 1% of the timeout, within 1 to
       10 s, or 3 s without a timeout).
@@ -102,6 +105,13 @@ class SearchOptions:
         type=int,
     )
     accuracy_repeats: int = 3
+    min_pairs: int | None = _cli(
+        None,
+        "--min-pairs",
+        "paired seeds a change of the numerics needs before it is confirmed (default: the "
+        "baseline's seeds, 3); more pairs make a rare failure mode likelier to show",
+        type=int,
+    )
     budget: Budget | None = None
     timed_seconds: float | None = _cli(
         None,
@@ -157,6 +167,7 @@ class SearchOptions:
             optional=True,
         )  # fmt: skip
         check_int("accuracy_repeats", self.accuracy_repeats, rule=">= 1", ok=lambda v: v >= 1)
+        check_int("min_pairs", self.min_pairs, rule=">= 2", ok=lambda v: v >= 2, optional=True)
         check_int("seed", self.seed, rule="an int", ok=lambda v: True)
         check_flag("guided", self.guided)
         check_flag("keep_global_batch", self.keep_global_batch)

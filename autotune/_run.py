@@ -178,6 +178,7 @@ def run_search(
         environment=env,
         trainer=workload.trainer_kind,
         timed_seconds=options.timed_seconds,
+        min_pairs=options.min_pairs or 0,
     )
     search = Search(
         study=study,

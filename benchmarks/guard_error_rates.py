@@ -18,7 +18,13 @@ not), so accuracies are discrete and the subset's own sampling error is in every
   the baseline run's random draw per example with probability ``ρ`` (the two models agree on
   most examples);
 - in the ``bimodal`` scenarios a candidate run fails to take off with probability ``f`` and
-  answers at chance.
+  answers at chance;
+- in the ``t3`` scenarios ``η_s`` is heavy-tailed (Student's t, 3 degrees of freedom), in the
+  ``skewed`` ones skewed towards harm (a lognormal, σ = 1, mirrored so that its long tail
+  lowers the candidate's accuracy: most runs a little better, a few much worse), each with
+  mean zero and the normal's standard deviation, so the true drop is unchanged;
+- the ``pairs-N`` rows make the first look over ``N`` seeds (the check sizes searches use: the
+  baseline's seeds, ``accuracy_repeats``, ``min_pairs``).
 
 The true drop of a candidate is its expected drop on the *population* (examples drawn afresh,
 failures included). Under H0 the candidates sit exactly at the tolerance (the worst case a
@@ -69,6 +75,9 @@ class Scenario:
     candidates: int = 1
     units: bool = True  # per-example values recorded (False: a metric without them)
     identical: bool = False  # the candidate computes exactly what the baseline does
+    shape: str = "normal"  # η's distribution: normal, t3 (heavy tails), skewed (harm tail)
+    repeats: int | None = None  # the first look's seeds (None: --repeats)
+    seed_heavy: bool = False  # η 4x the normal rows': the seeds' part dominates the drop
 
 
 SCENARIOS = (
@@ -96,6 +105,41 @@ SCENARIOS = (
     ),
     Scenario("3-candidates", "three candidates at the tolerance, one answer", candidates=3),
     Scenario("6-candidates", "six candidates at the tolerance, one answer", candidates=6),
+    Scenario("t3", "one candidate, its own seed effect heavy-tailed (t, 3 d.o.f.)", shape="t3"),
+    Scenario("t3-6", "six candidates at the tolerance, heavy-tailed", shape="t3", candidates=6),
+    Scenario(
+        "skewed",
+        "one candidate, its own seed effect skewed towards harm (lognormal, σ = 1)",
+        shape="skewed",
+    ),
+    Scenario("skewed-3", "three candidates, skewed towards harm", shape="skewed", candidates=3),
+    Scenario("skewed-6", "six candidates, skewed towards harm", shape="skewed", candidates=6),
+    Scenario(
+        "skewed-seeds",
+        "one candidate skewed towards harm, its seed effect 4x (it dominates)",
+        shape="skewed",
+        seed_heavy=True,
+    ),
+    Scenario(
+        "normal-seeds",
+        "one candidate, normal, its seed effect 4x (it dominates)",
+        seed_heavy=True,
+    ),
+    Scenario("pairs-2", "one candidate, a first look of 2 pairs", repeats=2),
+    Scenario("pairs-8", "one candidate, a first look of 8 pairs", repeats=8),
+    Scenario("pairs-16", "one candidate, a first look of 16 pairs", repeats=16),
+    Scenario(
+        "skewed-pairs-2", "skewed towards harm, a first look of 2 pairs", shape="skewed", repeats=2
+    ),
+    Scenario(
+        "skewed-pairs-8", "skewed towards harm, a first look of 8 pairs", shape="skewed", repeats=8
+    ),
+    Scenario(
+        "skewed-pairs-16",
+        "skewed towards harm, a first look of 16 pairs",
+        shape="skewed",
+        repeats=16,
+    ),
     Scenario(
         "identical",
         "the candidate's runs equal the baseline's, seed for seed (true drop 0)",
@@ -160,7 +204,7 @@ class Candidate:
         if rng.random() < sc.fail:
             self.failed.add(seed)
             return (rng.random(sc.examples) < CHANCE).astype(float)
-        eta = float(rng.normal(0.0, sc.own_sd))
+        eta = own_effect(rng, sc)
         same = rng.random(sc.examples) < sc.agree
         u = np.where(same, t.draws[seed], rng.random(sc.examples))
         p = np.clip(t.q + t.taus[seed] + eta, 0, 1)
@@ -170,6 +214,21 @@ class Candidate:
         while len(self.runs) < seeds:
             self.runs.append(self.run(len(self.runs)))
         return self.runs
+
+
+LOGNORMAL_MEAN = float(np.exp(0.5))
+LOGNORMAL_SD = float(np.sqrt((np.e - 1.0) * np.e))
+
+
+def own_effect(rng: np.random.Generator, sc: Scenario) -> float:
+    """A candidate run's own seed effect ``η``: mean zero, standard deviation ``own_sd`` (4x
+    with ``seed_heavy``), in the scenario's shape."""
+    sd = sc.own_sd * (4.0 if sc.seed_heavy else 1.0)
+    if sc.shape == "t3":
+        return sd * float(rng.standard_t(3)) / float(np.sqrt(3.0))
+    if sc.shape == "skewed":  # the long tail lowers the accuracy: a rare, large harm
+        return -sd * (float(rng.lognormal(0.0, 1.0)) - LOGNORMAL_MEAN) / LOGNORMAL_SD
+    return sd * float(rng.normal())
 
 
 def guard_of(task: Task, seeds: int) -> AccuracyGuard:
@@ -252,7 +311,8 @@ def main() -> None:
     ]
     start = time.perf_counter()
     for i, sc in enumerate(chosen):
-        common = dict(searches=args.searches, repeats=args.repeats, max_seeds=args.max_seeds)
+        repeats = sc.repeats or args.repeats
+        common = dict(searches=args.searches, repeats=repeats, max_seeds=args.max_seeds)
         nan = float("nan")
         fa, fa_seeds, power, p_seeds, unseen, first = nan, nan, nan, nan, nan, nan
         if not sc.identical:

@@ -8,7 +8,7 @@ from typing import Any
 from autotune._config import TrainingConfig
 from autotune._errors import ConfigError
 from autotune._search.figures import format_speedup
-from autotune._search.guard import ACCURACY_SHARE, percent, unseen_note
+from autotune._search.guard import ACCURACY_SHARE, answer_claim, unseen_note
 
 __all__ = ["render_summary", "summary_parts"]
 
@@ -204,9 +204,8 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
             f"{format_speedup(fast.get('speedup'))}; {name} confirmed over "
             f"{len(c.get('runs', []))} paired seeds: mean drop {c.get('drop', 0):+.4f}, upper "
             f"bound {c.get('bound') or 0:+.4f} "
-            f"<= tolerance {data.get('tolerance'):g} at {percent(c.get('confidence') or 0.0)} "
-            f"confidence ({c.get('looks', 1)} look(s), sequential; "
-            f"{unseen_note(len(c.get('runs', [])))})"
+            f"<= tolerance {data.get('tolerance'):g} ({c.get('looks', 1)} look(s), "
+            f"sequential): {answer_claim()}; {unseen_note(len(c.get('runs', [])))}"
         )
         horizon = _horizon(data, fast)
         if horizon:
@@ -282,9 +281,15 @@ def _search_lines(data: dict[str, Any]) -> list[str]:
         win = "in an earlier run of this study"
     else:
         win = "none" if first is None else f"after {first:.0f} s"
+    measured = search.get("configs_measured", 0)
+    repeats = int(search.get("trials", 0)) - int(measured)
+    again = ""
+    if repeats > 0:
+        again = (
+            f" (and {repeats} proposal{'s' if repeats > 1 else ''} of a config measured already)"
+        )
     lines = [
-        f"  search: {search.get('trials', 0)} trials ({search.get('configs_measured', 0)} configs "
-        "measured) "
+        f"  search: {measured} configs measured{again} "
         f"in {search.get('seconds', 0):.0f} s of {_budget(search)}; first verified win "
         f"{win}; failures: {failed}; study "
         f"{search.get('study_name')!r}"

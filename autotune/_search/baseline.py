@@ -29,6 +29,7 @@ from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
 __all__ = [
     "Baseline",
     "Calibration",
+    "GuardCost",
     "budget_note",
     "calibrate",
     "choose_horizon",
@@ -188,13 +189,14 @@ def split_to_fit(bench: Bench, space: SearchSpace, memory: MemoryLimits | None) 
     return cfg
 
 
-def run_baseline(bench: Bench, space: SearchSpace) -> TrialOutcome:
+def run_baseline(bench: Bench, space: SearchSpace, *, floor: float = 0.0) -> TrialOutcome:
     """Measure the baseline's throughput. With the global batch kept, a baseline out of
     memory is split into smaller micro-batches until one fits (the same global batch, so the
     same numerics), and it is said so: the outcome's config is the split that ran, which the
-    search then takes as its baseline."""
+    search then takes as its baseline. ``floor``: the seconds its run gets at the least,
+    however close the deadline."""
     cfg = bench.settings.baseline
-    outcome = bench.execute(cfg)
+    outcome = bench.execute(cfg, floor=floor)
     while outcome.failure is FailureReason.OOM:
         split = smaller_split(space, cfg)
         if split is None:
@@ -205,7 +207,7 @@ def run_baseline(bench: Bench, space: SearchSpace) -> TrialOutcome:
             f"the same global batch of {split.global_batch_size}"
         )
         cfg = split
-        outcome = bench.execute(cfg)
+        outcome = bench.execute(cfg, floor=floor)
     return outcome
 
 
@@ -216,6 +218,7 @@ class Calibration:
     baseline: TrainingConfig  # the config that ran: where the one asked for did not fit, a split
     budget: Budget  # the measurement budget every config gets
     space: SearchSpace  # less the batch sizes one measurement of which would take too long
+    seconds: float = 0.0  # how long the calibration's run took
 
 
 def calibrate(bench: Bench, space: SearchSpace) -> Calibration:
@@ -231,7 +234,7 @@ def calibrate(bench: Bench, space: SearchSpace) -> Calibration:
     cfg = outcome.config
     m = outcome.measurement
     if not outcome.ok or m is None:
-        return Calibration(cfg, s.budget, space)
+        return Calibration(cfg, s.budget, space, outcome.seconds)
     overhead = max(
         0.0, outcome.seconds - (m.warmup_steps + m.timed_steps) * m.batch_size / m.throughput
     )
@@ -251,7 +254,7 @@ def calibrate(bench: Bench, space: SearchSpace) -> Calibration:
     )
     batch = space.knobs.get("batch_size")
     if s.timeout is None or not isinstance(batch, Choice):
-        return Calibration(cfg, budget, space)
+        return Calibration(cfg, budget, space, outcome.seconds)
     limit = MAX_MEASURE_SHARE * s.timeout
     kept = tuple(
         b
@@ -261,26 +264,30 @@ def calibrate(bench: Bench, space: SearchSpace) -> Calibration:
         <= limit
     )
     if kept == batch.values:
-        return Calibration(cfg, budget, space)
+        return Calibration(cfg, budget, space, outcome.seconds)
     dropped = ", ".join(str(b) for b in batch.values if b not in kept)
     note = (
         f"batch_size: dropped {dropped} (one measurement would take more than "
         f"{MAX_MEASURE_SHARE:.0%} of the budget at the baseline's {m.throughput:,.0f} samples/s)"
     )
     bench.report(f"space: {note}")
-    return Calibration(cfg, budget, space.with_choice("batch_size", kept, note))
+    return Calibration(cfg, budget, space.with_choice("batch_size", kept, note), outcome.seconds)
 
 
-def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
+def measure_baseline(bench: Bench, space: SearchSpace, *, needs: float = 0.0) -> Baseline:
     """Measure the baseline's throughput (or adopt the study's) and store it as a trial. Its
-    record's config is the one measured: where the one asked for did not fit, a split."""
+    record's config is the one measured: where the one asked for did not fit, a split.
+    ``needs``: the seconds its run was seen to take (the calibration's): it gets twice that
+    at the least, however close the deadline (a 30-s search on a busy machine gave it the
+    deadline's last second, and failed as "fix the model/data")."""
     found = Baseline.of(bench.ledger())
     if found is not None:
         bench.report(f"baseline: reusing trial {found.entry.number} from the study")
         return found
     bench.report(f"baseline: {bench.settings.baseline.describe()}")
     bench.report.trial("baseline")
-    outcome = run_baseline(bench, space)
+    floor = 2.0 * needs
+    outcome = run_baseline(bench, space, floor=floor)
     for _ in range(REMEASURE):
         m = outcome.measurement
         if not outcome.ok or m is None or m.spread <= WIDE_SPREAD:
@@ -292,7 +299,7 @@ def measure_baseline(bench: Bench, space: SearchSpace) -> Baseline:
         bench.report(
             f"baseline: its step times spread {m.spread:.0%} of the median; measuring it again"
         )
-        again = run_baseline(bench, space)
+        again = run_baseline(bench, space, floor=floor)
         if again.ok and again.measurement is not None and again.measurement.spread < m.spread:
             outcome = again
     cfg = outcome.config
@@ -339,8 +346,26 @@ def pair_settings(ledger: Ledger, baseline: Baseline) -> tuple[TrainingConfig, f
     return cfg, m.throughput if m is not None else baseline.throughput
 
 
-def accuracy_plan_seconds(bench: Bench, baseline: Baseline) -> tuple[int, float, str | None]:
-    """(samples per run, expected seconds of all the baseline's runs, the plan's note)."""
+@dataclasses.dataclass(frozen=True)
+class GuardCost:
+    """The baseline's accuracy runs as planned: ``samples`` per run, ``seconds`` for all of
+    them, the plan's ``note``; ``fits``: whether they and one check fit in the time given
+    (at the shortest horizon a check may use, whose runs take ``least_seconds``)."""
+
+    samples: int
+    seconds: float
+    note: str | None
+    fits: bool = True
+    least_seconds: float = 0.0
+
+
+def accuracy_plan_seconds(
+    bench: Bench, baseline: Baseline, *, left: float | None = None
+) -> GuardCost:
+    """The baseline's accuracy runs at the plan's horizon: a share of the whole budget, and
+    no more than ``left`` seconds (the time there is now for those runs and one candidate's
+    check) hold; a shorter horizon where the time left is short, down to the shortest a
+    check may use."""
     s = bench.settings
     _, throughput = pair_settings(bench.ledger(), baseline)
     plan = plan_accuracy_budget(
@@ -351,12 +376,21 @@ def accuracy_plan_seconds(bench: Bench, baseline: Baseline) -> tuple[int, float,
         seconds=s.timeout,
         planned_epochs=s.planned_epochs,
         whole_run=s.space.searches_length,
+        left=None if left is None else left / SLACK,
     )
-    samples, note = plan.samples, plan.note
+    samples, note, fits = plan.samples, plan.note, plan.fits
+    per_sample = SLACK * s.accuracy_repeats / max(throughput, 1e-9)
     if s.accuracy_samples is not None:
         samples, note = s.accuracy_samples, None
-    seconds = SLACK * s.accuracy_repeats * samples / max(throughput, 1e-9)
-    return samples, seconds, note
+        fits = left is None or 2 * per_sample * samples <= left
+    least = s.accuracy_samples if s.accuracy_samples is not None else plan.least
+    return GuardCost(
+        samples=samples,
+        seconds=per_sample * samples,
+        note=note,
+        fits=fits,
+        least_seconds=per_sample * least,
+    )
 
 
 def measure_baseline_accuracy(
@@ -365,13 +399,17 @@ def measure_baseline_accuracy(
     samples: int | None = None,
     plans: tuple[str, ...] = (),
     reserve: float = 0.0,
+    left: float | None = None,
 ) -> Baseline:
     """The baseline's accuracy runs over ``accuracy_repeats`` seeds (and the untrained model's
     metric), each validated halfway too, stored in the study with the horizon's plan (after
     the ``plans`` of the horizons tried before): the guard every candidate is then held to.
-    ``samples``: a horizon other than the plan's (a longer one, see :func:`choose_horizon`)."""
+    ``samples``: a horizon other than the plan's (a longer one, see :func:`choose_horizon`);
+    ``left``: the seconds there are for these runs and one check (see
+    :func:`accuracy_plan_seconds`)."""
     s = bench.settings
-    planned, expected, note = accuracy_plan_seconds(bench, baseline)
+    cost = accuracy_plan_seconds(bench, baseline, left=left)
+    planned, expected, note = cost.samples, cost.seconds, cost.note
     if samples is None:
         samples = planned
     else:

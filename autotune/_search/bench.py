@@ -85,11 +85,14 @@ class Bench:
         budget: Budget | None = None,
         keep: float = 0.0,
         limit: float | None = None,
+        floor: float = 0.0,
     ) -> TrialOutcome:
         """Run ``cfg`` within its wall-clock limit: ``limit``, the user's ``trial_timeout``, or
         5x what the run is ``expected`` to take in steady state (at least a minute) plus, for
         a compiled config, its mode's compile allowance; never past the search's deadline by
-        more than its grace, nor into the ``keep`` seconds held for pending work."""
+        more than its grace, nor into the ``keep`` seconds held for pending work; but never
+        less than ``floor`` seconds (the baseline's measurement: the time it needs, which a
+        deadline cut to its last second would only turn into a failed search)."""
         explicit = limit
         limit = self.settings.trial_timeout if explicit is None else explicit
         if limit is None and expected is not None:
@@ -105,7 +108,7 @@ class Bench:
             budget or self.settings.budget,
             accuracy=accuracy,
             measured=measured,
-            time_limit=self.deadline.trial_limit(limit, keep),
+            time_limit=_at_least(self.deadline.trial_limit(limit, keep), floor),
             # Steps from an isolated worker made a fault test's baseline time out (unexplained,
             # see issue 12's closing note): the panel shows only their elapsed time for now.
             progress=None if self.executor.isolated else self.report.step,
@@ -186,3 +189,8 @@ class Bench:
         """Fail a trial that never ran (a combination the config itself rejects)."""
         trial.set_user_attr("message", message)
         self.study.tell(trial, state=TrialState.FAIL)
+
+
+def _at_least(limit: float | None, floor: float) -> float | None:
+    """A time ``limit`` (None: none) raised to ``floor`` seconds."""
+    return None if limit is None else max(limit, floor)

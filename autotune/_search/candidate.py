@@ -326,15 +326,16 @@ def _finish(
     exhausted = bench.tell(trial, record, baseline.guard, baseline.record.projected_time)
     ledger = bench.ledger()
     entry = next(e for e in ledger.entries if e.number == trial.number)
-    bench.report(
-        trial_line(
-            ledger,
-            entry,
-            stage=step.stage.value,
-            n_trials=bench.settings.n_trials,
-            time_left=bench.deadline.describe(),
+    if not repeated:  # a proposal of a config measured already runs nothing: not a line
+        bench.report(
+            trial_line(
+                ledger,
+                entry,
+                stage=step.stage.value,
+                n_trials=bench.settings.n_trials,
+                time_left=bench.deadline.describe(),
+            )
         )
-    )
     bench.report.status(
         search_status(ledger, n_trials=bench.settings.n_trials, deadline=bench.settings.deadline)
     )

@@ -29,12 +29,15 @@ The guard decides in two steps:
   shrink it), which the runs' per-example outcomes measure (:func:`sample_noise`: over the
   validation units, conservatively; never below what ``3 / N`` of the examples disagreeing would
   give for a counting metric). Without per-example values (a trainer's logged metric) that part
-  cannot be bounded, and nothing is confirmed. At each look the one-sided bounds (Student's t,
-  Welch-Satterthwaite degrees of freedom) are taken at level ``1 - α_{j,k}``: *confirmed* when
-  the upper bound is within the tolerance, *rejected* when the lower bound is beyond it,
-  otherwise *unresolved* (and it says how many seeds would settle it, or that a larger
-  validation set would). **The error rate is held for the answer**: the study's ``j``-th check
-  may spend ``α_j = α w_j`` and its ``k``-th look ``α_j w_k``, with ``w_1 = 3/4`` and ``w_k =
+  cannot be bounded, and nothing is confirmed. At each look the one-sided bounds (Student's
+  t, Welch-Satterthwaite degrees of freedom with the seeds' variance at its 90% upper
+  confidence limit: :func:`conservative_dof`) are taken at level ``1 - α_{j,k}``:
+  *confirmed* when the upper bound is within the tolerance, *rejected* when the lower bound is
+  beyond it, otherwise *unresolved* (and it says how many seeds the next look takes: those
+  that would confirm a harmless change at the pairs' spread, never chosen from the interim
+  mean; or that a larger validation set would settle it). **The error rate is held for the
+  answer**: the study's ``j``-th check may spend ``α_j = α w_j`` and its ``k``-th look ``α_j
+  w_k``, with ``w_1 = 3/4`` and ``w_k =
   1 / (4 (k - 1) k)`` after (:func:`share`: most to the first, where checks settle inside a
   budget); their sum over any number of checks and looks stays below ``α = 1 - CONFIDENCE``,
   so the answer (the fastest confirmed candidate) is a candidate whose true drop is beyond the
@@ -45,10 +48,11 @@ The guard decides in two steps:
   ``(1 - f)^n``
   (``benchmarks/guard_error_rates.py`` measures how often, beside that floor). So the error
   rate is claimed for drops whose modes the pairs show, and a confirmation says how rare a
-  mode could be and go unseen in its pairs (:func:`unseen_rate`: 1 time in 20, 63% of runs at
-  3 pairs, 35% at 7, 14% at 20); ``accuracy_repeats`` raises the pairs of every check. A
-  confirmation states the confidence it achieved: one minus the error its earlier looks spent
-  and the last look's p-value.
+  mode of 1 run in 10 goes unseen in its pairs (:func:`unseen_chance`: 73% at 3 pairs, 48%
+  at 7, 12% at 20), stored with it; ``min_pairs`` holds every confirmation until it has that
+  many pairs. A confirmation states one confidence, the answer's (:func:`answer_claim`); a
+  drop whose seeds' part is strongly skewed towards harm (a lognormal tail) is held only
+  approximately by a normal bound on a few pairs (``guard_error_rates.py`` measures it).
 
 Where the baseline did not learn measurably in its accuracy budget (its metric barely moved
 from the untrained model's), no change of the numerics can be confirmed: every check would
@@ -75,7 +79,9 @@ __all__ = [
     "Confirmation",
     "SampleNoise",
     "Verdict",
+    "answer_claim",
     "check_alpha",
+    "conservative_dof",
     "look_alpha",
     "percent",
     "plan_accuracy_budget",
@@ -83,6 +89,7 @@ __all__ = [
     "shares_spent",
     "spent_alpha",
     "t_quantile",
+    "unseen_chance",
     "unseen_note",
     "unseen_rate",
 ]
@@ -163,6 +170,9 @@ class SampleNoise:
     pairs: int = 1
     floor: float = 0.0
 
+    def replace_variance(self, variance: float) -> SampleNoise:
+        return dataclasses.replace(self, variance=variance)
+
     def at(self, pairs: int) -> float:
         """The variance expected over ``pairs`` pairs, were the runs' spreads to hold."""
         fixed = self.variance - self.shrinks
@@ -222,7 +232,9 @@ def sample_noise(
     )
 
 
-def standard_error(drops: Sequence[float], noise: SampleNoise | None) -> tuple[float, float] | None:
+def standard_error(
+    drops: Sequence[float], noise: SampleNoise | None, alpha: float | None = None
+) -> tuple[float, float] | None:
     """(standard error, degrees of freedom) of the mean paired drop as an estimate of the
     drop on the data: the seed-to-seed part from the pairs (``s² / n``) plus the validation
     sample's part (``noise``), with Welch-Satterthwaite degrees of freedom. None: no bound
@@ -237,9 +249,53 @@ def standard_error(drops: Sequence[float], noise: SampleNoise | None) -> tuple[f
     total = seed + noise.variance
     if total <= 0.0:
         return None
-    parts = seed**2 / (n - 1) + (noise.variance**2 / noise.dof if noise.dof > 0 else 0.0)
-    dof = total**2 / parts if parts > 0.0 else float(n - 1)
-    return math.sqrt(total), dof
+    return math.sqrt(total), conservative_dof(seed, n, noise, alpha)
+
+
+MAX_SEED_QUANTILE = 0.25  # see :func:`seed_quantile`
+
+
+@functools.lru_cache(maxsize=1024)
+def _chi2(q: float, dof: int) -> float:
+    return float(stats.chi2.ppf(q, dof))
+
+
+def seed_quantile(alpha: float) -> float:
+    """Where the seeds' variance is taken for the degrees of freedom: its upper confidence
+    limit at ``1 - q``, ``q = min(0.25, 10 α)`` for a look at level ``α`` (a later look's
+    smaller level needs the more conservative limit)."""
+    return min(MAX_SEED_QUANTILE, 10.0 * alpha)
+
+
+def conservative_dof(
+    seed: float, n: int, noise: SampleNoise | None, alpha: float | None = None
+) -> float:
+    """Degrees of freedom of a standard error whose variance is ``seed`` (the pairs' part, from
+    ``n`` pairs) plus the validation sample's (``noise``), for a bound at level ``α`` (the
+    first look's where not given): Welch-Satterthwaite's, computed with the seed part at its
+    upper confidence limit ``seed (n - 1) / χ²_q(n - 1)`` (:func:`seed_quantile`), and never
+    more than Welch-Satterthwaite's own. Plain Welch-Satterthwaite treats a seed variance
+    estimated from 2-3 pairs as nearly known once it happens to come out small: simulated at
+    the first look's level (0.028) it let 0.033-0.041 false accepts through at 3 pairs, 0.066
+    at 2, with the seed part 1-16x the validation part, and 2-3.5x the level at a later look's
+    0.0047. With the upper limit, at most 1.07x the level over seed parts 1/16-64x the
+    validation part and 2-16 pairs at 0.028, and under the level at 0.0047 and 0.0016; the
+    pairs' own ``n - 1`` (Hsu's rule) held it too, but gave up most of the first look's power
+    where the validation part dominates. Pairs that agree exactly bound nothing about the
+    seeds: their part is taken as large as the validation sample's."""
+    if noise is None or noise.dof <= 0 or n < 2:
+        return float(max(n - 1, 1))
+    q = seed_quantile(look_alpha(1) if alpha is None else alpha)
+    sample = noise.variance
+    welch = _satterthwaite(seed, n, sample, noise.dof)
+    upper = seed * (n - 1) / _chi2(q, n - 1) if seed > 0.0 else sample
+    return float(min(welch, _satterthwaite(upper, n, sample, noise.dof)))
+
+
+def _satterthwaite(seed: float, n: int, sample: float, sample_dof: float) -> float:
+    total = seed + sample
+    parts = seed**2 / (n - 1) + sample**2 / sample_dof
+    return total**2 / parts if parts > 0.0 else float(n - 1)
 
 
 def paired_bounds(
@@ -249,13 +305,14 @@ def paired_bounds(
     level of the ``look``-th look of the ``order``-th check (infinite where there is no
     bound; see :func:`standard_error`)."""
     mean = statistics.fmean(drops)
-    se = standard_error(drops, noise)
+    alpha = look_alpha(look, order)
+    se = standard_error(drops, noise, alpha)
     if se is None:
         # Pairs that agree exactly bound nothing above; they may still reject (a rejection
         # is non-binding: it cannot raise the false-accept rate).
         lower = mean if len(drops) > 1 and statistics.variance(drops) == 0.0 else -math.inf
         return mean, lower, math.inf
-    half = t_quantile(1.0 - look_alpha(look, order), se[1]) * se[0]
+    half = t_quantile(1.0 - alpha, se[1]) * se[0]
     return mean, mean - half, mean + half
 
 
@@ -296,10 +353,7 @@ def seeds_to_settle(
         total = part + sample
         if total <= 0.0:
             return False
-        den = (part**2 / (m - 1) if part else 0.0) + (
-            sample**2 / noise.dof if noise is not None and noise.dof > 0 else 0.0
-        )
-        dof = total**2 / den if den > 0.0 else float(m - 1)
+        dof = conservative_dof(part, m, noise.replace_variance(sample) if noise else None, alpha)
         return t_quantile(1.0 - alpha, dof) * math.sqrt(total) < gap
 
     if not settles(MAX_NEED):
@@ -376,6 +430,9 @@ class Confirmation:
         for key in _OPTIONAL:
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.runs:
+            # Derived, stored for readers of the JSON: how likely these pairs missed a mode.
+            out["unseen_one_in_ten"] = round(unseen_chance(len(self.runs)), 4)
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -407,26 +464,34 @@ class Confirmation:
             if self.verdict is Verdict.REJECTED and self.lower is not None:
                 text += f"; every pair {self.lower:+.4f} worse, beyond it"
             return text
-        level = 1.0 - look_alpha(self.looks, self.order)
-        text += (
-            f", upper bound {self.bound:+.4f} ({level:.2%} one-sided, look {self.looks} of "
-            f"check {self.order})"
-        )
+        text += f", upper bound {self.bound:+.4f} (look {self.looks} of check {self.order})"
         if self.tolerance is not None:
             text += f" against tolerance {self.tolerance:g}"
-        if self.confidence is not None:
-            text += f": within it at {percent(self.confidence)} confidence"
-            text += f" ({unseen_note(len(self.runs))})"
+        if self.verdict is Verdict.CONFIRMED:
+            text += f": within it; {answer_claim()}; {unseen_note(len(self.runs))}"
         elif self.verdict is Verdict.REJECTED:
             text += f"; lower bound {self.lower:+.4f}, beyond it"
         return text
 
 
+def answer_claim() -> str:
+    """The guarantee a confirmed answer carries, once, in the words a user reads."""
+    return (
+        f"the answer is within the tolerance with {CONFIDENCE:.0%} confidence, one-sided, "
+        "across every check and look of the search, for drops whose modes its pairs show"
+    )
+
+
+def unseen_chance(pairs: int, rate: float = 0.1) -> float:
+    """The chance that ``pairs`` pairs all miss a failure mode that ``rate`` of runs show."""
+    return float((1.0 - rate) ** max(pairs, 0))
+
+
 def unseen_note(pairs: int) -> str:
     """What a confirmation over ``pairs`` pairs cannot rule out, in words."""
     return (
-        f"a failure mode in up to {unseen_rate(pairs):.0%} of runs could go unseen in {pairs} "
-        f"pairs, 1 time in {round(1 / ALPHA)}"
+        f"a failure mode of 1 run in 10 would go unseen in {pairs} pairs "
+        f"{unseen_chance(pairs):.0%} of the time"
     )
 
 
@@ -458,6 +523,7 @@ class AccuracyGuard:
     # items each unit counts (None: one each).
     baseline_units: tuple[tuple[float, ...] | None, ...] = ()
     unit_counts: tuple[float, ...] | None = None
+    min_pairs: int = 0  # paired seeds a confirmation needs at the least (SearchOptions.min_pairs)
 
     @property
     def repeats(self) -> int:
@@ -646,15 +712,25 @@ class AccuracyGuard:
         confidence = None
         if lower > tol:
             verdict = Verdict.REJECTED
-        elif upper <= tol and self.learned and noise is not None:
+        elif upper <= tol and self.learned and noise is not None and pairs >= self.min_pairs:
             verdict = Verdict.CONFIRMED
             p = p_inferior(drops, tol, noise)
             confidence = 1.0 - (spent_alpha(looks - 1, order) + p)
         else:
             verdict = Verdict.UNRESOLVED
         settle, need = None, None
-        if verdict is Verdict.UNRESOLVED:
+        if verdict is Verdict.UNRESOLVED and upper <= tol and self.learned and noise is not None:
+            settle, need = (
+                (
+                    f"min_pairs={self.min_pairs} asks for {self.min_pairs} pairs before a "
+                    f"confirmation: {self.min_pairs - pairs} more"
+                ),
+                self.min_pairs,
+            )
+        elif verdict is Verdict.UNRESOLVED:
             settle, need = self._settle(drops, looks, order, noise)
+            if need is not None:
+                need = max(need, self.min_pairs)
         finite = math.isfinite(upper)
         no_bound = None
         if not finite:
@@ -706,26 +782,34 @@ class AccuracyGuard:
                 "be bounded: no number of seeds can confirm it (a rejection still stands); "
                 "autotune's own loop (find_best) records them"
             ), None
-        need = seeds_to_settle(drops, self.tolerance, looks + 1, order=order, noise=noise)
-        if need is None:
-            fixed = math.sqrt(noise.at(MAX_NEED)) if noise is not None else 0.0
-            level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof) if noise else 0.0
-            if noise is not None and level * fixed >= abs(mean - self.tolerance):
+        # The next look's size follows the pairs' spread and the validation sample's noise,
+        # never the interim mean: the pairs that would confirm a harmless change (a true drop
+        # of 0) at that spread, at least one more than now. A look sized by how good the
+        # candidate looks so far would bias that look's test (the error shares assume sizes
+        # that do not depend on the drops' mean); spread and mean are independent.
+        centred = [d - mean for d in drops]
+        planned = seeds_to_settle(centred, self.tolerance, looks + 1, order=order, noise=noise)
+        if planned is None:
+            fixed = math.sqrt(noise.at(MAX_NEED))
+            level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof)
+            if level * fixed >= self.tolerance:
                 return (
-                    f"its mean paired drop {mean:+.4f} is within the validation sample's own "
-                    f"noise (±{fixed:.4f}) of the tolerance "
+                    f"the validation sample's own noise (±{level * fixed:.4f} at the next "
+                    f"look's level, whatever the seeds) is as wide as the tolerance "
                     f"{self.tolerance:g}: more seeds would not tell, a larger validation set "
                     "would"
                 ), None
             return (
-                f"its mean paired drop {mean:+.4f} sits at the tolerance "
-                f"{self.tolerance:g} (pairs vary by ±{sd:.4f}): no practical number of seeds "
-                "would tell; a longer accuracy budget might"
+                f"its pairs vary by ±{sd:.4f} (mean paired drop {mean:+.4f}): no practical "
+                f"number of seeds would confirm even a harmless change against the tolerance "
+                f"{self.tolerance:g}; a longer accuracy budget might"
             ), None
+        need = max(planned, len(drops) + 1)
         return (
-            f"the paired differences vary by ±{sd:.4f}: about {need} seeds "
-            f"(accuracy_repeats={need}), or a longer accuracy budget, would settle it against "
-            f"the tolerance {self.tolerance:g}"
+            f"the paired differences vary by ±{sd:.4f} (mean paired drop {mean:+.4f}): "
+            f"{need} seeds would confirm a harmless change at this spread "
+            f"(accuracy_repeats={need}), or a longer accuracy budget would settle it "
+            f"against the tolerance {self.tolerance:g}"
         ), need
 
     def _wrong_way_advice(self) -> str:
@@ -778,10 +862,14 @@ class AccuracyGuard:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AccuracyPlan:
     """How many training samples each accuracy run gets, and, when that is less than an epoch,
-    a note that says the guard is weaker and what timeout would give it an epoch."""
+    a note that says the guard is weaker and what timeout would give it an epoch. ``fits``:
+    whether the baseline's runs and one check fit in the time given for them at all (at the
+    shortest horizon a check may use); where not, ``samples`` is that shortest horizon."""
 
     samples: int
     note: str | None = None
+    fits: bool = True
+    least: int = 0  # the shortest horizon a check may use (samples per run)
 
 
 def plan_accuracy_budget(
@@ -793,38 +881,57 @@ def plan_accuracy_budget(
     seconds: float | None,
     planned_epochs: float = TARGET_EPOCHS,
     whole_run: bool = False,
+    left: float | None = None,
 ) -> AccuracyPlan:
     """The baseline's accuracy budget: three epochs (at least 64 steps, at most the planned
     run) when time allows; with a time budget, what fits in ``ACCURACY_SHARE`` of ``seconds``
     (the search's whole budget) for ``repeats`` runs, never fewer than ``MIN_STEPS`` steps.
-    Less than an epoch is said up front: the check is weaker, and which timeout would hold an
-    epoch. ``whole_run`` (the space searches the training length): the whole planned run
-    where it fits in that share (or with no time budget), so that a shorter run is judged
-    against the recipe it would replace, not against a horizon where both may still be
-    climbing."""
+    ``left``: the seconds there are now for the baseline's runs *and* one candidate's check
+    (about as many again): the horizon shrinks to what they hold, down to ``MIN_STEPS`` steps,
+    rather than the check being dropped (a plan that chose its runs from a share of the whole
+    budget, then found them not to fit in the time left, used to drop every check). Less than
+    an epoch is said up front: the check is weaker, and which timeout would hold an epoch.
+    ``whole_run`` (the space searches the training length): the whole planned run where it
+    fits (or with no time budget), so that a shorter run is judged against the recipe it
+    would replace, not against a horizon where both may still be climbing."""
     target = max(TARGET_EPOCHS * n_train, 64 * batch_size)
     whole = max(n_train, math.ceil(planned_epochs * n_train))
     target = min(target, whole)
-    share = int(ACCURACY_SHARE * seconds * throughput / repeats) if seconds is not None else 0
-    if whole_run and whole > target and (seconds is None or share >= whole):
+    least = min(target, MIN_STEPS * batch_size)
+    planned = math.inf if seconds is None else ACCURACY_SHARE * seconds * throughput / repeats
+    room = math.inf if left is None else max(0.0, left) * throughput / (2 * repeats)
+    share = min(planned, room)
+    if whole_run and whole > target and share >= whole:
         return AccuracyPlan(
             samples=whole,
+            least=least,
             note=(
                 f"the accuracy runs train the whole planned run ({planned_epochs:g} epochs, "
                 f"{whole} samples): the space searches the training length, and a shorter run "
                 "is judged against the whole one"
             ),
         )
-    if seconds is None:
-        return AccuracyPlan(samples=target)
-    samples = max(MIN_STEPS * batch_size, min(target, share))
+    if room < least:
+        return AccuracyPlan(samples=least, least=least, fits=False)
+    if not math.isfinite(share):
+        return AccuracyPlan(samples=target, least=least)
+    samples = max(least, min(target, int(share)))
     note = None
     if samples < n_train:
         need = repeats * n_train / throughput / ACCURACY_SHARE
+        why = (
+            "all the time left for the baseline's runs and one check allows"
+            if room < planned
+            else f"all its {ACCURACY_SHARE:.0%} share of the budget allows for {repeats} seeds"
+        )
         note = (
             f"the accuracy check trains on {samples} samples per run ({samples / n_train:.0%} "
-            f"of an epoch), all its {ACCURACY_SHARE:.0%} share of the budget allows for "
-            f"{repeats} seeds: a weaker check, said in the result. A timeout of {need:.0f} s "
-            "or more gives it a full epoch (or pass accuracy_samples= to choose)."
+            f"of an epoch), {why}: a weaker check, said in the result. A timeout of "
+            f"{need:.0f} s or more gives it a full epoch (or pass accuracy_samples= to choose)."
         )
-    return AccuracyPlan(samples=samples, note=note)
+    elif room < min(planned, target):
+        note = (
+            f"the accuracy runs train {samples} samples each, all the time left holds for the "
+            "baseline's runs and one check (a shorter horizon than planned)"
+        )
+    return AccuracyPlan(samples=samples, note=note, least=least)

@@ -153,6 +153,7 @@ def make_guard(settings: SearchSettings, accuracy: BaselineAccuracy) -> Accuracy
         initial_metric=accuracy.initial_metric,
         baseline_units=tuple(run.units for run in accuracy.runs),
         unit_counts=next((run.counts for run in accuracy.runs if run.counts is not None), None),
+        min_pairs=settings.min_pairs,
     )
 
 

@@ -31,6 +31,7 @@ from autotune._search.baseline import (
     measure_baseline,
     measure_baseline_accuracy,
     split_to_fit,
+    suggested_timeout,
 )
 from autotune._search.bench import Bench
 from autotune._search.candidate import expected_seconds, run_candidate
@@ -47,7 +48,9 @@ __all__ = ["Search"]
 
 PROBE_SHARE = 0.10  # of the budget, the most the memory probe may take
 GUARD_WAIT = 600.0  # seconds a worker waits for the coordinator's accuracy guard, at most
-MAX_REPEATS = 25  # consecutive proposals of measured configs before the space counts as exhausted
+# Consecutive proposals of measured configs before a stage counts as exhausted: the time goes
+# to the next stage's questions (the open checks, the rounds), not to asking again.
+MAX_REPEATS = 8
 PROBE_LIMIT = 120.0  # seconds a memory-probe run may take (a few steps) unless trial_timeout
 
 
@@ -103,6 +106,7 @@ class Search:
             self._measure_baseline()
             storage.publish_settings(study, self.settings)
             self._status()
+            self._plan_guard()
             if self.launcher is not None or not self.settings.guided:
                 # Workers and unguided samplers meet changes of the numerics from the start.
                 self._accuracy_check()
@@ -172,8 +176,19 @@ class Search:
                     continue
                 return
             queued = self.bench.waiting()  # enqueued trials run before the policy's next step
+            if self._guard_due(ledger, baseline):
+                state.guard_due()
+                self.bench.report(
+                    "accuracy guard: the time kept for the accuracy question has come: the "
+                    "changes of the numerics go first, the safe knobs left after them"
+                )
             if not queued:
-                step = policy.next(ledger, used=self._used(ledger), checks=self._checks(ledger))
+                step = policy.next(
+                    ledger,
+                    used=self._used(ledger),
+                    checks=self._checks(ledger),
+                    fast_first=state.fast_first,
+                )
                 if step is None and self._guard_coming(ledger):
                     self._wait()  # numerics-free configs all measured: wait for the guard
                     continue
@@ -309,10 +324,70 @@ class Search:
             reserve += baseline.confirm_seconds(leader.record)
         return reserve
 
+    def _guard_pending(self) -> bool:
+        """Whether this process still owes the search its accuracy guard: the coordinator's,
+        where the space changes the numerics and checks were not ruled out."""
+        state = self.state
+        return (
+            not self.worker
+            and not state.no_checks
+            and state.baseline is not None
+            and state.baseline.guard is None
+            and bool(state.space.numerics_knobs(split_free=self.settings.split_free))
+        )
+
+    def _plan_guard(self) -> None:
+        """Once the baseline's throughput is measured, before any candidate: how much of the
+        budget the accuracy question keeps (the baseline's runs at the plan's horizon and one
+        check, about as long again), which the safe stage may not use; or, where not even the
+        shortest horizon's runs and one check fit, say so now, with the timeout that would
+        hold one, and search the knobs that leave the numerics alone."""
+        state = self.state
+        left = self.bench.deadline.left()
+        if not self._guard_pending() or left is None:
+            return
+        assert state.baseline is not None
+        reserve = self._reserve(self.ledger())
+        cost = accuracy_plan_seconds(self.bench, state.baseline)
+        least = 2 * cost.least_seconds + reserve
+        if not self.bench.deadline.fits(least):
+            self._no_time_for_checks(least)
+            return
+        state.keep_for_guard(2 * cost.seconds)
+        self.bench.report(
+            f"accuracy guard: ~{2 * cost.seconds:.0f} s of the budget are kept for the "
+            f"baseline's accuracy runs ({cost.samples:,} samples each) and one candidate's "
+            "check; the knobs that leave the numerics alone are searched until then"
+        )
+
+    def _guard_due(self, ledger: Ledger, baseline: Baseline) -> bool:
+        """Whether the time kept for the accuracy guard has come: one more throughput
+        measurement and the pending work would leave less than it."""
+        kept = self.state.guard_seconds
+        if kept is None or not self._guard_pending():
+            return False
+        cheapest = expected_seconds(
+            self.state.settings.baseline, ledger, baseline, self.state.settings.budget
+        )
+        return not self.bench.deadline.fits(cheapest + self._reserve(ledger) + kept)
+
+    def _no_time_for_checks(self, need: float) -> None:
+        """No accuracy check fits, ``need`` seconds being the least one (the shortest horizon's
+        runs and one check, and the pending work): said, with the timeout that would hold it."""
+        self.state.drop_checks()
+        timeout = self.settings.timeout or 0.0
+        more = suggested_timeout(timeout + need - float(self.bench.deadline.left() or 0.0))
+        self.bench.report(
+            f"accuracy guard: no time for accuracy checks (~{need:.0f} s for the baseline's "
+            "runs at the shortest horizon and one candidate's): only the knobs that leave the "
+            f"numerics alone are searched; a timeout of {more} s or more would allow them"
+        )
+
     def _accuracy_check(self) -> None:
-        """Measure the baseline's accuracy runs where the space changes the numerics and they
-        fit the budget with a candidate's check after them; otherwise say that only the knobs
-        that leave the numerics alone are searched."""
+        """Measure the baseline's accuracy runs where the space changes the numerics, at the
+        longest horizon at which they and a candidate's check after them fit the time left
+        (shorter than planned where the time left is short); where not even the shortest
+        does, say that only the knobs that leave the numerics alone are searched."""
         state = self.state
         assert state.baseline is not None
         if state.baseline.guard is not None or state.no_checks:
@@ -320,24 +395,18 @@ class Search:
         if not state.space.numerics_knobs(split_free=self.settings.split_free):
             state.drop_checks()
             return
-        ledger = self.ledger()
-        _, seconds, _ = accuracy_plan_seconds(self.bench, state.baseline)
-        # The baseline's runs, one candidate's run and its confirmation: about twice the former.
-        need = 2 * seconds + self._reserve(ledger)
-        if not self.bench.deadline.fits(need):
-            state.drop_checks()
-            timeout = self.settings.timeout or 0.0
-            more = timeout + need - float(self.bench.deadline.left() or 0.0)
-            self.bench.report(
-                f"accuracy guard: no time for accuracy checks (~{need:.0f} s for the baseline's "
-                "runs and one candidate's): only the knobs that leave the numerics alone are "
-                f"searched; a timeout of {more:.0f} s or more would allow them"
-            )
+        state.guard_due()
+        reserve = self._reserve(self.ledger())
+        left = self.bench.deadline.left()
+        room = None if left is None else left - reserve
+        cost = accuracy_plan_seconds(self.bench, state.baseline, left=room)
+        if not cost.fits:
+            self._no_time_for_checks(2 * cost.least_seconds + reserve)
             return
         state.measured(
-            measure_baseline_accuracy(self.bench, state.baseline, reserve=self._reserve(ledger))
+            measure_baseline_accuracy(self.bench, state.baseline, reserve=reserve, left=room)
         )
-        state.measured(choose_horizon(self.bench, state.baseline, self._reserve(ledger)))
+        state.measured(choose_horizon(self.bench, state.baseline, self._reserve(self.ledger())))
 
     def _status(self) -> None:
         s = self.settings
@@ -370,13 +439,15 @@ class Search:
         split that was measured is the search's baseline, and the space's notes say so."""
         state = self.state
         asked = self.settings.baseline
+        needs = 0.0
         if Baseline.of(self.ledger()) is None:
             state.split_baseline(split_to_fit(self.bench, state.space, state.memory))
             if self.settings.calibrate:
                 calibration = calibrate(self.bench, state.space)
                 state.split_baseline(calibration.baseline)
                 state.calibrated(calibration.budget, calibration.space)
-        baseline = measure_baseline(self.bench, state.space)
+                needs = calibration.seconds
+        baseline = measure_baseline(self.bench, state.space, needs=needs)
         state.measured(baseline)
         split = baseline.record.config
         if split != asked:

@@ -108,11 +108,14 @@ class StagePolicy:
         self.tried: set[TrainingConfig] = set()  # configs this policy enqueued
         self.exhausted: set[Stage] = set()  # stages whose sampler kept proposing measured configs
 
-    def next(self, ledger: Ledger, *, used: float, checks: bool | None) -> Step | None:
+    def next(
+        self, ledger: Ledger, *, used: float, checks: bool | None, fast_first: bool = False
+    ) -> Step | None:
         """The step for the next candidate; None when every stage has nothing left. ``used``:
         the share of the budget spent (time, or trials); ``checks``: whether accuracy checks
         can be made (True: the baseline's accuracy runs are measured; False: they cannot be;
-        None: not measured yet)."""
+        None: not measured yet); ``fast_first``: the time kept for the accuracy question has
+        come, so the fast stage goes before the safe variants still left (they follow it)."""
         if not self.guided:
             return Step(Stage.SAMPLING)
         base = ledger.baseline
@@ -123,21 +126,20 @@ class StagePolicy:
         # one-time cost and recompute do not pay on a random config.
         plain = self._plain_late()
         safe_pins = {**self._numerics_of(safe.config), **plain}
+        fast = Stage.FAST not in self.exhausted and used < FAST_SHARE and bool(self.numerics)
+        fast = fast and checks is not False
+        if fast and fast_first:
+            step = self._fast_step(ledger, safe, plain, checks)
+            if step is not None:
+                return step
         for variants in self._safe_variants(safe):
             step = self._variants(Stage.SAFE, safe_pins, ledger, variants)
             if step is not None:
                 return step
-        fast = Stage.FAST not in self.exhausted and used < FAST_SHARE and bool(self.numerics)
-        if checks is not False and fast:
-            fast_pins = {**self._safe_of(safe.config), **plain}
-            if checks is None:
-                return Step(Stage.FAST, fast_pins, needs_checks=True)
-            guesses = fast_guesses(self.space, self.baseline, safe.config, self.memory)
-            step = self._variants(Stage.FAST, fast_pins, ledger, guesses)
+        if fast and not fast_first:
+            step = self._fast_step(ledger, safe, plain, checks)
             if step is not None:
                 return step
-            if not self._all_measured(fast_pins, ledger):
-                return Step(Stage.FAST, fast_pins)
         best = ledger.best() or safe
         step = self._variants(
             Stage.LATE, safe_pins, ledger, late_variants(self.space, best, ledger)
@@ -155,6 +157,23 @@ class StagePolicy:
         return Step(Stage.EXPLORE, pins)
 
     # -- Helpers -------------------------------------------------------------------------------
+
+    def _fast_step(
+        self, ledger: Ledger, safe: Entry, plain: Params, checks: bool | None
+    ) -> Step | None:
+        """The fast stage's next step on the best safe config: the baseline's accuracy runs
+        first (``checks`` None), then the guesses, then the sampler; None when it has nothing
+        left."""
+        fast_pins = {**self._safe_of(safe.config), **plain}
+        if checks is None:
+            return Step(Stage.FAST, fast_pins, needs_checks=True)
+        guesses = fast_guesses(self.space, self.baseline, safe.config, self.memory)
+        step = self._variants(Stage.FAST, fast_pins, ledger, guesses)
+        if step is not None:
+            return step
+        if not self._all_measured(fast_pins, ledger):
+            return Step(Stage.FAST, fast_pins)
+        return None
 
     def _safe_variants(self, safe: Entry) -> list[list[TrainingConfig]]:
         """The safe stage's variants of the best safe config: each numerics-free knob's other

@@ -64,6 +64,8 @@ class SearchSettings:
     trainer: str | None = None
     # Seconds each measurement times, as the user asked (None: from the timeout).
     timed_seconds: float | None = None
+    # Paired seeds a change of the numerics needs before it is confirmed (0: no minimum).
+    min_pairs: int = 0
 
     @property
     def planned_samples(self) -> int:

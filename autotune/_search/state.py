@@ -40,6 +40,11 @@ class LoopState:
     memory: MemoryLimits | None = None  # the memory probe's limits (None: none known)
     baseline: Baseline | None = None  # as the study holds it (None: not measured yet)
     no_checks: bool = False  # accuracy checks were found not to fit the budget, or not to settle
+    # Seconds kept from the safe stage for the baseline's accuracy runs and one check, decided
+    # once its throughput is measured (None: nothing kept); once they are all that is left,
+    # the accuracy question comes first (``fast_first``).
+    guard_seconds: float | None = None
+    fast_first: bool = False
     step: Step = dataclasses.field(default_factory=lambda: Step(Stage.SAMPLING))
     repeats: int = 0  # candidates in a row whose config was measured before
     waited: float = 0.0  # seconds spent waiting for other processes
@@ -94,6 +99,17 @@ class LoopState:
     def drop_checks(self) -> None:
         """No accuracy checks from now on: only knobs that leave the numerics alone are tried."""
         self.no_checks = True
+
+    def keep_for_guard(self, seconds: float) -> None:
+        """Keep ``seconds`` of the budget for the baseline's accuracy runs and one check: the
+        safe stage runs only while more than that (and the pending work) is left."""
+        self.guard_seconds = seconds
+
+    def guard_due(self) -> None:
+        """The time kept for the accuracy question has come: the changes of the numerics go
+        first from now on, the safe variants left after them."""
+        self.fast_first = True
+        self.guard_seconds = None
 
     def take(self, step: Step) -> None:
         """The stage policy's next step: its candidates run until it gives another."""

@@ -25,7 +25,7 @@ def trial_line(
         outcome = f"{_speedup(ledger, entry)}{metric}{_verdict(ledger, entry)}"
     best_text, failures = _best(ledger), _failures(ledger)
     reused = " (same config as an earlier trial: reused)" if r.reused else ""
-    done = len(ledger.candidates)
+    done = sum(1 for e in ledger.candidates if not e.record.reused)
     total = f"/{n_trials}" if n_trials is not None else ""
     return (
         f"trial {done}{total} [#{entry.number}, {stage}] {r.config.describe()}: {outcome}"
