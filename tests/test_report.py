@@ -18,7 +18,7 @@ import autotune
 from autotune import TrainingConfig
 from autotune._cli import main
 from autotune._result.report import render_report
-from autotune.examples import tiny_data
+from autotune.examples import tiny_data, tiny_model
 
 from conftest import FAST_BUDGET, find
 from steady import PerStepCost
@@ -320,3 +320,39 @@ def test_a_study_whose_configs_differ_in_which_knobs_exist(tmp_path, capsys) -> 
         "dataloader_num_workers": 2,
         "ddp_static_graph": None,
     }
+
+
+@pytest.mark.slow
+def test_a_search_over_the_whole_default_space_reports(tmp_path, capsys) -> None:
+    """Every knob of the default space, sampled as it comes (workers or none, accumulation or
+    none, compile or none), then `autotune report`: the next knob whose presence depends on
+    another cannot break the report unseen."""
+    from autotune._knobs import values_of
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    result = find(
+        tiny_model(),
+        tiny_data(1024),
+        space="default",
+        n_trials=10,
+        timeout=45,
+        trial_timeout=15,  # a compiled trial on a busy CPU: failed at its limit, reported
+        guided=False,  # the sampler's configs as they come, each measured in full
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        budget=FAST_BUDGET,
+        accuracy_samples=256,
+        device="cpu",
+        isolation="none",
+        storage=url,
+        study_name="whole",
+    )
+    # The seeded sampler's first few configs have and lack each conditional knob: with and
+    # without accumulation (DDP's static graph), loader workers and compile.
+    knobs = [set(values_of(t.config, result.baseline)) for t in result.trials]
+    for name in ("ddp_static_graph", "persistent_workers", "compile_dynamic"):
+        assert any(name in k for k in knobs) and any(name not in k for k in knobs), name
+    out = tmp_path / "r.html"
+    assert main(["report", "--storage", url, "--study", "whole", "--out", str(out)]) == 0
+    assert f"wrote {out} ({len(result.trials)} trials" in capsys.readouterr().out
+    text = out.read_text(encoding="utf-8")
+    assert text.count("<tr class=") == len(result.trials)
