@@ -36,6 +36,22 @@ def _training_arguments_names() -> frozenset[str] | None:
     return frozenset(inspect.signature(TrainingArguments).parameters)
 
 
+def _training_arguments_defaults() -> dict[str, Any]:
+    """The defaults of the installed ``transformers.TrainingArguments``; empty when
+    transformers is not installed (None for each, then)."""
+    try:
+        from transformers import TrainingArguments
+    except Exception:  # not installed, or broken, as above
+        return {}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(TrainingArguments):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
 def transformers_kwargs(
     cfg: TrainingConfig,
     accepted: Collection[str] | None = None,
@@ -175,8 +191,16 @@ def trainer_settings(kind: str, cfg: TrainingConfig, baseline: TrainingConfig) -
     applied, so they reproduce what was measured."""
     if kind == "transformers":
         tuned, yours = transformers_kwargs(cfg), transformers_kwargs(baseline)
+        # An argument of yours that the tuned config does not set (a prefetch factor where it
+        # has no workers, a compile mode where it does not compile, a warm-up where it has
+        # none) goes back to its default: left out, yours would stay, and a compile mode alone
+        # turns compile back on.
+        defaults = _training_arguments_defaults()
+        target = {**{k: defaults.get(k) for k in yours}, **tuned}
         return {
-            "training_arguments": {k: v for k, v in tuned.items() if yours.get(k) != v},
+            "training_arguments": {
+                k: v for k, v in target.items() if yours.get(k, defaults.get(k)) != v
+            },
             "backends": "with cfg.backends(): trainer.train()  # cuDNN benchmark, TF32, threads",
         }
     settings = lightning_settings(cfg).to_dict()

@@ -234,6 +234,40 @@ def test_older_transformers_names_are_used_where_only_they_exist() -> None:
     assert "activation_checkpointing" not in kwargs
 
 
+def test_the_trainers_arguments_unset_what_the_tuned_config_does_not_have(tmp_path) -> None:
+    """The arguments `tune` exports are those that differ from yours; one of yours that the
+    tuned config does not have (a prefetch factor without workers, a compile mode without
+    compile, a warm-up of 0) goes back to its default. It used to be left out: your prefetch
+    factor stayed beside 0 workers (TrainingArguments refuses it) and your compile mode turned
+    compile back on."""
+    from autotune._integrations import trainer_settings
+
+    yours = TrainingConfig(
+        num_workers=2,
+        persistent_workers=True,
+        prefetch_factor=4,
+        compile_mode="reduce-overhead",
+        lr_schedule={"kind": "trainer", "peak_lr": 1e-3, "warmup_fraction": 0.1},
+    )
+    tuned = TrainingConfig(lr_schedule={"kind": "trainer", "peak_lr": 1e-3})
+    changed = trainer_settings("transformers", tuned, yours)["training_arguments"]
+    assert changed == {
+        "dataloader_num_workers": 0,
+        "dataloader_persistent_workers": False,
+        "dataloader_prefetch_factor": None,
+        "torch_compile": False,
+        "torch_compile_mode": None,
+        "warmup_steps": 0,
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path), report_to="none", **{**yours.to_transformers(), **changed}
+        )
+    assert args.dataloader_prefetch_factor is None and args.torch_compile is False
+    assert args.get_warmup_steps(100) == 0
+
+
 # -- Lightning ----------------------------------------------------------------------------------
 
 

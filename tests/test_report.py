@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import html.parser
+import json
 import os
 import re
 import shutil
@@ -14,9 +15,10 @@ import optuna
 import pytest
 
 import autotune
+from autotune import TrainingConfig
 from autotune._cli import main
 from autotune._result.report import render_report
-from autotune.examples import tiny_data
+from autotune.examples import tiny_data, tiny_model
 
 from conftest import FAST_BUDGET, find
 from steady import PerStepCost
@@ -220,3 +222,137 @@ def test_what_a_study_says_about_itself_is_used(searched) -> None:
     strict = autotune.SearchResult.from_study(storage, tolerance=0.0, metric_name="top1")
     assert strict.tolerance == 0.0 and strict.guard.metric_name == "top1"
     assert "val top1" in render_report(strict)
+
+
+# -- Knobs that exist in some configs only --------------------------------------------------------
+
+# Two ranks, static graph on, no workers: the DDP static graph exists (no accumulation), the
+# loader knobs and DDP's no_sync do not.
+DDP_BASE = TrainingConfig(ranks=2, ddp_static_graph=True)
+# Each candidate lacks a knob another has (see Knob.exists).
+ACCUMULATED = DDP_BASE.replace(
+    batch_size=16, gradient_accumulation_steps=2, ddp_static_graph=False, ddp_no_sync=True
+)
+LOADER = DDP_BASE.replace(num_workers=2, persistent_workers=True, prefetch_factor=4)
+BOTH = ACCUMULATED.replace(num_workers=2, persistent_workers=False, ddp_no_sync=False)
+UNSTATIC = DDP_BASE.replace(ddp_static_graph=False)
+
+
+def _knobs_differ(tmp_path) -> tuple[autotune.SearchResult, str]:
+    """A journal study (as `--storage journal:///...` keeps one) whose trials differ in which
+    knobs exist; on a model without batch norm, so 16 x 2 trains as 32 does (safe answers)."""
+    from test_ledger import _base, _candidate, settings
+
+    from autotune._search import storage as stored
+
+    s = settings(
+        baseline=DDP_BASE,
+        split_free=True,
+        space=autotune.load_space(
+            {
+                "knobs": {
+                    "batch_size": [16, 32],
+                    "gradient_accumulation_steps": [1, 2],
+                    "num_workers": [0, 2],
+                    "persistent_workers": [False, True],
+                    "prefetch_factor": [None, 4],
+                    "ddp_static_graph": [False, True],
+                    "ddp_no_sync": [False, True],
+                }
+            }
+        ),
+    )
+    url = f"journal:///{tmp_path / 'study.log'}"
+    study = optuna.create_study(storage=stored.resolve(url), study_name="j")
+    records = [
+        dataclasses.replace(_base(), config=DDP_BASE),
+        _candidate(ACCUMULATED, 150.0),
+        _candidate(LOADER, 120.0),
+        _candidate(BOTH, 100.0),
+        _candidate(UNSTATIC, 180.0),
+    ]
+    for record in records:
+        trial = study.ask()
+        stored.store_record(trial, record)
+        study.tell(trial, record.projected_time)
+    stored.publish_settings(study, s)
+    return autotune.SearchResult.from_study(url, "j"), url
+
+
+def test_a_study_whose_configs_differ_in_which_knobs_exist(tmp_path, capsys) -> None:
+    """`autotune report` failed with KeyError: 'ddp_static_graph' on a study where accumulation
+    followed a config without it: the report took every config's knobs from the first one.
+    An absent knob is no value of that config: the report, `show`, the trials' export and the
+    winner's comparison with the baseline say what each config has."""
+    result, url = _knobs_differ(tmp_path)
+    assert result.winner.config == BOTH  # the fastest, and safe: the same global batch
+
+    out = tmp_path / "r.html"
+    assert main(["report", "--storage", url, "--study", "j", "--out", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    for title in SECTIONS:
+        assert f"<h2>{title}</h2>" in text
+    assert text.count("<tr class=") == 5
+    # fANOVA ranks the knobs every trial has; the others are named, not dropped unsaid.
+    assert 'id="fig-importance"' in text
+    assert (
+        "Not ranked: persistent_workers, prefetch_factor, ddp_static_graph, ddp_no_sync: each "
+        "exists in only some of the trials"
+    ) in text
+
+    path = result.save(tmp_path / "best.json")
+    capsys.readouterr()
+    assert main(["show", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert f"winner:   {BOTH.describe()}" in shown
+    assert f"baseline: {DDP_BASE.describe()}" in shown
+
+    exported = json.loads(path.read_text(encoding="utf-8"))
+    configs = [TrainingConfig.from_dict(t["config"]) for t in exported["trials"]]
+    assert configs == [DDP_BASE, ACCUMULATED, LOADER, BOTH, UNSTATIC]
+
+    # The winner against the baseline as a Hugging Face Trainer's arguments: the static graph
+    # the winner cannot have (it accumulates) is switched off, not left as the baseline's.
+    tuned = dataclasses.replace(result, trainer="transformers").trainer_settings()
+    assert tuned["training_arguments"] == {
+        "per_device_train_batch_size": 16,
+        "gradient_accumulation_steps": 2,
+        "dataloader_num_workers": 2,
+        "ddp_static_graph": None,
+    }
+
+
+@pytest.mark.slow
+def test_a_search_over_the_whole_default_space_reports(tmp_path, capsys) -> None:
+    """Every knob of the default space, sampled as it comes (workers or none, accumulation or
+    none, compile or none), then `autotune report`: the next knob whose presence depends on
+    another cannot break the report unseen."""
+    from autotune._knobs import values_of
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    result = find(
+        tiny_model(),
+        tiny_data(1024),
+        space="default",
+        n_trials=10,
+        timeout=45,
+        trial_timeout=15,  # a compiled trial on a busy CPU: failed at its limit, reported
+        guided=False,  # the sampler's configs as they come, each measured in full
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        budget=FAST_BUDGET,
+        accuracy_samples=256,
+        device="cpu",
+        isolation="none",
+        storage=url,
+        study_name="whole",
+    )
+    # The seeded sampler's first few configs have and lack each conditional knob: with and
+    # without accumulation (DDP's static graph), loader workers and compile.
+    knobs = [set(values_of(t.config, result.baseline)) for t in result.trials]
+    for name in ("ddp_static_graph", "persistent_workers", "compile_dynamic"):
+        assert any(name in k for k in knobs) and any(name not in k for k in knobs), name
+    out = tmp_path / "r.html"
+    assert main(["report", "--storage", url, "--study", "whole", "--out", str(out)]) == 0
+    assert f"wrote {out} ({len(result.trials)} trials" in capsys.readouterr().out
+    text = out.read_text(encoding="utf-8")
+    assert text.count("<tr class=") == len(result.trials)

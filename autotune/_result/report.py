@@ -70,7 +70,7 @@ class _Section:
 def render_report(result: SearchResult) -> str:
     """The report as one HTML document (a few MB: plotly.js is inside)."""
     study = _analysis_study(result)
-    importance, why_not = _importance_figure(study)
+    importance, importance_caption = _importance_figure(study)
     sections = [
         _Section(
             "winner",
@@ -96,9 +96,7 @@ def render_report(result: SearchResult) -> str:
             "importance",
             "Which knobs mattered",
             importance,
-            why_not
-            or "Importance of each knob for the (log) projected training time, by Optuna's "
-            "fANOVA evaluator over the completed trials.",
+            importance_caption,
         ),
         _Section(
             "time",
@@ -628,9 +626,12 @@ def _knob_values(t: TrialRecord, baseline: TrainingConfig) -> dict[str, Any]:
 
 
 def _distributions(values: list[dict[str, Any]]) -> dict[str, BaseDistribution]:
+    """Each knob's distribution over the configs it exists in: a knob that exists only in some
+    (with loader workers, without accumulation: ``Knob.exists``) has no value in the others,
+    so one config's knobs are not every config's."""
     out: dict[str, BaseDistribution] = {}
-    for key in values[0] if values else []:
-        seen = [v[key] for v in values]
+    for key in [k for k in _knobs.KNOB_NAMES if any(k in v for v in values)]:
+        seen = [v[key] for v in values if key in v]
         unique = sorted(set(seen), key=lambda x: (str(type(x)), x))
         if len(unique) < 2:
             continue  # a knob that never changed cannot have mattered
@@ -682,13 +683,19 @@ def _history_figure(study: optuna.Study) -> go.Figure | None:
     return fig
 
 
-def _importance_figure(study: optuna.Study) -> tuple[go.Figure | None, str | None]:
+def _importance_figure(study: optuna.Study) -> tuple[go.Figure | None, str]:
+    """The importance figure (None where it cannot be made) and its caption."""
     trials = [
         t
         for t in study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])
         if not t.user_attrs.get("reused") and t.params
     ]
-    params = sorted({p for t in trials for p in t.params})
+    varied = [k for k in _knobs.KNOB_NAMES if any(k in t.params for t in trials)]
+    # fANOVA needs every trial's value of every knob it ranks. A knob that exists only in some
+    # configs (loader knobs with workers, DDP's static graph without accumulation) is left
+    # out, not its trials: ranking it over the trials it exists in would leave every other
+    # knob ranked over a part of the search, and those parts differ per knob.
+    params = [k for k in varied if all(k in t.params for t in trials)]
     if len(trials) < MIN_TRIALS_FOR_IMPORTANCE or not params:
         return None, (
             f"Not enough trials to tell which knobs mattered: {len(trials)} distinct completed "
@@ -701,13 +708,25 @@ def _importance_figure(study: optuna.Study) -> tuple[go.Figure | None, str | Non
             fig = optuna.visualization.plot_param_importances(
                 study,
                 evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0),
+                params=params,
                 target=lambda t: math.log(t.value) if t.value and t.value > 0 else 0.0,
                 target_name="log projected time",
             )
     except (ValueError, RuntimeError) as exc:
         return None, f"Knob importances could not be computed for this study: {exc}"
     fig.update_layout(title=None, height=max(260, 40 * len(params) + 120), margin={"t": 30})
-    return fig, None
+    caption = (
+        "Importance of each knob for the (log) projected training time, by Optuna's fANOVA "
+        "evaluator over the completed trials."
+    )
+    partial = [k for k in varied if k not in params]
+    if partial:
+        caption += (
+            f" Not ranked: {', '.join(partial)}: each exists in only some of the trials (a "
+            "loader knob with workers, DDP's static graph without accumulation), and the "
+            "ranking needs a value in every trial."
+        )
+    return fig, caption
 
 
 _PAGE = """<!DOCTYPE html>
