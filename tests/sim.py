@@ -190,6 +190,7 @@ def search(
     tolerance: float = 0.01,
     interrupt_at: int | None = None,
     n_train: int = 4000,
+    accuracy_samples: int | None = None,
 ) -> tuple[Search, Clock, list[str]]:
     """A guided search of ``knobs`` on the simulated machine; returns it after it ran."""
     clock = Clock()
@@ -211,7 +212,7 @@ def search(
         budget=Budget(),
         calibrate=True,
         accuracy_repeats=3,
-        accuracy_samples=None,
+        accuracy_samples=accuracy_samples,
         n_train=n_train,
         planned_epochs=10.0,
         n_trials=n_trials,

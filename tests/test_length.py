@@ -187,3 +187,48 @@ def test_the_horizon_is_the_whole_run_where_the_length_is_searched_and_it_fits()
     assert plan_accuracy_budget(seconds=None, whole_run=True, **common).samples == 10_000
     assert load_space("default").searches_length and not load_space("throughput").searches_length
     assert not load_space({"knobs": {"train_fraction": [1.0]}}).searches_length
+
+
+def test_a_long_safe_stage_never_costs_the_check() -> None:
+    """The README's run on a slower machine: whole-recipe accuracy runs fit a quarter of the
+    whole budget, but a safe stage of many knobs, each measurement slow to start, used the
+    time they needed, and the search dropped every check ("no time for accuracy checks") and
+    answered with a safe knob. The time for the baseline's runs and one check is now kept from
+    the safe stage, the changes of the numerics go first once only it is left, and the
+    horizon shrinks to what is left before a check is dropped: the shorter annealed run is
+    checked, and the budget is kept."""
+    model = Model(throughput=4000.0, overhead=24.0, metric_at=annealed_learns_faster)
+    knobs = {
+        "lr_schedule": ["constant", "one_cycle"],
+        "train_fraction": [1.0, 0.5],
+        "num_workers": [0, 1, 2, 3, 4],
+        "intra_op_threads": [None, 1],
+        "pin_memory": [False, True],
+        "channels_last": [False, True],
+    }
+    run, clock, lines = search(model, knobs=knobs, timeout=240.0)
+    text = "\n".join(lines)
+    ledger = run.ledger()
+    assert ledger.guard is not None, text
+    checked = [e for e in ledger.candidates if ledger.confirmation(e) is not None]
+    assert any(e.config.train_fraction == 0.5 for e in checked), text  # it was never checked
+    assert "no time for accuracy checks" not in text, text
+    assert "of the budget are kept for the baseline's accuracy runs" in text, text
+    assert clock.now - run.settings.started <= 240 * 1.05, text
+
+
+def test_a_budget_that_holds_no_check_says_so_before_the_first_candidate() -> None:
+    """At 30 s for a model of 100 samples/s, not even the shortest horizon's runs (8 steps
+    for each of 3 seeds) and one check fit once the baseline is measured: said before any
+    candidate runs, with the timeout that would hold one, and the search goes on with the
+    knobs that leave the numerics alone."""
+    model = Model(throughput=100.0, overhead=1.0)
+    knobs = {"precision": ["fp32", "bf16"], "num_workers": [0, 1]}
+    run, clock, lines = search(model, knobs=knobs, timeout=30.0)
+    text = "\n".join(lines)
+    said = next(i for i, line in enumerate(lines) if "no time for accuracy checks" in line)
+    first = next((i for i, line in enumerate(lines) if " trial 1 [" in line), len(lines))
+    assert said < first, text
+    assert "a timeout of" in lines[said] and "s or more would allow them" in lines[said]
+    assert run.ledger().guard is None
+    assert clock.now - run.settings.started <= 30 * 1.05 + 2, text

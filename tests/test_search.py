@@ -721,3 +721,18 @@ def test_timed_seconds_sets_how_long_each_measurement_times(tmp_path) -> None:
     assert 0.05 < seconds < 1.25  # ~0.25 s at the calibrated speed, noise allowed
     with pytest.raises(ValueError, match=r"`budget` fixes every measurement"):
         autotune.SearchOptions(budget=FAST_BUDGET, timed_seconds=1.0)
+
+
+def test_the_baseline_gets_the_time_its_calibration_took_however_short_the_budget() -> None:
+    """A 30-s search on a busy machine: the calibration's run took most of the budget, and the
+    baseline's measurement was given what was left (the deadline's last seconds), timed out,
+    and the search failed with "The baseline config failed (timeout) ... fix the model/data".
+    It now gets twice what its calibration took; the search answers with the baseline."""
+    from sim import Model, search
+
+    knobs = {"num_workers": [0, 1], "precision": ["fp32", "bf16"]}
+    run, _, lines = search(Model(throughput=100.0, overhead=14.0), knobs=knobs, timeout=30.0)
+    text = "\n".join(lines)
+    ledger = run.ledger()
+    assert ledger.baseline is not None and ledger.baseline.record.ok, text
+    assert ledger.baseline.record.measurement is not None, text

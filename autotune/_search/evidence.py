@@ -3,7 +3,8 @@ adding paired seeds (the candidate's run and the baseline's run of each new seed
 as the check is unresolved and the seeds that would settle it fit before the deadline.
 
 No fixed number of seeds stands: how many a look adds follows from what the runs show (the
-paired drops' mean and spread say how many seeds would settle the check; see
+paired drops' spread and the validation sample's noise say how many seeds would confirm a
+harmless change, never the drops' interim mean, which would bias the look; see
 :func:`autotune._search.guard.seeds_to_settle`), capped only by the time left and by
 :data:`STEP`, so a first estimate from a few seeds is checked by a look before it is trusted
 with most of the budget. Every look spends part of the guard's error rate (see
@@ -132,7 +133,7 @@ def confirm(
                     else "they do not fit in the time left"
                 )
                 bench.report(
-                    f"trial #{entry.number}: {result.need} seeds would settle its accuracy "
+                    f"trial #{entry.number}: its next look would take {result.need} seeds "
                     f"(~{cost:.0f} s more): {why}"
                 )
             break

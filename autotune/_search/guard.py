@@ -102,6 +102,7 @@ MIN_STEPS = 8  # baseline steps an accuracy run takes at the least
 LEARNED = 2.0  # the baseline must move its metric by this many of its own spreads (std) to learn
 MIN_LEARNED_SEEDS = 2  # ... or this many of its seeds must each move it by more than the tolerance
 MAX_NEED = 10_000  # seeds beyond which an unresolved check counts as unsettleable
+LOOK_POWER = 0.8  # a next look is sized to confirm a harmless change this often
 # Of the answer's error rate, the share the study's first check may spend, and of a check's,
 # the share its first look may (see :func:`share`).
 FIRST_SHARE = 0.75
@@ -333,11 +334,14 @@ def seeds_to_settle(
     *,
     order: int = 1,
     noise: SampleNoise | None = None,
+    power: float = 0.5,
 ) -> int | None:
     """The fewest pairs with which the ``look``-th look would settle the check (either way),
     were the drops' mean and spread (and the validation sample's noise, which more seeds do
     not reduce) to hold; None beyond :data:`MAX_NEED` (a drop at the tolerance itself never
-    settles, nor one within the validation sample's own noise of it)."""
+    settles, nor one within the validation sample's own noise of it). ``power``: the chance
+    that a look of that size settles it where that is the truth (0.5: the bound just reaches
+    the tolerance; a look sized to settle half the time leaves the other half unresolved)."""
     n = len(drops)
     if n < 2:
         return None
@@ -346,6 +350,7 @@ def seeds_to_settle(
     if gap == 0.0:
         return None
     alpha = look_alpha(look, order)
+    z = float(stats.norm.ppf(power))
 
     def settles(m: int) -> bool:
         sample = noise.at(m) if noise is not None else 0.0
@@ -354,7 +359,7 @@ def seeds_to_settle(
         if total <= 0.0:
             return False
         dof = conservative_dof(part, m, noise.replace_variance(sample) if noise else None, alpha)
-        return t_quantile(1.0 - alpha, dof) * math.sqrt(total) < gap
+        return (t_quantile(1.0 - alpha, dof) + z) * math.sqrt(total) < gap
 
     if not settles(MAX_NEED):
         return None
@@ -784,11 +789,13 @@ class AccuracyGuard:
             ), None
         # The next look's size follows the pairs' spread and the validation sample's noise,
         # never the interim mean: the pairs that would confirm a harmless change (a true drop
-        # of 0) at that spread, at least one more than now. A look sized by how good the
-        # candidate looks so far would bias that look's test (the error shares assume sizes
-        # that do not depend on the drops' mean); spread and mean are independent.
+        # of 0) at that spread 80% of the time, at least one more than now. A look sized by
+        # how good the candidate looks so far would bias that look's test (the error shares
+        # assume sizes that do not depend on the drops' mean); spread and mean are independent.
         centred = [d - mean for d in drops]
-        planned = seeds_to_settle(centred, self.tolerance, looks + 1, order=order, noise=noise)
+        planned = seeds_to_settle(
+            centred, self.tolerance, looks + 1, order=order, noise=noise, power=LOOK_POWER
+        )
         if planned is None:
             fixed = math.sqrt(noise.at(MAX_NEED))
             level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof)

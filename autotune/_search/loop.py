@@ -52,6 +52,10 @@ GUARD_WAIT = 600.0  # seconds a worker waits for the coordinator's accuracy guar
 # to the next stage's questions (the open checks, the rounds), not to asking again.
 MAX_REPEATS = 8
 PROBE_LIMIT = 120.0  # seconds a memory-probe run may take (a few steps) unless trial_timeout
+# Of the time left once the baseline is measured, the share the safe stage has before the time
+# kept for the accuracy question may cut it short: a safe win is cheap and certain, and the
+# accuracy runs train with the safe answer's knobs.
+SAFE_FIRST_SHARE = 0.2
 
 
 class Search:
@@ -200,6 +204,11 @@ class Search:
                     self._accuracy_check()  # the first candidate that changes the numerics
                     continue
             reserve = self._reserve(ledger)
+            if state.fast_first and state.step.stage is Stage.FAST and not ledger.confirmations:
+                # The accuracy question's time, before its first check: that check comes before
+                # the rounds that measure answers (it may make one); only a pending
+                # confirmation is kept from it. Later candidates leave the rounds their time.
+                reserve = self._confirm_reserve(ledger)
             cheapest = expected_seconds(
                 state.settings.baseline, ledger, baseline, state.settings.budget
             )
@@ -313,6 +322,12 @@ class Search:
             return len(ledger.candidates) / s.n_trials
         return 0.0
 
+    def _confirm_reserve(self, ledger: Ledger) -> float:
+        """Seconds kept for confirming the leader that passed screening (0: none pending)."""
+        assert self.state.baseline is not None
+        leader = ledger.pending()
+        return 0.0 if leader is None else self.state.baseline.confirm_seconds(leader.record)
+
     def _reserve(self, ledger: Ledger) -> float:
         """Seconds kept back for work that is pending: confirming the leader that passed
         screening, and the side-by-side rounds of the answers so far."""
@@ -347,17 +362,31 @@ class Search:
         if not self._guard_pending() or left is None:
             return
         assert state.baseline is not None
-        reserve = self._reserve(self.ledger())
+        ledger = self.ledger()
+        fixed = self._check_overhead(ledger, state.baseline)
+        # A check comes before the side-by-side rounds (they measure answers; a check makes
+        # one): only a pending leader's confirmation is kept from it.
+        reserve = self._confirm_reserve(ledger)
         cost = accuracy_plan_seconds(self.bench, state.baseline)
-        least = 2 * cost.least_seconds + reserve
-        if not self.bench.deadline.fits(least):
-            self._no_time_for_checks(least)
+        least = 2 * cost.least_seconds + fixed + reserve
+        safe = SAFE_FIRST_SHARE * left
+        if not self.bench.deadline.fits(least + safe):
+            self._no_time_for_checks(least + safe)
             return
-        state.keep_for_guard(2 * cost.seconds)
+        kept = 2 * cost.seconds + fixed
+        state.keep_for_guard(kept, safe_until=self.bench.deadline.now() + safe)
         self.bench.report(
-            f"accuracy guard: ~{2 * cost.seconds:.0f} s of the budget are kept for the "
-            f"baseline's accuracy runs ({cost.samples:,} samples each) and one candidate's "
-            "check; the knobs that leave the numerics alone are searched until then"
+            f"accuracy guard: ~{kept:.0f} s of the budget are kept for the baseline's "
+            f"accuracy runs ({cost.samples:,} samples each) and one candidate's check; the "
+            "knobs that leave the numerics alone are searched until then"
+        )
+
+    def _check_overhead(self, ledger: Ledger, baseline: Baseline) -> float:
+        """Seconds a first check costs besides its runs' training: the candidate's throughput
+        measurement, and the start-up of three runs (the baseline's accuracy runs, the
+        candidate's screening run and its confirmation), each about a measurement's."""
+        return 3 * expected_seconds(
+            self.state.settings.baseline, ledger, baseline, self.state.settings.budget
         )
 
     def _guard_due(self, ledger: Ledger, baseline: Baseline) -> bool:
@@ -366,6 +395,8 @@ class Search:
         kept = self.state.guard_seconds
         if kept is None or not self._guard_pending():
             return False
+        if self.bench.deadline.now() < self.state.safe_until:
+            return False  # the safe stage's own share first
         cheapest = expected_seconds(
             self.state.settings.baseline, ledger, baseline, self.state.settings.budget
         )
@@ -373,14 +404,16 @@ class Search:
 
     def _no_time_for_checks(self, need: float) -> None:
         """No accuracy check fits, ``need`` seconds being the least one (the shortest horizon's
-        runs and one check, and the pending work): said, with the timeout that would hold it."""
+        runs and one check, the pending work, and before the first check the safe stage's
+        share): said, with the timeout that would hold it."""
         self.state.drop_checks()
         timeout = self.settings.timeout or 0.0
         more = suggested_timeout(timeout + need - float(self.bench.deadline.left() or 0.0))
         self.bench.report(
             f"accuracy guard: no time for accuracy checks (~{need:.0f} s for the baseline's "
-            "runs at the shortest horizon and one candidate's): only the knobs that leave the "
-            f"numerics alone are searched; a timeout of {more} s or more would allow them"
+            "runs at the shortest horizon and one candidate's check, after the safe knobs' "
+            "share): only the knobs that leave the numerics alone are searched; a timeout of "
+            f"{more} s or more would allow them"
         )
 
     def _accuracy_check(self) -> None:
@@ -396,12 +429,14 @@ class Search:
             state.drop_checks()
             return
         state.guard_due()
-        reserve = self._reserve(self.ledger())
+        ledger = self.ledger()
+        reserve = self._confirm_reserve(ledger)  # the rounds come after a check, not before
+        fixed = self._check_overhead(ledger, state.baseline)
         left = self.bench.deadline.left()
-        room = None if left is None else left - reserve
+        room = None if left is None else left - reserve - fixed
         cost = accuracy_plan_seconds(self.bench, state.baseline, left=room)
         if not cost.fits:
-            self._no_time_for_checks(2 * cost.least_seconds + reserve)
+            self._no_time_for_checks(2 * cost.least_seconds + fixed + reserve)
             return
         state.measured(
             measure_baseline_accuracy(self.bench, state.baseline, reserve=reserve, left=room)

@@ -44,6 +44,7 @@ class LoopState:
     # once its throughput is measured (None: nothing kept); once they are all that is left,
     # the accuracy question comes first (``fast_first``).
     guard_seconds: float | None = None
+    safe_until: float = 0.0  # the safe stage's own share ends then (wall-clock)
     fast_first: bool = False
     step: Step = dataclasses.field(default_factory=lambda: Step(Stage.SAMPLING))
     repeats: int = 0  # candidates in a row whose config was measured before
@@ -100,10 +101,12 @@ class LoopState:
         """No accuracy checks from now on: only knobs that leave the numerics alone are tried."""
         self.no_checks = True
 
-    def keep_for_guard(self, seconds: float) -> None:
+    def keep_for_guard(self, seconds: float, *, safe_until: float = 0.0) -> None:
         """Keep ``seconds`` of the budget for the baseline's accuracy runs and one check: the
-        safe stage runs only while more than that (and the pending work) is left."""
+        safe stage runs only while more than that (and the pending work) is left, but in any
+        case until ``safe_until`` (its own share)."""
         self.guard_seconds = seconds
+        self.safe_until = safe_until
 
     def guard_due(self) -> None:
         """The time kept for the accuracy question has come: the changes of the numerics go
