@@ -11,13 +11,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import optuna
 import pytest
+import torch
 
 import autotune
+from autotune import _run
 from autotune._trial.bounded import SetUpLimit, bounded, step
+from autotune.examples import tiny_data, tiny_model
 
 import hanging
-from hanging import RELEASE
+from hanging import RELEASE, HangingForward, HangingItems, counted_loss, hanging_collate
 
 SLACK = 5.0  # seconds past a limit a busy 2-core machine may take to say so
 
@@ -29,6 +33,13 @@ def _released():
     hanging.CALLS.clear()
     yield
     RELEASE.set()
+
+
+@pytest.fixture
+def short(monkeypatch):
+    """A search's set-up limit of 1 s: half of `timeout=2`, the floor out of the way."""
+    monkeypatch.setattr(_run, "SETUP_FLOOR", 0.1)
+    return 2.0
 
 
 # -- bounded ---------------------------------------------------------------------------------
@@ -107,3 +118,137 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 5.0) -> None:
     end = time.monotonic() + seconds
     while not condition() and time.monotonic() < end:
         time.sleep(0.01)
+
+
+def test_the_search_limit_is_a_share_of_the_budget_with_a_floor() -> None:
+    assert _run.setup_limit(600.0) == SetUpLimit(300.0, "50% of the search's 600 s budget")
+    assert _run.setup_limit(None) == SetUpLimit(300.0, "50% of the default 600 s budget")
+    assert _run.setup_limit(None, n_trials=5).why == (
+        "50% of the default 600 s budget (the search has no timeout)"
+    )
+    assert _run.setup_limit(30.0) == SetUpLimit(
+        30.0, "the least any call before the first trial gets (50% of the search's 30 s "
+        "budget is 15 s)"
+    )  # fmt: skip
+
+
+# -- find_best --------------------------------------------------------------------------------
+
+
+CULPRITS = {
+    "forward": (
+        lambda: (HangingForward(), tiny_data(), None),
+        "the model's first forward (default_forward with HangingForward, on the first batch: "
+        "items 0 and 1, on the CPU)",
+        "HangingForward.forward",
+    ),
+    "item": (
+        lambda: (tiny_model(), HangingItems(), None),
+        "the first item, `dataset[0]` (HangingItems.__getitem__)",
+        "HangingItems.__getitem__",
+    ),
+    "collate": (
+        lambda: (tiny_model(), tiny_data(), autotune.Task(collate_fn=hanging_collate)),
+        "the collate function hanging_collate on the first batch (items 0 and 1)",
+        "hanging_collate",
+    ),
+}
+
+
+@pytest.mark.parametrize("culprit", sorted(CULPRITS))
+def test_find_best_ends_at_its_limit_naming_what_hung(culprit, short, tmp_path) -> None:
+    make, doing, frame = CULPRITS[culprit]
+    model, data, task = make()
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    start = time.monotonic()
+    with pytest.raises(autotune.SetUpTimeout) as raised:
+        autotune.find_best(
+            model, data, task=task, timeout=short, device="cpu",
+            options=autotune.SearchOptions(storage=storage, study_name="hung"),
+        )  # fmt: skip
+    assert time.monotonic() - start < 1.0 + SLACK
+    error = raised.value
+    assert (error.doing, error.seconds) == (doing, 1.0)
+    message = str(error)
+    assert message.startswith(f"{doing[0].upper()}{doing[1:]} did not return within 1 s, the "
+                              "limit: 50% of the search's 2 s budget. It was in ")  # fmt: skip
+    assert f"It was in {frame} ({hanging.__file__}:" in message
+    assert "left running in a daemon thread of this process" in message
+    assert optuna.get_all_study_names(storage) == []  # nothing stored
+
+
+def test_a_released_forward_runs_none_of_the_rest(short) -> None:
+    task = autotune.Task(loss_fn=counted_loss)
+    with pytest.raises(autotune.SetUpTimeout, match="first forward"):
+        autotune.find_best(HangingForward(), tiny_data(), task=task, timeout=short, device="cpu")
+    stuck = [t for t in threading.enumerate() if t.name.startswith("autotune set-up")]
+    RELEASE.set()
+    for thread in stuck:
+        thread.join(5)
+    assert hanging.CALLS == ["forward returned"]  # the loss, the split, the search: none ran
+
+
+# -- tune ---------------------------------------------------------------------------------------
+
+
+def test_tune_ends_at_its_limit_where_a_datamodule_or_a_training_step_hangs(short) -> None:
+    lt = pytest.importorskip("lightning_tasks")
+
+    class StalledData(lt.NoisyData):
+        def setup(self, stage: str) -> None:
+            RELEASE.wait(hanging.HOUR)
+            super().setup(stage)
+
+    class StalledStep(lt.SmoothedSGD):
+        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            RELEASE.wait(hanging.HOUR)
+            return super().training_step(batch, batch_idx)
+
+    cases = [
+        (lt.SmoothedSGD(), StalledData(),
+         "your StalledData's prepare_data(), setup('fit') and dataloaders", "StalledData.setup"),
+        (StalledStep(), lt.NoisyData(),
+         "one training step of your StalledStep (trainer.fit on its first batch: 2 training "
+         "items, on the CPU)", "StalledStep.training_step"),
+    ]  # fmt: skip
+    for module, datamodule, doing, frame in cases:
+        start = time.monotonic()
+        with pytest.raises(autotune.SetUpTimeout) as raised:
+            autotune.tune(
+                lt.lightning_trainer(), module, datamodule=datamodule, metric="val_acc",
+                timeout=short,
+            )  # fmt: skip
+        assert time.monotonic() - start < 1.0 + SLACK
+        assert raised.value.doing == doing
+        assert (
+            f"It was in test_tune_ends_at_its_limit_where_a_datamodule_or_a_training_step_"
+            f"hangs.<locals>.{frame} ({__file__}:" in str(raised.value)
+        )
+
+
+class StalledTraining(torch.nn.Module):
+    """A Hugging Face model whose training forward waits until released."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids: Any, attention_mask: Any = None, labels: Any = None) -> Any:
+        if self.training:
+            RELEASE.wait(hanging.HOUR)
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+
+
+def test_tune_ends_at_its_limit_where_a_hugging_face_training_step_hangs(short, tmp_path) -> None:
+    lt = pytest.importorskip("lightning_tasks")
+    trainer = lt.hf_trainer(str(tmp_path))
+    trainer.model = StalledTraining(trainer.model)
+    start = time.monotonic()
+    with pytest.raises(autotune.SetUpTimeout) as raised:
+        autotune.tune(trainer, metric="eval_accuracy", timeout=short)
+    assert time.monotonic() - start < 1.0 + SLACK
+    assert raised.value.doing == (
+        "one training step of your Trainer (train() on its first batch: 2 training items, on "
+        "the CPU)"
+    )
+    assert f"It was in StalledTraining.forward ({__file__}:" in str(raised.value)
