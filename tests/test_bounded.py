@@ -5,24 +5,32 @@ and why it was that long (autotune/_trial/bounded.py and its callers)."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import optuna
+import psutil
 import pytest
 import torch
 
 import autotune
-from autotune import _run
+from autotune import _run, _verify
+from autotune._cli import main
 from autotune._trial.bounded import SetUpLimit, bounded, step
 from autotune.examples import tiny_data, tiny_model
 
 import hanging
 from hanging import RELEASE, HangingForward, HangingItems, counted_loss, hanging_collate
 
+TESTS = Path(__file__).parent
 SLACK = 5.0  # seconds past a limit a busy 2-core machine may take to say so
 
 
@@ -186,6 +194,109 @@ def test_a_released_forward_runs_none_of_the_rest(short) -> None:
     for thread in stuck:
         thread.join(5)
     assert hanging.CALLS == ["forward returned"]  # the loss, the split, the search: none ran
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "data", "says"),
+    [
+        ("hanging:hanging_model", "autotune.examples:tiny_data",
+         "The model's first forward (default_forward with HangingForward"),
+        ("autotune.examples:tiny_model", "hanging:hanging_items",
+         "The first item, `dataset[0]` (HangingItems.__getitem__)"),
+        ("autotune.examples:tiny_model", "hanging:hanging_factory",
+         "The --data factory hanging:hanging_factory did not return"),
+    ],
+)  # fmt: skip
+def test_search_ends_at_its_limit_with_a_usage_error(model, data, says, short, tmp_path, capsys):
+    out = tmp_path / "best.json"
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    args = ["search", "--model", model, "--data", data, "--timeout", str(short),
+            "--storage", storage, "--out", str(out), "--quiet"]  # fmt: skip
+    start = time.monotonic()
+    assert main(args) == 2
+    assert time.monotonic() - start < 1.0 + SLACK
+    err = capsys.readouterr().err
+    assert err.startswith(f"autotune search: error: {says}")
+    assert "did not return within 1 s, the limit: 50% of the search's 2 s budget" in err
+    assert not out.exists()
+
+
+def _result(tmp_path: Path, seconds: float) -> Path:
+    """A result whose study measured each of its two configs in ``seconds``."""
+    winner = autotune.TrainingConfig(batch_size=64)
+    baseline = autotune.TrainingConfig()
+    trials = [{"config": c.to_dict(), "seconds": seconds} for c in (baseline, winner)]
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps({
+        "config": winner.to_dict(), "baseline": {"config": baseline.to_dict()}, "trials": trials,
+    }))  # fmt: skip
+    return path
+
+
+def test_verify_ends_at_its_limit_derived_from_the_study(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(_verify, "MIN_LIMIT", 0.1)
+    path = _result(tmp_path, seconds=0.4)  # 3x: 1.2 s
+    start = time.monotonic()
+    with pytest.raises(autotune.SetUpTimeout) as raised:
+        autotune.verify(path, HangingForward(), tiny_data())
+    assert time.monotonic() - start < 1.2 + SLACK
+    assert raised.value.seconds == pytest.approx(1.2)
+    assert str(raised.value).startswith(
+        "The model's first forward (default_forward with HangingForward, on the first batch: "
+        "items 0 and 1, on the CPU) did not return within 1.2 s, the limit: the baseline's "
+        "limit of one verify run, the longer of the two: 3x the longest run the study measured "
+        "of it (0.4 s). It was in HangingForward.forward"
+    )
+    assert "a longer run limit (time_limit=, --trial-timeout) gives it more" in str(raised.value)
+
+
+def test_verify_on_the_command_line_bounds_its_factories_by_the_limit_given(tmp_path, capsys):
+    path = _result(tmp_path, seconds=0.4)
+    args = ["verify", str(path), "--model", "hanging:hanging_model", "--data",
+            "autotune.examples:tiny_data", "--trial-timeout", "1", "--device", "cpu"]  # fmt: skip
+    start = time.monotonic()
+    assert main(args) == 2
+    assert time.monotonic() - start < 1.0 + SLACK
+    err = capsys.readouterr().err.splitlines()[-1]  # after the warning of no environment
+    assert err.startswith("autotune verify: error: The model's first forward")
+    assert (
+        "did not return within 1 s, the limit: the baseline's limit of one verify run, the "
+        "longer of the two: the limit given (time_limit= / --trial-timeout)"
+    ) in err
+    args[2:6] = ["--model", "autotune.examples:tiny_model", "--data", "hanging:hanging_factory"]
+    assert main(args) == 2
+    assert "The --data factory hanging:hanging_factory did not return within 1 s" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.slow
+def test_the_command_exits_at_its_limit_and_leaves_no_process(tmp_path) -> None:
+    """As a user runs it: its own process, a non-zero exit, nothing left running."""
+    code = (
+        "import sys; import autotune._run as r; r.SETUP_FLOOR = 0.1\n"
+        "from autotune._cli import main\n"
+        f"sys.exit(main(['search', '--model', 'hanging:hanging_model', '--data', "
+        f"'autotune.examples:tiny_data', '--timeout', '4', '--out', '{tmp_path / 'best.json'}', "
+        f"'--storage', 'sqlite:///{tmp_path / 'study.db'}']))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(TESTS), str(TESTS.parent)))}
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    _out, err = proc.communicate(timeout=120)
+    took = time.monotonic() - start
+    assert proc.returncode == 2, err
+    assert "autotune search: error: The model's first forward" in err
+    assert "did not return within 2 s" in err
+    assert took < 60  # importing torch, then the 2 s
+    assert not psutil.pid_exists(proc.pid)
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(
+        p.info["cmdline"] or [])]  # fmt: skip
+    assert left == []
 
 
 # -- tune ---------------------------------------------------------------------------------------
