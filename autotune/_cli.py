@@ -40,7 +40,7 @@ from autotune._search.distributed import (
 )
 from autotune._search.storage import redact
 from autotune._space import builtin_spaces, load_space
-from autotune._trial.bounded import SetUpLimit, bounded
+from autotune._trial.bounded import SetUpLimit, bounded, left_running
 from autotune._trial.data import is_datamodule
 from autotune._trial.direction import DIRECTION_FLAGS
 from autotune._trial.isolation import ISOLATION_MODES
@@ -702,19 +702,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``autotune`` program on ``argv`` (None: this process's command line, which makes
+    this call the program: it may then end the process itself, see below)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        return int(args.func(args))
-    except CLIError as exc:
-        print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except AutotuneError as exc:
+        code = int(args.func(args))
+    except (CLIError, AutotuneError) as exc:
         # autotune's own verdicts on the input; anything else is a bug or an error raised
         # inside torch or the user's code, and keeps its traceback.
         print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        code = EXIT_USAGE
+    if argv is None and left_running():
+        # A call into the user's code past its limit still runs in a thread. Python's exit
+        # would stop it mid-call, and inside a torch op that aborts the process ("terminate
+        # called without an active exception", SIGABRT) after the error was said: leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@ the limits before the first trial (tests/test_bounded.py); importable by name fr
 (``hanging:hanging_model``) and by a subprocess.
 
 Each waits on :data:`RELEASE` in its own frame (so that frame is the one an error names) for at
-most an hour: a test sets it when done, and the thread autotune abandoned wakes and ends at
-autotune's next step; in a subprocess nobody sets it, and the daemon thread ends with the
-process.
+most an hour. A test that sets it sees the thread autotune abandoned wake and end at autotune's
+next step; a test that does not leaves it waiting, a daemon thread that ends with the process
+(each test waits on an event of its own: released, a thread would run the user's code on, and
+one inside a torch op when the process exits aborts it).
 """
 
 from __future__ import annotations
@@ -63,8 +64,24 @@ def counted_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(outputs, targets)
 
 
+class BusyForward(HangingForward):
+    """The tiny classifier, whose forward computes (torch ops, not a wait) until released: a
+    forward that is only slow."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.randn(64, 64)
+        while not RELEASE.is_set():
+            a = torch.tanh(a @ a)
+        out: torch.Tensor = self.net(x)
+        return out
+
+
 def hanging_model() -> nn.Module:
     return HangingForward()
+
+
+def busy_model() -> nn.Module:
+    return BusyForward()
 
 
 def hanging_items() -> Dataset[Any]:

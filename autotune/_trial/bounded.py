@@ -29,10 +29,11 @@ import torch
 
 from autotune._errors import SetUpTimeout
 
-__all__ = ["ITEM_HINT", "RUN_HINT", "SetUpLimit", "bounded", "step"]
+__all__ = ["ITEM_HINT", "RUN_HINT", "SetUpLimit", "bounded", "left_running", "step"]
 
 _T = TypeVar("_T")
 _local = threading.local()
+_abandoned: list[threading.Event] = []  # each abandoned call's "done"
 
 ITEM_HINT = (
     "Read it alone to see it return: an item read from a network filesystem, a remote "
@@ -109,6 +110,7 @@ def bounded(fn: Callable[[], _T], limit: SetUpLimit, *, doing: str, hint: str = 
         # Past the limit, or Ctrl-C while waiting: the call stops at its next step.
         steps.abandoned = not done.is_set()
     if steps.abandoned:
+        _abandoned.append(done)
         raise SetUpTimeout(
             _message(steps, limit, _users_frame(thread)),
             doing=steps.doing,
@@ -119,6 +121,11 @@ def bounded(fn: Callable[[], _T], limit: SetUpLimit, *, doing: str, hint: str = 
         assert isinstance(error, BaseException)
         raise error
     return box["value"]  # type: ignore[return-value]
+
+
+def left_running() -> bool:
+    """Whether a call this process abandoned still runs the user's code."""
+    return any(not done.is_set() for done in _abandoned)
 
 
 def _message(steps: _Steps, limit: SetUpLimit, where: str | None) -> str:
