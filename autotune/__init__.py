@@ -33,6 +33,7 @@ from autotune._errors import (
     DeviceError,
     ModelError,
     SearchSpaceError,
+    SetUpTimeout,
     StorageError,
 )
 from autotune._integrations import LightningSettings
@@ -74,6 +75,7 @@ __all__ = [
     "SearchResult",
     "SearchSpace",
     "SearchSpaceError",
+    "SetUpTimeout",
     "StorageError",
     "Task",
     "TrainReport",

@@ -28,6 +28,7 @@ from autotune._display import console_progress, print_summary
 from autotune._errors import AutotuneError
 from autotune._options import PLANNED_EPOCHS, TIMEOUT, TOLERANCE
 from autotune._progress import Lines, Progress
+from autotune._run import setup_limit
 from autotune._search.distributed import (
     cpu_shares,
     gpu_shares,
@@ -39,12 +40,14 @@ from autotune._search.distributed import (
 )
 from autotune._search.storage import redact
 from autotune._space import builtin_spaces, load_space
+from autotune._trial.bounded import SetUpLimit, bounded, left_running
 from autotune._trial.data import is_datamodule
 from autotune._trial.direction import DIRECTION_FLAGS
 from autotune._trial.isolation import ISOLATION_MODES
 from autotune._trial.metrics import AUTO
 from autotune._trial.task import METRIC_CHOICES
 from autotune._verify import DEFAULT_BUDGET, LIMIT_FACTOR, RUN_LIMIT, START_UP
+from autotune._verify import setup_limit as verify_setup_limit
 
 __all__ = ["main"]
 
@@ -91,21 +94,34 @@ def _task(args: argparse.Namespace) -> autotune.Task:
         raise CLIError(f"{flag}: {exc}" if flag else str(exc)) from None
 
 
-def _call_factory(fn: Callable[[], Any], spec: str, option: str) -> Any:
-    try:
-        return fn()
-    except Exception as exc:
-        raise CLIError(f"{option}: calling {spec} raised {type(exc).__name__}: {exc}") from exc
+def _call_factory(spec: str, option: str, limit: SetUpLimit) -> Any:
+    """What the factory ``spec`` returns, its module imported and the factory called within
+    ``limit`` (a download or a lock that never returns ends the command, naming it)."""
+
+    def call() -> Any:
+        fn = load_factory(spec, option)
+        try:
+            return fn()
+        except Exception as exc:
+            raise CLIError(f"{option}: calling {spec} raised {type(exc).__name__}: {exc}") from exc
+
+    return bounded(
+        call,
+        limit,
+        doing=f"the {option} factory {spec}",
+        hint="Call it alone to see it return; one that downloads or builds a cache can be run "
+        "once first, so that it is quick here.",
+    )
 
 
-def _model_and_data(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    model = _call_factory(load_factory(args.model, "--model"), args.model, "--model")
+def _model_and_data(args: argparse.Namespace, limit: SetUpLimit) -> tuple[Any, Any, Any]:
+    model = _call_factory(args.model, "--model", limit)
     if not isinstance(model, nn.Module):
         raise CLIError(
             f"--model: {args.model} must return a torch.nn.Module, but returned "
             f"{type(model).__name__}."
         )
-    data = _call_factory(load_factory(args.data, "--data"), args.data, "--data")
+    data = _call_factory(args.data, "--data", limit)
     train, val = data, None
     if isinstance(data, tuple | list):
         if len(data) != 2:
@@ -191,7 +207,7 @@ def _model_search(args: argparse.Namespace) -> Run:
         # device, as worker 1 will.
         os.environ["CUDA_VISIBLE_DEVICES"] = devices[0]
         args.device = "cuda:0"
-    model, train, val = _model_and_data(args)
+    model, train, val = _model_and_data(args, setup_limit(args.timeout, args.n_trials))
     task = _task(args)
     return functools.partial(
         autotune.find_best, model, train, val_dataset=val, task=task, device=args.device
@@ -219,7 +235,7 @@ def _trainer_search(args: argparse.Namespace) -> Run:
             f"--trainer: {', '.join(given)} do not apply; the trainer holds its model, data, "
             "device and training step (--metric names a metric its evaluation logs)."
         )
-    made = _call_factory(load_factory(args.trainer, "--trainer"), args.trainer, "--trainer")
+    made = _call_factory(args.trainer, "--trainer", setup_limit(args.timeout, args.n_trials))
     return functools.partial(
         autotune.tune,
         **_trainer_arguments(made, args.trainer),
@@ -326,7 +342,8 @@ def _options(
 def cmd_worker(args: argparse.Namespace) -> int:
     pin_from_env()  # the CPU share a local coordinator gave this worker
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    model, train, val = _model_and_data(args)
+    # The study's budget is not read yet: the limit of a search without one.
+    model, train, val = _model_and_data(args, setup_limit(None))
     prefix = f"[worker {os.getpid()}] "
     progress: Progress
     if args.quiet:
@@ -422,29 +439,33 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     trainer = None
+    budget = None
+    if args.timed_samples is not None:
+        budget = dataclasses.replace(DEFAULT_BUDGET, timed_samples=args.timed_samples)
+    if args.trainer and (args.model or args.data):
+        raise CLIError("--trainer: the trainer holds its model and data; leave out "
+                       "--model and --data.")  # fmt: skip
+    if not args.trainer and not (args.model and args.data):
+        raise CLIError("verify: give --model and --data (or --trainer for a result of tune).")
+    task = None if args.trainer else _task(args)  # the flags' errors before the file's
+    # The factories get the limit verify derives from the study for its set-up.
+    limit = verify_setup_limit(
+        args.path, time_limit=args.trial_timeout, device=args.device, budget=budget
+    )
     if args.trainer:
-        if args.model or args.data:
-            raise CLIError("--trainer: the trainer holds its model and data; leave out "
-                           "--model and --data.")  # fmt: skip
-        made = _call_factory(load_factory(args.trainer, "--trainer"), args.trainer, "--trainer")
+        made = _call_factory(args.trainer, "--trainer", limit)
         given = _trainer_arguments(made, args.trainer)
         trainer, model = given["trainer"], given.get("model")
         train = given.get("datamodule") or given.get("train_dataloaders")
         val = given.get("val_dataloaders")
-    elif not (args.model and args.data):
-        raise CLIError("verify: give --model and --data (or --trainer for a result of tune).")
     else:
-        model, train, val = _model_and_data(args)
-    task = None if trainer is not None else _task(args)
+        model, train, val = _model_and_data(args, limit)
     quiet = args.quiet or args.json
 
     def progress(line: str) -> None:
         if not quiet:
             print(line, file=sys.stderr, flush=True)
 
-    budget = None
-    if args.timed_samples is not None:
-        budget = dataclasses.replace(DEFAULT_BUDGET, timed_samples=args.timed_samples)
     report = autotune.verify(
         args.path,
         model,
@@ -681,19 +702,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``autotune`` program on ``argv`` (None: this process's command line, which makes
+    this call the program: it may then end the process itself, see below)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
-        return int(args.func(args))
-    except CLIError as exc:
-        print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except AutotuneError as exc:
+        code = int(args.func(args))
+    except (CLIError, AutotuneError) as exc:
         # autotune's own verdicts on the input; anything else is a bug or an error raised
         # inside torch or the user's code, and keeps its traceback.
         print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        code = EXIT_USAGE
+    if argv is None and left_running():
+        # A call into the user's code past its limit still runs in a thread. Python's exit
+        # would stop it mid-call, and inside a torch op that aborts the process ("terminate
+        # called without an active exception", SIGABRT) after the error was said: leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

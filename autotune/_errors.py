@@ -17,6 +17,7 @@ __all__ = [
     "DeviceError",
     "ModelError",
     "SearchSpaceError",
+    "SetUpTimeout",
     "StorageError",
 ]
 
@@ -52,3 +53,13 @@ class StorageError(AutotuneError, ValueError):
 class DeviceError(AutotuneError):
     """A trial left this process's CUDA context unusable (an illegal memory access, a
     device-side assert): nothing more can run on the device in this process."""
+
+
+class SetUpTimeout(AutotuneError):
+    """A call into the user's code before the first trial (a factory, a data module's setup,
+    the first item, the first batch, the first forward) ran past its limit. ``doing`` says
+    which call, ``seconds`` the limit."""
+
+    def __init__(self, message: str, *, doing: str, seconds: float) -> None:
+        super().__init__(message)
+        self.doing, self.seconds = doing, seconds

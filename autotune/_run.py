@@ -36,6 +36,7 @@ from autotune._search.storage import open_study, redact
 from autotune._space import Choice, SearchSpace, load_space
 from autotune._task import TaskRefs
 from autotune._trial import apply
+from autotune._trial.bounded import ITEM_HINT, SetUpLimit, bounded, step
 from autotune._trial.executors import make_executor
 from autotune._trial.isolation import worker_env
 from autotune._trial.runner import Budget, preserved_rng
@@ -51,12 +52,39 @@ __all__ = [
     "restrict_space",
     "run_search",
     "search",
+    "setup_limit",
     "start_method",
 ]
 
 log = logging.getLogger("autotune")
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+
+# Each call into the user's code before the first trial may take this share of the search's
+# budget: set-up counts against the budget (the deadline runs from find_best's call), so one
+# past half of it leaves too little to measure anything worth the answer, while a sound one
+# (a dataset read from disk, a forward of two items on the CPU) takes seconds. The floor keeps
+# a short budget from failing a slow but sound set-up (a model loaded from disk, a first call
+# that builds a cache); it still ends `--timeout 30` on a hang within about twice its budget.
+SETUP_SHARE = 0.5
+SETUP_FLOOR = 30.0
+
+
+def setup_limit(timeout: float | None, n_trials: int | None = None) -> SetUpLimit:
+    """How long each call into the user's code before a search's first trial may take:
+    :data:`SETUP_SHARE` of its budget (the default budget where it has none), at least
+    :data:`SETUP_FLOOR` seconds."""
+    budget = TIMEOUT if timeout is None else float(timeout)
+    said = f"{SETUP_SHARE:.0%} of the search's {budget:g} s budget"
+    if timeout is None:
+        said = f"{SETUP_SHARE:.0%} of the default {budget:g} s budget"
+        said += "" if n_trials is None else " (the search has no timeout)"
+    share = SETUP_SHARE * budget
+    if share >= SETUP_FLOOR:
+        return SetUpLimit(share, said)
+    return SetUpLimit(
+        SETUP_FLOOR, f"the least any call before the first trial gets ({said} is {share:.3g} s)"
+    )
 
 
 def keeps_callers_rng(fn: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -90,8 +118,11 @@ def search(
     """A search from what ``prepare`` reads and checks (while the progress display is up):
     space, study, executor, then the loop."""
     report = reporter(progress, live=True)
+    limit = setup_limit(timeout, options.n_trials)
     try:
-        start = prepare()
+        start = bounded(
+            prepare, limit, doing="reading and checking the model and data before the first trial"
+        )
         if options.planned_epochs is None and start.planned_epochs is not None:
             options = options.replace(planned_epochs=start.planned_epochs)
         return run_search(
@@ -103,6 +134,7 @@ def search(
             options=options,
             report=report,
             started=started,
+            limit=limit,
         )
     finally:
         report.close()  # a live display stops; its lines stay
@@ -118,8 +150,11 @@ def run_search(
     options: SearchOptions,
     report: Progress,
     started: float,
+    limit: SetUpLimit | None = None,
 ) -> SearchResult:
-    """The search for a prepared workload: space, study, executor, then the loop."""
+    """The search for a prepared workload: space, study, executor, then the loop. ``limit``
+    bounds the space's restriction, which reads an item and calls the optimizer factory (the
+    search's own where None)."""
     workload = prepared.workload
     oversized = baseline.batch_exceeds(len(workload.train))  # type: ignore[arg-type]
     if oversized is not None:
@@ -129,8 +164,13 @@ def run_search(
         )
     if prepared.note:
         report(prepared.note)
-    restricted = restrict_space(
-        load_space(space), workload, baseline, baseline.device, options.keep_global_batch
+    asked = load_space(space)
+    restricted = bounded(
+        lambda: restrict_space(
+            asked, workload, baseline, baseline.device, options.keep_global_batch
+        ),
+        limit or setup_limit(timeout, options.n_trials),
+        doing="restricting the search space to the model and data",
     )
     study = open_study(options.storage, options.study_name, options.seed, options.sampler)
     refs = prepared.refs  # the metric chosen, never "auto"
@@ -300,6 +340,12 @@ def restrict_space(
     baseline's global batch."""
     model = workload.model
     impls = space.knobs.get("optimizer_impl")
+    step("`dataset[0]`, read to see whether the data already lives on the device", ITEM_HINT)
+    data_on_device = on_accelerator(workload.train[0])
+    step(
+        "your optimizer factory, built on one parameter (which implementations it takes)",
+        "Build the optimizer alone to see it return.",
+    )
     facts = _knobs.Facts(
         device=describe_device(device),
         has_conv=any(isinstance(m, nn.Conv2d | nn.Conv3d) for m in model.modules()),
@@ -312,7 +358,7 @@ def restrict_space(
             if isinstance(impls, Choice) and workload.loop is None
             else ("default",)
         ),
-        data_on_device=on_accelerator(workload.train[0]),
+        data_on_device=data_on_device,
         adaptive_optimizer=workload.loop is None and apply.adapts_steps(workload.optimizer),
         length_searchable=workload.loop is None,
         ranks=baseline.ranks,

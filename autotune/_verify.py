@@ -36,6 +36,7 @@ from autotune._options import PLANNED_EPOCHS, VERIFY_ROUNDS
 from autotune._result.result import SearchResult
 from autotune._search.figures import speedup
 from autotune._task import Task, as_task, check_model
+from autotune._trial.bounded import SetUpLimit, bounded
 from autotune._trial.data import DataModuleLike
 from autotune._trial.executors import make_executor
 from autotune._trial.failures import FailureReason
@@ -45,7 +46,7 @@ from autotune._trial.metrics import AUTO, BUILTIN_METRICS
 from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome, run_samples
 from autotune._trial.workload import Workload, prepare_workload
 
-__all__ = ["VerifyReport", "compare_environments", "verify"]
+__all__ = ["VerifyReport", "compare_environments", "setup_limit", "verify"]
 
 # The search calibrates each trial's budget from the baseline's speed and its time budget;
 # a check gets this fixed one, longer than the search's default (runner.Budget).
@@ -363,18 +364,21 @@ def verify(
     recorded = (search.get("hooks") or {}).get("metric")
     if task.metric == AUTO and recorded in BUILTIN_METRICS:
         task = task.replace(metric=recorded)  # the metric the search chose and guarded
-    if trainer is not None:
-        workload = _trainer_workload(data, kind, trainer, model, dataset, val_dataset)
-    else:
-        workload = _own_workload(data, model, dataset, val_dataset, task, baseline, report)
     pair = {"baseline": baseline, "winner": winner}
     measure_budget = budget or DEFAULT_BUDGET
+    explicit = _explicit_limit(time_limit, search)
+    setup = _setup_limit(pair, run_limits(data, pair, explicit, budget=measure_budget))
+    if trainer is not None:
+        workload = bounded(
+            lambda: _trainer_workload(data, kind, trainer, model, dataset, val_dataset),
+            setup, doing=f"reading and checking your {kind} trainer before the first run",
+        )  # fmt: skip
+    else:
+        workload = bounded(
+            lambda: _own_workload(data, model, dataset, val_dataset, task, baseline, report),
+            setup, doing="reading and checking the model and data before the first run",
+        )  # fmt: skip
     inner = _executor(workload, here, report, ranks=baseline.ranks)
-    explicit: tuple[float, str] | None = None
-    if time_limit is not None:
-        explicit = time_limit, "the limit given (time_limit= / --trial-timeout)"
-    elif _number(search.get("trial_limit")) is not None:
-        explicit = float(search["trial_limit"]), "the search's own trial limit (trial_timeout)"
     start_up = START_UP if inner.isolated else 0.0
     limits = run_limits(data, pair, explicit, budget=measure_budget, start_up=start_up)
     executor = _Limited(inner, limits)
@@ -415,6 +419,49 @@ def verify(
         accuracy=accuracy,
         seconds=time.monotonic() - started,
         full=whole,
+    )
+
+
+def _explicit_limit(
+    time_limit: float | None, search: Mapping[str, Any]
+) -> tuple[float, str] | None:
+    """The limit of every verify run where one is given (the user's, else the search's own
+    trial limit), and whose it is; None where it is derived from the study."""
+    if time_limit is not None:
+        return time_limit, "the limit given (time_limit= / --trial-timeout)"
+    if _number(search.get("trial_limit")) is not None:
+        return float(search["trial_limit"]), "the search's own trial limit (trial_timeout)"
+    return None
+
+
+def setup_limit(
+    result: SearchResult | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    time_limit: float | None = None,
+    device: str | None = None,
+    budget: Budget | None = None,
+) -> SetUpLimit:
+    """How long each call into the user's code before verify's first run may take (the CLI's
+    factories; the checks of the model and data, the first forward among them), as
+    :func:`verify` derives it for the same arguments."""
+    data = _load(result)
+    winner, baseline, _ = _configs_here(data, device)
+    pair = {"baseline": baseline, "winner": winner}
+    explicit = _explicit_limit(time_limit, data.get("search") or {})
+    return _setup_limit(pair, run_limits(data, pair, explicit, budget=budget or DEFAULT_BUDGET))
+
+
+def _setup_limit(
+    pair: Mapping[str, TrainingConfig], limits: Mapping[TrainingConfig, RunLimit]
+) -> SetUpLimit:
+    """The longer of the two configs' run limits (no process's start-up: these calls run in
+    this one): a check of two items does less than one run of either."""
+    name = max(pair, key=lambda n: limits[pair[n]].seconds)
+    limit = limits[pair[name]]
+    return SetUpLimit(
+        limit.seconds,
+        f"the {name}'s limit of one verify run, the longer of the two: {limit.why}",
+        longer="a longer run limit (time_limit=, --trial-timeout)",
     )
 
 

@@ -15,9 +15,11 @@ from typing import Any, Protocol
 from torch.utils.data import DataLoader, default_collate
 
 from autotune._errors import DataError
+from autotune._trial.bounded import step
 
 __all__ = ["DataModuleLike", "UserData", "is_datamodule", "unpack_data"]
 
+_HINT = "Call it alone to see it return (a download, a lock or a network read can wait for ever)."
 # The DataLoader settings a data module fixes and autotune tunes instead, as baseline= keys.
 _LOADER_SETTINGS = ("batch_size", "num_workers", "pin_memory", "persistent_workers")
 
@@ -70,9 +72,11 @@ def unpack_data(
     if not is_datamodule(dataset):
         return UserData(dataset, val_dataset, collate_fn)
     module, name = dataset, type(dataset).__name__
+    step(f"your {name}'s train_dataloader()", _HINT)
     train = _loader(module, "train")
     if train is None:
         try:
+            step(f"your {name}'s prepare_data() and setup('fit')", _HINT)
             module.prepare_data()
             module.setup("fit")
         except Exception as exc:
@@ -80,6 +84,7 @@ def unpack_data(
                 f"`{argument}` is a LightningDataModule ({name}) whose setup('fit') raised "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
+        step(f"your {name}'s train_dataloader()", _HINT)
         train = _loader(module, "train")
     if train is None:
         raise DataError(
@@ -87,6 +92,7 @@ def unpack_data(
             "no map-style dataset (with __len__ and __getitem__), even after setup('fit'). "
             "autotune needs one, so every trial sees the same samples."
         )
+    step(f"your {name}'s val_dataloader()", _HINT)
     val = _loader(module, "val")
     own_collate = None if train.collate_fn is default_collate else train.collate_fn
     settings = ", ".join(f"{k}={getattr(train, k)!r}" for k in _LOADER_SETTINGS)

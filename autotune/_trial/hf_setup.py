@@ -18,6 +18,7 @@ from autotune._choices import CompileMode, LRSchedule, OptimizerImpl, Precision,
 from autotune._config import TrainingConfig
 from autotune._errors import ArgumentError, DataError, ModelError
 from autotune._task import TaskRefs
+from autotune._trial.bounded import RUN_HINT, step
 from autotune._trial.direction import Said, choose_direction
 from autotune._trial.hf_loop import HFLoop
 from autotune._trial.task import cpu_copy, logged_task
@@ -219,7 +220,13 @@ def _check(loop: HFLoop, model: Any, train: Any, val: Any) -> None:
         loop, args=dataclasses.replace(loop.args, per_device_eval_batch_size=2)
     )
     work = check_workload(model, train, val, small)
+    name = loop.trainer_class.__name__
     try:
+        step(
+            f"one training step of your {name} (train() on its first batch: 2 training items, "
+            "on the CPU)",
+            RUN_HINT,
+        )
         trainer = small.trainer(cfg, work, work.train, None, max_steps=1, seed=0)
         trainer.train()
     except TypeError as exc:
@@ -235,6 +242,7 @@ def _check(loop: HFLoop, model: Any, train: Any, val: Any) -> None:
             f"Your Trainer failed a training step on 2 training items: {type(exc).__name__}: {exc}"
         ) from exc
     try:
+        step(f"your {name}'s evaluate() on its first batch (2 items, on the CPU)", RUN_HINT)
         small.evaluate(trainer, work.val)
     except DataError:
         raise

@@ -20,6 +20,7 @@ from autotune._config import TrainingConfig
 from autotune._errors import ArgumentError, DataError, ModelError
 from autotune._options import PLANNED_EPOCHS
 from autotune._task import TaskRefs
+from autotune._trial.bounded import RUN_HINT, step
 from autotune._trial.direction import Said, choose_direction, direction_in_name
 from autotune._trial.lightning_loop import LEFT_OUT_CALLBACKS, LightningLoop, Loaders
 from autotune._trial.metrics import MetricChoice
@@ -151,7 +152,13 @@ def _loaders(
             raise TypeError(
                 f"`datamodule` must be a LightningDataModule, but got {type(datamodule).__name__}."
             )
+        name = type(datamodule).__name__
         try:
+            step(
+                f"your {name}'s prepare_data(), setup('fit') and dataloaders",
+                "Call them alone to see them return (a download, a lock or a network read "
+                "can wait for ever).",
+            )
             datamodule.prepare_data()
             datamodule.setup("fit")
             train = datamodule.train_dataloader()
@@ -303,7 +310,13 @@ def _check(
     work = check_workload(cpu_copy(module), train, val, check)
     read = _ReadLR()
     loader = check.train_loader(cfg, work.train, shuffle=False, seed=0)
+    module_name = type(module).__name__
     try:
+        step(
+            f"one training step of your {module_name} (trainer.fit on its first batch: 2 "
+            "training items, on the CPU)",
+            RUN_HINT,
+        )
         trainer, fitted = check.fit(cfg, work, loader, read, 1)
     except Exception as exc:
         raise ModelError(
@@ -314,6 +327,11 @@ def _check(
         raise ModelError("Your LightningModule's configure_optimizers returned no optimizer.")
     trainer.limit_val_batches = 1.0
     try:
+        step(
+            f"your {module_name}'s validation (trainer.validate on its first batch: 2 "
+            "validation items, on the CPU)",
+            RUN_HINT,
+        )
         with check._data(val=check.val_loader(work.val)) as data:
             logged = trainer.validate(fitted, verbose=False, **data)
     except Exception as exc:

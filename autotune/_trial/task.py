@@ -25,6 +25,7 @@ from torch.utils.data import Dataset, IterableDataset, Subset, default_collate
 from autotune._errors import DataError, ModelError
 from autotune._task import ForwardFn, LossFn, MetricFn, Task
 from autotune._trial.apply import to_device
+from autotune._trial.bounded import ITEM_HINT, RUN_HINT, step
 from autotune._trial.direction import callable_direction
 from autotune._trial.metrics import (
     AUTO,
@@ -219,6 +220,7 @@ def check_dataset(dataset: Any, task: ResolvedTask, *, argument: str = "dataset"
     if n == 0:
         raise DataError(f"`{argument}` is empty (len 0); give it at least a few batches of data.")
     if task.is_default_batch() and task.collate_fn is None:
+        step(f"the first item, `{argument}[0]` ({_name(type(dataset))}.__getitem__)", ITEM_HINT)
         item = dataset[0]
         if isinstance(item, Mapping):
             if "labels" not in item:
@@ -251,6 +253,19 @@ def checked_task(
     if val_dataset is not None:
         check_dataset(val_dataset, resolved, argument="val_dataset")
     return resolved
+
+
+def _metric_step(task: ResolvedTask) -> str:
+    if task.metric_fn is not None:
+        return f"your metric {_name(task.metric_fn)} on the first batch's outputs"
+    if task.metric == AUTO:
+        return "the metric chosen from the first batch's outputs (metric='auto')"
+    return f"the {task.metric} of the first batch's outputs"
+
+
+def _name(fn: Any) -> str:
+    """A function's or class's name as its code says it (``Net.forward``, ``default_collate``)."""
+    return str(getattr(fn, "__qualname__", None) or type(fn).__qualname__)
 
 
 def describe_batch(batch: Any) -> str:
@@ -331,24 +346,46 @@ def check_model_consumes(
     Returns the metric the task guards (chosen from this batch for ``metric="auto"``)."""
     n = min(2, len(dataset))  # type: ignore[arg-type]
     collate = task.collate_fn or default_collate
+    first = "item 0" if n == 1 else "items 0 and 1"
     try:
-        batch = to_device(collate([dataset[i] for i in range(n)]), "cpu")
+        items = []
+        for i in range(n):
+            step(
+                f"item {i} of the first batch, `dataset[{i}]` ({_name(type(dataset))}.__getitem__)",
+                ITEM_HINT,
+            )
+            items.append(dataset[i])
+        step(
+            f"the collate function {_name(collate)} on the first batch ({first})",
+            "Call it alone on those items to see it return.",
+        )
+        batch = to_device(collate(items), "cpu")
     except Exception as exc:
         raise DataError(
             f"The first {n} items of the dataset cannot be collated into a batch: "
             f"{type(exc).__name__}: {exc}. Pass collate_fn= (--collate on the command line) "
             "to build batches yourself."
         ) from exc
+    step(
+        "the model's copy for its first forward (copy.deepcopy)", "Copy it alone to see it return."
+    )
     probe = cpu_copy(model).eval()  # eval: BatchNorm takes a batch of one too
     try:
         with torch.no_grad():
+            step(
+                f"the model's first forward ({_name(task.forward)} with "
+                f"{_name(type(model))}, on the first batch: {first}, on the CPU)",
+                RUN_HINT,
+            )
             outputs, targets = task.forward(probe, batch)
+            step(f"the loss {_name(task.loss_fn)} on the first batch's outputs", RUN_HINT)
             loss = task.loss_fn(outputs, targets)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise ModelError(
                     f"The loss must be a scalar tensor, but got {describe_batch(loss)}. "
                     "Check loss_fn (it should reduce over the batch)."
                 )
+            step(_metric_step(task), RUN_HINT)
             choice = _choice(task, outputs, targets)
             dataclasses.replace(task, metric=choice.metric).metric_sum(outputs, targets)
     except ModelError:
@@ -378,6 +415,7 @@ def labels_of(
         return None
     out: list[int] = []
     for i in range(len(dataset)):  # type: ignore[arg-type]
+        step(f"`dataset[{i}]`, read for its label (the stratified validation split)", ITEM_HINT)
         item = dataset[i]
         target = item.get("labels") if isinstance(item, Mapping) else item[1]
         if isinstance(target, torch.Tensor):

@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.data import Dataset, Subset
 
 from autotune._task import OptimizerFactory, Task, TaskRefs
+from autotune._trial.bounded import ITEM_HINT, step
 from autotune._trial.data import DataModuleLike, unpack_data
 from autotune._trial.metrics import AUTO, MetricChoice
 from autotune._trial.task import (
@@ -203,6 +204,7 @@ def longest_items(dataset: Dataset[Any], *, seed: int) -> tuple[int, ...]:
     sizes: dict[int, int] = {}
     stop = time.monotonic() + SIZING_SECONDS
     for i in order:
+        step(f"`dataset[{i}]`, read for its size (finding the longest items)", ITEM_HINT)
         sizes[i] = _elements(dataset[i])
         if time.monotonic() > stop:
             break
