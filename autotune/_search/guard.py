@@ -725,17 +725,11 @@ class AccuracyGuard:
             verdict = Verdict.UNRESOLVED
         settle, need = None, None
         if verdict is Verdict.UNRESOLVED and upper <= tol and self.learned and noise is not None:
-            settle, need = (
-                (
-                    f"min_pairs={self.min_pairs} asks for {self.min_pairs} pairs before a "
-                    f"confirmation: {self.min_pairs - pairs} more"
-                ),
-                self.min_pairs,
-            )
+            more = f"{self.min_pairs} pairs before a confirmation: {self.min_pairs - pairs} more"
+            settle, need = f"min_pairs={self.min_pairs} asks for {more}", self.min_pairs
         elif verdict is Verdict.UNRESOLVED:
             settle, need = self._settle(drops, looks, order, noise)
-            if need is not None:
-                need = max(need, self.min_pairs)
+            need = None if need is None else max(need, self.min_pairs)
         finite = math.isfinite(upper)
         no_bound = None
         if not finite:

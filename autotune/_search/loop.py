@@ -25,19 +25,16 @@ from autotune._errors import AutotuneError
 from autotune._search import coverage, storage
 from autotune._search.baseline import (
     Baseline,
-    accuracy_plan_seconds,
     calibrate,
-    choose_horizon,
     measure_baseline,
-    measure_baseline_accuracy,
     split_to_fit,
-    suggested_timeout,
 )
 from autotune._search.bench import Bench
 from autotune._search.candidate import expected_seconds, run_candidate
 from autotune._search.finish import confirm_pending, side_by_side, side_by_side_seconds
 from autotune._search.ledger import Ledger
 from autotune._search.policy import STAGE_ATTR, Stage, StagePolicy, Step
+from autotune._search.question import AccuracyQuestion
 from autotune._search.settings import SearchSettings
 from autotune._search.state import LoopState
 from autotune._search.status import search_status
@@ -52,10 +49,6 @@ GUARD_WAIT = 600.0  # seconds a worker waits for the coordinator's accuracy guar
 # to the next stage's questions (the open checks, the rounds), not to asking again.
 MAX_REPEATS = 8
 PROBE_LIMIT = 120.0  # seconds a memory-probe run may take (a few steps) unless trial_timeout
-# Of the time left once the baseline is measured, the share the safe stage has before the time
-# kept for the accuracy question may cut it short: a safe win is cheap and certain, and the
-# accuracy runs train with the safe answer's knobs.
-SAFE_FIRST_SHARE = 0.2
 
 
 class Search:
@@ -83,6 +76,7 @@ class Search:
         )
         self.launcher = launcher
         self.worker = False  # joined a coordinator's study: it owns the baseline's accuracy runs
+        self.question = AccuracyQuestion(self.bench, self.state, self._reserve)
 
     @property
     def settings(self) -> SearchSettings:
@@ -110,7 +104,7 @@ class Search:
             self._measure_baseline()
             storage.publish_settings(study, self.settings)
             self._status()
-            self._plan_guard()
+            self.question.plan(worker=self.worker)
             if self.launcher is not None or not self.settings.guided:
                 # Workers and unguided samplers meet changes of the numerics from the start.
                 self._accuracy_check()
@@ -180,7 +174,7 @@ class Search:
                     continue
                 return
             queued = self.bench.waiting()  # enqueued trials run before the policy's next step
-            if self._guard_due(ledger, baseline):
+            if self.question.due(ledger, baseline, worker=self.worker):
                 state.guard_due()
                 self.bench.report(
                     "accuracy guard: the time kept for the accuracy question has come: the "
@@ -208,7 +202,7 @@ class Search:
                 # The accuracy question's time, before its first check: that check comes before
                 # the rounds that measure answers (it may make one); only a pending
                 # confirmation is kept from it. Later candidates leave the rounds their time.
-                reserve = self._confirm_reserve(ledger)
+                reserve = self.question.confirm_reserve(ledger)
             cheapest = expected_seconds(
                 state.settings.baseline, ledger, baseline, state.settings.budget
             )
@@ -322,12 +316,6 @@ class Search:
             return len(ledger.candidates) / s.n_trials
         return 0.0
 
-    def _confirm_reserve(self, ledger: Ledger) -> float:
-        """Seconds kept for confirming the leader that passed screening (0: none pending)."""
-        assert self.state.baseline is not None
-        leader = ledger.pending()
-        return 0.0 if leader is None else self.state.baseline.confirm_seconds(leader.record)
-
     def _reserve(self, ledger: Ledger) -> float:
         """Seconds kept back for work that is pending: confirming the leader that passed
         screening, and the side-by-side rounds of the answers so far."""
@@ -339,109 +327,9 @@ class Search:
             reserve += baseline.confirm_seconds(leader.record)
         return reserve
 
-    def _guard_pending(self) -> bool:
-        """Whether this process still owes the search its accuracy guard: the coordinator's,
-        where the space changes the numerics and checks were not ruled out."""
-        state = self.state
-        return (
-            not self.worker
-            and not state.no_checks
-            and state.baseline is not None
-            and state.baseline.guard is None
-            and bool(state.space.numerics_knobs(split_free=self.settings.split_free))
-        )
-
-    def _plan_guard(self) -> None:
-        """Once the baseline's throughput is measured, before any candidate: how much of the
-        budget the accuracy question keeps (the baseline's runs at the plan's horizon and one
-        check, about as long again), which the safe stage may not use; or, where not even the
-        shortest horizon's runs and one check fit, say so now, with the timeout that would
-        hold one, and search the knobs that leave the numerics alone."""
-        state = self.state
-        left = self.bench.deadline.left()
-        if not self._guard_pending() or left is None:
-            return
-        assert state.baseline is not None
-        ledger = self.ledger()
-        fixed = self._check_overhead(ledger, state.baseline)
-        # A check comes before the side-by-side rounds (they measure answers; a check makes
-        # one): only a pending leader's confirmation is kept from it.
-        reserve = self._confirm_reserve(ledger)
-        cost = accuracy_plan_seconds(self.bench, state.baseline)
-        least = 2 * cost.least_seconds + fixed + reserve
-        safe = SAFE_FIRST_SHARE * left
-        if not self.bench.deadline.fits(least + safe):
-            self._no_time_for_checks(least + safe)
-            return
-        kept = 2 * cost.seconds + fixed
-        state.keep_for_guard(kept, safe_until=self.bench.deadline.now() + safe)
-        self.bench.report(
-            f"accuracy guard: ~{kept:.0f} s of the budget are kept for the baseline's "
-            f"accuracy runs ({cost.samples:,} samples each) and one candidate's check; the "
-            "knobs that leave the numerics alone are searched until then"
-        )
-
-    def _check_overhead(self, ledger: Ledger, baseline: Baseline) -> float:
-        """Seconds a first check costs besides its runs' training: the candidate's throughput
-        measurement, and the start-up of three runs (the baseline's accuracy runs, the
-        candidate's screening run and its confirmation), each about a measurement's."""
-        return 3 * expected_seconds(
-            self.state.settings.baseline, ledger, baseline, self.state.settings.budget
-        )
-
-    def _guard_due(self, ledger: Ledger, baseline: Baseline) -> bool:
-        """Whether the time kept for the accuracy guard has come: one more throughput
-        measurement and the pending work would leave less than it."""
-        kept = self.state.guard_seconds
-        if kept is None or not self._guard_pending():
-            return False
-        if self.bench.deadline.now() < self.state.safe_until:
-            return False  # the safe stage's own share first
-        cheapest = expected_seconds(
-            self.state.settings.baseline, ledger, baseline, self.state.settings.budget
-        )
-        return not self.bench.deadline.fits(cheapest + self._reserve(ledger) + kept)
-
-    def _no_time_for_checks(self, need: float) -> None:
-        """No accuracy check fits, ``need`` seconds being the least one (the shortest horizon's
-        runs and one check, the pending work, and before the first check the safe stage's
-        share): said, with the timeout that would hold it."""
-        self.state.drop_checks()
-        timeout = self.settings.timeout or 0.0
-        more = suggested_timeout(timeout + need - float(self.bench.deadline.left() or 0.0))
-        self.bench.report(
-            f"accuracy guard: no time for accuracy checks (~{need:.0f} s for the baseline's "
-            "runs at the shortest horizon and one candidate's check, after the safe knobs' "
-            "share): only the knobs that leave the numerics alone are searched; a timeout of "
-            f"{more} s or more would allow them"
-        )
-
     def _accuracy_check(self) -> None:
-        """Measure the baseline's accuracy runs where the space changes the numerics, at the
-        longest horizon at which they and a candidate's check after them fit the time left
-        (shorter than planned where the time left is short); where not even the shortest
-        does, say that only the knobs that leave the numerics alone are searched."""
-        state = self.state
-        assert state.baseline is not None
-        if state.baseline.guard is not None or state.no_checks:
-            return
-        if not state.space.numerics_knobs(split_free=self.settings.split_free):
-            state.drop_checks()
-            return
-        state.guard_due()
-        ledger = self.ledger()
-        reserve = self._confirm_reserve(ledger)  # the rounds come after a check, not before
-        fixed = self._check_overhead(ledger, state.baseline)
-        left = self.bench.deadline.left()
-        room = None if left is None else left - reserve - fixed
-        cost = accuracy_plan_seconds(self.bench, state.baseline, left=room)
-        if not cost.fits:
-            self._no_time_for_checks(2 * cost.least_seconds + fixed + reserve)
-            return
-        state.measured(
-            measure_baseline_accuracy(self.bench, state.baseline, reserve=reserve, left=room)
-        )
-        state.measured(choose_horizon(self.bench, state.baseline, self._reserve(self.ledger())))
+        """The baseline's accuracy runs, now (see :class:`AccuracyQuestion`)."""
+        self.question.ask(worker=self.worker)
 
     def _status(self) -> None:
         s = self.settings
