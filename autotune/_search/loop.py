@@ -104,10 +104,11 @@ class Search:
             self._measure_baseline()
             storage.publish_settings(study, self.settings)
             self._status()
-            self.question.plan(worker=self.worker)
             if self.launcher is not None or not self.settings.guided:
                 # Workers and unguided samplers meet changes of the numerics from the start.
                 self._accuracy_check()
+            else:
+                self.question.plan(worker=self.worker)  # the time the question keeps
             if self.launcher is not None:
                 # This process's trial worker holds a CUDA context on the first GPU, which
                 # worker 1 uses: close it (a later trial starts a new one).
@@ -329,7 +330,7 @@ class Search:
 
     def _accuracy_check(self) -> None:
         """The baseline's accuracy runs, now (see :class:`AccuracyQuestion`)."""
-        self.question.ask(worker=self.worker)
+        self.question.ask()
 
     def _status(self) -> None:
         s = self.settings

@@ -99,7 +99,7 @@ class AccuracyQuestion:
         cheapest = expected_seconds(s.baseline, ledger, baseline, s.budget)
         return not self.bench.deadline.fits(cheapest + self.reserve(ledger) + kept)
 
-    def ask(self, *, worker: bool) -> None:
+    def ask(self) -> None:
         """Measure the baseline's accuracy runs where the space changes the numerics, at the
         longest horizon at which they and a candidate's check after them fit the time left
         (shorter than planned where the time left is short); where not even the shortest
