@@ -232,7 +232,9 @@ def test_confirmed_winner_reports_the_mean_over_seeds(fast_kwargs, bf16_capable)
     assert result.chosen == "fast" and result.fast.number == result.winner.number
     assert "confirmed over 3 paired seeds" in result.summary()
     # What 3 pairs cannot rule out is said beside the confirmation: 1 - 0.05^(1/3) = 63%.
-    assert "a failure mode in up to 63% of runs could go unseen in 3 pairs" in result.summary()
+    assert "a failure mode of 1 run in 10 would go unseen in 3 pairs 73% of the time" in (
+        result.summary()
+    )
     assert "chosen: the fast answer" in result.summary()
 
 

@@ -85,6 +85,7 @@ __all__ = [
     "look_alpha",
     "percent",
     "plan_accuracy_budget",
+    "settle_advice",
     "share",
     "shares_spent",
     "spent_alpha",
@@ -761,57 +762,8 @@ class AccuracyGuard:
         noise: SampleNoise | None = None,
     ) -> tuple[str, int | None]:
         """What would settle an unresolved check, and how many seeds at the next look (None:
-        more seeds would not do it)."""
-        if self.wrong_way:
-            return self._wrong_way_advice(), None
-        if not self.learned:
-            return (
-                f"the baseline's {self.metric_name} barely moved from the untrained model's in "
-                f"{self.accuracy_samples} samples per run: a longer accuracy budget "
-                "(a longer timeout, or accuracy_samples=) would let the check tell"
-            ), None
-        if len(drops) < 2:
-            return "accuracy_repeats >= 2 would let the check measure its own noise", None
-        sd = statistics.stdev(drops)
-        mean = statistics.fmean(drops)
-        if noise is None:
-            return (
-                f"the {self.metric_name} has no per-example values (a metric your trainer "
-                "logs), so the validation sample's own error, which every seed shares, cannot "
-                "be bounded: no number of seeds can confirm it (a rejection still stands); "
-                "autotune's own loop (find_best) records them"
-            ), None
-        # The next look's size follows the pairs' spread and the validation sample's noise,
-        # never the interim mean: the pairs that would confirm a harmless change (a true drop
-        # of 0) at that spread 80% of the time, at least one more than now. A look sized by
-        # how good the candidate looks so far would bias that look's test (the error shares
-        # assume sizes that do not depend on the drops' mean); spread and mean are independent.
-        centred = [d - mean for d in drops]
-        planned = seeds_to_settle(
-            centred, self.tolerance, looks + 1, order=order, noise=noise, power=LOOK_POWER
-        )
-        if planned is None:
-            fixed = math.sqrt(noise.at(MAX_NEED))
-            level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof)
-            if level * fixed >= self.tolerance:
-                return (
-                    f"the validation sample's own noise (±{level * fixed:.4f} at the next "
-                    f"look's level, whatever the seeds) is as wide as the tolerance "
-                    f"{self.tolerance:g}: more seeds would not tell, a larger validation set "
-                    "would"
-                ), None
-            return (
-                f"its pairs vary by ±{sd:.4f} (mean paired drop {mean:+.4f}): no practical "
-                f"number of seeds would confirm even a harmless change against the tolerance "
-                f"{self.tolerance:g}; a longer accuracy budget might"
-            ), None
-        need = max(planned, len(drops) + 1)
-        return (
-            f"the paired differences vary by ±{sd:.4f} (mean paired drop {mean:+.4f}): "
-            f"{need} seeds would confirm a harmless change at this spread "
-            f"(accuracy_repeats={need}), or a longer accuracy budget would settle it "
-            f"against the tolerance {self.tolerance:g}"
-        ), need
+        more seeds would not do it): see :func:`settle_advice`."""
+        return settle_advice(self, drops, looks, order, noise)
 
     def _wrong_way_advice(self) -> str:
         return (
@@ -858,6 +810,74 @@ class AccuracyGuard:
             ),
             "advice": self.advice(),
         }
+
+
+def settle_advice(
+    guard: AccuracyGuard,
+    drops: Sequence[float],
+    looks: int,
+    order: int = 1,
+    noise: SampleNoise | None = None,
+) -> tuple[str, int | None]:
+    """What would settle ``guard``'s unresolved check, and how many seeds at the next look
+    (None: more seeds would not do it)."""
+    if guard.wrong_way:
+        return guard._wrong_way_advice(), None
+    if not guard.learned:
+        return (
+            f"the baseline's {guard.metric_name} barely moved from the untrained model's in "
+            f"{guard.accuracy_samples} samples per run: a longer accuracy budget "
+            "(a longer timeout, or accuracy_samples=) would let the check tell"
+        ), None
+    if len(drops) < 2:
+        return "accuracy_repeats >= 2 would let the check measure its own noise", None
+    sd = statistics.stdev(drops)
+    mean = statistics.fmean(drops)
+    if noise is None:
+        return (
+            f"the {guard.metric_name} has no per-example values (a metric your trainer "
+            "logs), so the validation sample's own error, which every seed shares, cannot "
+            "be bounded: no number of seeds can confirm it (a rejection still stands); "
+            "autotune's own loop (find_best) records them"
+        ), None
+    # The next look's size follows the pairs' spread and the validation sample's noise,
+    # never the interim mean: the pairs that would confirm a harmless change (a true drop
+    # of 0) at that spread 80% of the time, at least one more than now. A look sized by
+    # how good the candidate looks so far would bias that look's test (the error shares
+    # assume sizes that do not depend on the drops' mean); spread and mean are independent.
+    centred = [d - mean for d in drops]
+    planned = seeds_to_settle(
+        centred, guard.tolerance, looks + 1, order=order, noise=noise, power=LOOK_POWER
+    )
+    if mean > guard.tolerance:
+        # Beyond the tolerance so far: the seeds that would reject it, where fewer. A size
+        # chosen from a mean that looks bad can only bias the look towards rejecting,
+        # which the error rate (of false accepts) does not count.
+        reject = seeds_to_settle(drops, guard.tolerance, looks + 1, order=order, noise=noise)
+        if reject is not None and (planned is None or reject < planned):
+            planned = reject
+    if planned is None:
+        fixed = math.sqrt(noise.at(MAX_NEED))
+        level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof)
+        if level * fixed >= guard.tolerance:
+            return (
+                f"the validation sample's own noise (±{level * fixed:.4f} at the next "
+                f"look's level, whatever the seeds) is as wide as the tolerance "
+                f"{guard.tolerance:g}: more seeds would not tell, a larger validation set "
+                "would"
+            ), None
+        return (
+            f"its pairs vary by ±{sd:.4f} (mean paired drop {mean:+.4f}): no practical "
+            f"number of seeds would confirm even a harmless change against the tolerance "
+            f"{guard.tolerance:g}; a longer accuracy budget might"
+        ), None
+    need = max(planned, len(drops) + 1)
+    return (
+        f"the paired differences vary by ±{sd:.4f} (mean paired drop {mean:+.4f}): "
+        f"{need} seeds would confirm a harmless change at this spread "
+        f"(accuracy_repeats={need}), or a longer accuracy budget would settle it "
+        f"against the tolerance {guard.tolerance:g}"
+    ), need
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
