@@ -254,3 +254,17 @@ def test_a_compiled_run_gets_a_compile_allowance_beyond_its_steady_state_limit()
     bench.execute(BASE.replace(compile_mode="default"), expected=20.0)
     bench.execute(BASE.replace(compile_mode="max-autotune"), expected=20.0)
     assert executor.limits == [100.0, 100.0 + 300.0, 100.0 + 1200.0]
+
+
+def test_the_time_kept_for_the_question_makes_its_first_check_past_the_fast_share() -> None:
+    """Past the fast stage's share of the budget the policy hands over to the late stage; but
+    where the time kept for the accuracy question has only just come (a long safe stage, cheap
+    accuracy runs), that time still makes the study's first check, and it goes before the
+    safe variants left."""
+    policy = StagePolicy(SPACE, BASE, guided=True, cpus=2)
+    ledger = _ledger(_base())
+    assert policy.next(ledger, used=0.8, checks=None).stage is Stage.SAFE
+    step = policy.next(ledger, used=0.8, checks=None, fast_first=True)
+    assert step.stage is Stage.FAST and step.needs_checks
+    fast = policy.next(_ledger(_base(), accuracy=True), used=0.8, checks=True, fast_first=True)
+    assert fast.stage is Stage.FAST and _configs(fast)[0] == BASE.replace(precision="bf16")

@@ -126,8 +126,11 @@ class StagePolicy:
         # one-time cost and recompute do not pay on a random config.
         plain = self._plain_late()
         safe_pins = {**self._numerics_of(safe.config), **plain}
-        fast = Stage.FAST not in self.exhausted and used < FAST_SHARE and bool(self.numerics)
-        fast = fast and checks is not False
+        # The time kept for the accuracy question is its own: past the fast stage's share of
+        # the budget, it still makes the study's first check.
+        first_check = fast_first and not ledger.confirmations
+        fast = Stage.FAST not in self.exhausted and (used < FAST_SHARE or first_check)
+        fast = fast and bool(self.numerics) and checks is not False
         if fast and fast_first:
             step = self._fast_step(ledger, safe, plain, checks)
             if step is not None:
