@@ -29,10 +29,14 @@ not), so accuracies are discrete and the subset's own sampling error is in every
 The true drop of a candidate is its expected drop on the *population* (examples drawn afresh,
 failures included). Under H0 the candidates sit exactly at the tolerance (the worst case a
 non-inferiority test must hold); under "harmless" their true drop is 0. Every candidate is
-checked as the search checks it (``AccuracyGuard.confirm`` at look 1 over the baseline's
-seeds, then as many seeds as ``evidence.next_target`` asks while unresolved, up to
-``--max-seeds``), the j-th candidate as the study's j-th check. The answer is a false accept
-when any candidate at the tolerance ends confirmed.
+screened and checked as the search does it: its screening run (seed 0) must pass
+``AccuracyGuard.violation`` (with the spread of the task's earlier checks' pairs, as the
+ledger's guard has it), then ``AccuracyGuard.confirm`` at look 1 over as many seeds as the
+baseline's first runs, from ``guard.FIRST_PAIR`` (the run that passed screening is not a
+pair: ``--reuse-screening`` pairs it, the rule before the tenth session, to show what that
+cost), then as many seeds as ``evidence.next_target`` asks while unresolved, up to
+``--max-seeds``, the j-th checked candidate as the study's j-th check. The answer is a false
+accept when any candidate at the tolerance ends confirmed.
 
 Results go to benchmarks/RESULTS.md (machine, command, commit) between this benchmark's markers.
 """
@@ -50,7 +54,7 @@ import numpy as np
 
 from autotune._device import environment
 from autotune._search.evidence import next_target
-from autotune._search.guard import AccuracyGuard, Confirmation, Verdict
+from autotune._search.guard import FIRST_PAIR, AccuracyGuard, Confirmation, Verdict
 
 sys.path.insert(0, str(Path(__file__).parent))
 from speedup import code_version, write_section
@@ -244,23 +248,27 @@ def guard_of(task: Task, seeds: int) -> AccuracyGuard:
     )
 
 
-def check(task: Task, cand: Candidate, order: int, repeats: int, max_seeds: int) -> Confirmation:
-    """The check as the search makes it: look 1 over the baseline's seeds, then the seeds
-    ``next_target`` asks for while unresolved (one second a seed, ``max_seeds`` in all)."""
+def check(
+    task: Task, cand: Candidate, order: int, repeats: int, max_seeds: int, first: int
+) -> Confirmation:
+    """The check as the search makes it: look 1 over ``repeats`` seeds from ``first``, then
+    the seeds ``next_target`` asks for while unresolved (one second a seed, ``max_seeds`` in
+    all)."""
     n, look = repeats, 1
     while True:
-        runs = cand.runs_for(n)[:n]
+        runs = cand.runs_for(first + n)[first : first + n]
         units, squares = None, None
         if task.sc.units:
             units = tuple(np.sum(runs, axis=0))
-            base = task.baseline(n)
+            base = task.baseline(first + n)[first:]
             squares = float(sum(((b - r) ** 2).sum() for b, r in zip(base, runs, strict=True)))
-        c = guard_of(task, n).confirm(
+        c = guard_of(task, first + n).confirm(
             [float(r.mean()) for r in runs],
             units=units,
             squares=squares,
             looks=look,
             order=order,
+            first=first,
         )
         if c.verdict is not Verdict.UNRESOLVED:
             return c
@@ -271,27 +279,42 @@ def check(task: Task, cand: Candidate, order: int, repeats: int, max_seeds: int)
 
 
 def simulate(
-    sc: Scenario, *, true_drop: float, searches: int, repeats: int, max_seeds: int, seed: int
+    sc: Scenario,
+    *,
+    true_drop: float,
+    searches: int,
+    repeats: int,
+    max_seeds: int,
+    seed: int,
+    first: int = FIRST_PAIR,
 ) -> tuple[float, float, float, float]:
-    """(share of searches whose answer was confirmed, mean seeds per check, share of checks
-    whose pairs showed no failed run: where a failure mode went unseen, which no rule on
-    those pairs can tell from a candidate without it; share of checks confirmed at their
-    first look, over the baseline's seeds: what a budget that holds one look settles)."""
+    """(share of searches whose answer was confirmed, mean seeds per check made, share of
+    checks whose pairs showed no failed run: where a failure mode went unseen, which no rule
+    on those pairs can tell from a candidate without it; share of candidates confirmed at
+    their first look: what a budget that holds one look settles). A candidate that failed
+    screening is never checked."""
     rng = np.random.default_rng(seed)
-    accepted, seeds, unseen, first = 0, 0, 0, 0
+    accepted, seeds, unseen, at_first, checks = 0, 0, 0, 0, 0
     for _ in range(searches):
         task = Task(sc, rng, true_drop=true_drop)
-        verdicts = []
-        for j in range(1, sc.candidates + 1):
+        verdicts: list[bool] = []
+        done: list[Confirmation] = []
+        for _ in range(sc.candidates):
             cand = task.candidate()
-            c = check(task, cand, j, repeats, max_seeds)
+            screening = guard_of(task, repeats).with_pairs(done)
+            if screening.violation(float(cand.runs_for(1)[0].mean())) > 0:
+                verdicts.append(False)  # failed screening: never checked, never the answer
+                continue
+            c = check(task, cand, len(done) + 1, repeats, max_seeds, first)
+            done.append(c)
             verdicts.append(c.passed)
+            checks += 1
             seeds += len(c.runs)
-            first += c.passed and c.looks == 1
-            unseen += not any(s < len(c.runs) for s in cand.failed)
+            at_first += c.passed and c.looks == 1
+            unseen += not any(first <= s < first + len(c.runs) for s in cand.failed)
         accepted += any(verdicts)
-    checks = searches * sc.candidates
-    return accepted / searches, seeds / checks, unseen / checks, first / checks
+    made = max(checks, 1)
+    return accepted / searches, seeds / made, unseen / made, at_first / (searches * sc.candidates)
 
 
 def main() -> None:
@@ -301,6 +324,11 @@ def main() -> None:
     parser.add_argument("--max-seeds", type=int, default=48)
     parser.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS])
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument(
+        "--reuse-screening",
+        action="store_true",
+        help="pair the screening run (seed 0) as the search did before the tenth session",
+    )
     args = parser.parse_args()
     chosen = [s for s in SCENARIOS if not args.scenario or s.name in args.scenario]
     rows = [
@@ -312,7 +340,12 @@ def main() -> None:
     start = time.perf_counter()
     for i, sc in enumerate(chosen):
         repeats = sc.repeats or args.repeats
-        common = dict(searches=args.searches, repeats=repeats, max_seeds=args.max_seeds)
+        common = dict(
+            searches=args.searches,
+            repeats=repeats,
+            max_seeds=args.max_seeds,
+            first=0 if args.reuse_screening else FIRST_PAIR,
+        )
         nan = float("nan")
         fa, fa_seeds, power, p_seeds, unseen, first = nan, nan, nan, nan, nan, nan
         if not sc.identical:

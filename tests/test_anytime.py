@@ -49,14 +49,18 @@ def test_a_slow_real_model_gets_a_confirmed_fast_answer_within_the_budget() -> N
     used = clock.now - run.settings.started
     assert 0.9 * 240 <= used <= 1.05 * 240, "\n".join(lines)  # budget used, and kept
     ledger = _ledger(run)
-    assert ledger.configs_measured() >= 8, "\n".join(lines)
+    # bf16's check (its screening run, three fresh pairs and the baseline's fourth seed, ~70 s
+    # at 100 samples/s) leaves room for seven configs in all.
+    assert ledger.configs_measured() >= 7, "\n".join(lines)
     best = ledger.best()
     assert best is not None and best.config.precision.value == "bf16", "\n".join(lines)
     assert best.config.batch_size == 32  # the bigger batch loses 0.05: never the answer
     assert ledger.confirmation(best).passed  # paired: the seeds' shared noise cancels
     assert ledger.guard.spread > 0.01  # ... which independent runs could not resolve
     accuracy = ledger.baseline_accuracy
-    assert accuracy is not None and accuracy.seconds <= 0.25 * 240 * 1.2  # a bounded share
+    # A bounded share: the baseline's first runs (a check bought its run of the fourth seed).
+    first = accuracy.runs[: run.settings.accuracy_repeats] if accuracy is not None else ()
+    assert sum(r.seconds for r in first) <= 0.25 * 240 * 1.2
     first = ledger.first_win_at()
     assert first is not None and first - run.settings.started < 0.75 * 240
 
@@ -84,13 +88,15 @@ def test_a_budget_too_short_for_accuracy_checks_still_delivers_a_safe_win() -> N
 
 
 def test_a_short_budget_checks_at_a_shorter_horizon_after_the_safe_stages_share() -> None:
-    """At 60 s the planned runs (500 samples each) and a check no longer fit once the safe
-    stage has had its share: the runs shrink to what is left (337 samples) instead of the
+    """At 75 s the planned runs (625 samples each) and a check no longer fit once the safe
+    stage has had its share: the runs shrink to what is left (365 samples) instead of the
     check being dropped, and bf16 is confirmed on top of the safe win (it used to answer with
-    the safe win alone, "no time for accuracy checks")."""
-    run, clock, lines = search(bert_like(workers_help=1.3), knobs=KNOBS, timeout=60.0)
+    the safe win alone, "no time for accuracy checks"). (At 60 s the plan now says no check
+    fits, with the timeout that would hold one: a check costs its screening run, three fresh
+    pairs and the baseline's run of the fourth seed.)"""
+    run, clock, lines = search(bert_like(workers_help=1.3), knobs=KNOBS, timeout=75.0)
     text = "\n".join(lines)
-    assert clock.now - run.settings.started <= 1.05 * 60, text
+    assert clock.now - run.settings.started <= 1.05 * 75, text
     ledger = _ledger(run)
     assert ledger.guard is not None and ledger.baseline_accuracy is not None, text
     assert ledger.baseline_accuracy.samples < 500, text
@@ -133,7 +139,7 @@ def test_no_time_is_kept_back_when_nothing_is_pending() -> None:
 
 
 def test_an_unresolved_confirmation_takes_the_seeds_that_settle_it_when_they_fit() -> None:
-    """bf16's paired drop alternates +-0.0039 from seed to seed: the first look (three seeds,
+    """bf16's paired drop alternates +-0.0039 from seed to seed: the first look (seeds 1-3,
     the study's first check at one-sided 97.19%, the validation sample's noise included)
     bounds the drop above the 0.01 tolerance; the seeds its runs say would settle it fit, and
     the second look confirms it, within the budget."""
@@ -143,13 +149,13 @@ def test_an_unresolved_confirmation_takes_the_seeds_that_settle_it_when_they_fit
         value = base.metric(cfg, seed)
         if cfg.precision.value == "bf16":
             value += 0.001 * (seed % 2)  # undo bert_like's own jitter
-            value -= 0.0039 if seed % 2 == 0 else -0.0039
+            value -= 0.0039 if seed % 2 == 1 else -0.0039
         return value
 
     model = dataclasses.replace(base, metric=metric)
-    # Runs of 1,500 samples: a look sized to confirm a harmless change at the first look's
+    # Runs of 1,200 samples: a look sized to confirm a harmless change at the first look's
     # spread 80% of the time (6 seeds, never chosen from the interim mean) fits the budget.
-    run, clock, lines = search(model, knobs=KNOBS, timeout=240.0, accuracy_samples=1500)
+    run, clock, lines = search(model, knobs=KNOBS, timeout=240.0, accuracy_samples=1200)
     assert clock.now - run.settings.started <= 1.05 * 240, "\n".join(lines)
     ledger = _ledger(run)
     best = ledger.best()
@@ -161,7 +167,7 @@ def test_an_unresolved_confirmation_takes_the_seeds_that_settle_it_when_they_fit
     assert confirmation.bound is not None and confirmation.bound <= 0.01
     accuracy = ledger.baseline_accuracy  # the baseline's runs of the new seeds too: pairs
     n = len(confirmation.runs)
-    assert accuracy is not None and [r.seed for r in accuracy.runs] == list(range(n))
+    assert accuracy is not None and [r.seed for r in accuracy.runs] == list(range(n + 1))
     assert any(f"unresolved over 3 seeds; running {n}" in line for line in lines)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pytest
 from sim import Model, noise, search
 
 from autotune._search.evidence import UNTIMED_SEEDS, evidence_value, next_target
@@ -141,3 +142,27 @@ def test_a_check_whose_runs_hang_past_their_own_limit_is_rejected() -> None:
     c = ledger.confirmation(b64)
     assert c is not None and c.verdict is Verdict.REJECTED and c.failure == "timeout"
     assert clock.now - run.settings.started <= 1.05 * 600, "\n".join(lines)
+
+
+def test_the_screening_run_that_chose_a_candidate_is_not_one_of_its_pairs() -> None:
+    """Batch 64's screening run (seed 0) is a lucky one, 0.05 better than the baseline's; its
+    other seeds are 0.004 worse. The run that passed screening selected the candidate, so the
+    check pairs the seeds after it (the baseline buying its run of the fourth seed): the mean
+    paired drop is the other seeds' +0.004, not the -0.014 that counting the lucky run gave."""
+
+    def metric(cfg, seed: int) -> float:
+        own = -0.05 if seed == 0 else 0.004 + 0.001 * math.sin(seed)
+        return 0.90 + noise(seed, 0.03) - (own if cfg.batch_size == 64 else 0.0)
+
+    model = Model(throughput=1000.0, overhead=0.2, speed=digits_like(0, 0).speed, metric=metric)
+    run, _, lines = search(model, knobs=DIGITS, timeout=60.0, n_train=400)
+    ledger = run.ledger()
+    b64 = next(e for e in ledger.candidates if e.config.batch_size == 64)
+    c = ledger.confirmation(b64)
+    assert c is not None and c.first_seed == 1 and len(c.runs) >= 3, "\n".join(lines)
+    accuracy = ledger.baseline_accuracy
+    assert accuracy is not None and [r.seed for r in accuracy.runs][:4] == [0, 1, 2, 3]
+    base = [r.metric for r in accuracy.runs]
+    pairs = [base[1 + i] - run for i, run in enumerate(c.runs)]  # seed 1, 2, ...
+    assert c.drop == pytest.approx(sum(pairs) / len(pairs), abs=1e-12)
+    assert c.drop == pytest.approx(0.004, abs=0.002), "\n".join(lines)

@@ -470,19 +470,20 @@ def test_the_accuracy_plan_shrinks_its_horizon_to_the_time_left_before_giving_up
     common = dict(n_train=4096, batch_size=32, throughput=1700.0, repeats=3, seconds=300.0)
     whole = plan_accuracy_budget(whole_run=True, planned_epochs=10, **common)
     assert whole.samples == 40_960 and whole.fits
-    # 150 s for the baseline's runs and one check: 75 s of runs hold 42,500 samples.
+    # 200 s for the baseline's 3 runs and one check (the candidate's screening run, its 3
+    # pairs, the baseline's run of the fourth seed): 8 runs of 42,500 samples.
     assert (
-        plan_accuracy_budget(whole_run=True, planned_epochs=10, left=150.0, **common).samples
+        plan_accuracy_budget(whole_run=True, planned_epochs=10, left=200.0, **common).samples
         == 40_960
     )
-    # 100 s left: whole runs no longer fit; three epochs (12,288) do.
-    short = plan_accuracy_budget(whole_run=True, planned_epochs=10, left=100.0, **common)
+    # 150 s left: whole runs no longer fit (31,875 would); three epochs (12,288) do.
+    short = plan_accuracy_budget(whole_run=True, planned_epochs=10, left=150.0, **common)
     assert short.samples == 12_288 and short.fits
-    # 20 s left: 5,666 samples, with a note saying it is the time left that limits it.
+    # 20 s left: 4,250 samples, with a note saying it is the time left that limits it.
     shorter = plan_accuracy_budget(whole_run=True, planned_epochs=10, left=20.0, **common)
-    assert shorter.samples == 5_666 and shorter.fits
+    assert shorter.samples == 4_250 and shorter.fits
     assert shorter.note is not None and "all the time left" in shorter.note
-    # Under the least (8 steps of 32 for each of 3 seeds, twice): does not fit, says so.
+    # Under the least (8 steps of 32 for each of the 8 runs): does not fit, says so.
     none = plan_accuracy_budget(whole_run=True, planned_epochs=10, left=0.5, **common)
     assert not none.fits and none.samples == none.least == 256
 
@@ -513,3 +514,24 @@ def test_a_validation_set_too_small_is_said_with_the_width_that_decides_it() -> 
     assert "a larger validation set would" in small.settle
     printed = float(small.settle.split("(±")[1].split(" ")[0])
     assert printed >= 0.01
+
+
+def test_advice_for_seeds_says_where_the_validation_set_takes_most_of_the_tolerance() -> None:
+    """The H100 ResNet check's case: the same validation examples judge every seed, and their
+    noise (±0.0032 in the mean drop, ±0.007 at the next look's level) takes most of the 0.01
+    tolerance, so the seeds that would confirm a harmless change at this spread run into the
+    hundreds. The advice says the validation set is what limits it; with a validation sample
+    a third as noisy the same pairs need 29 seeds and no such clause."""
+    from autotune._search.guard import SampleNoise
+
+    g = guard([0.90, 0.93, 0.87], initial=0.5)
+    drops = [-0.030, -0.013, -0.002]
+
+    def noise(sd: float) -> SampleNoise:
+        return SampleNoise(variance=sd**2, dof=2047.0, shrinks=0.3 * sd**2, pairs=3)
+
+    text, need = g._settle(drops, 1, 1, noise(0.0032))
+    assert need == 164 and "164 seeds would confirm a harmless change" in text
+    assert "a larger validation set would need far fewer" in text
+    text, need = g._settle(drops, 1, 1, noise(0.001))
+    assert need == 29 and "validation set" not in text

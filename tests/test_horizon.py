@@ -270,7 +270,7 @@ def test_the_search_says_up_front_when_its_budget_holds_no_check_that_moves_trai
 
 
 def test_a_longer_horizon_that_does_not_fit_says_which_timeout_would_hold_it() -> None:
-    """The same take-off lottery with a 30-s budget: runs of twice the samples do not fit, so
+    """The same take-off lottery with a 32-s budget: runs of twice the samples do not fit, so
     the search says which timeout would hold them, in the progress and the result's accuracy
     note, and not the astronomical timeout a check among runs that have and have not taken off
     would need at this horizon."""
@@ -279,7 +279,7 @@ def test_a_longer_horizon_that_does_not_fit_says_which_timeout_would_hold_it() -
         base = 0.97 if _took_off(cfg, seed, samples) else 0.70
         return base + noise(seed, 0.003)
 
-    run, _, lines = search(digits(metric_at=metric_at), knobs=DIGITS, timeout=30.0, n_train=400)
+    run, _, lines = search(digits(metric_at=metric_at), knobs=DIGITS, timeout=32.0, n_train=400)
     text = "\n".join(lines)
     said = [line for line in lines if "do not fit in the time left: a timeout of about" in line]
     assert len(said) == 1 and "had not taken off" in said[0], text

@@ -16,7 +16,7 @@ from autotune._errors import AutotuneError
 from autotune._knobs import config_from, pair_base
 from autotune._search import storage
 from autotune._search.bench import Bench
-from autotune._search.guard import AccuracyGuard, plan_accuracy_budget
+from autotune._search.guard import FIRST_PAIR, AccuracyGuard, plan_accuracy_budget, question_runs
 from autotune._search.horizon import HorizonPlan, longer_reason, plan_horizon
 from autotune._search.ledger import Entry, Ledger
 from autotune._search.record import BaselineAccuracy, Record, Role
@@ -128,11 +128,21 @@ class Baseline:
         ratio = base / throughput if throughput and base else 1.0
         return SLACK * mean * ratio * of.config.train_fraction
 
+    def first_seeds(self) -> tuple[int, ...]:
+        """The seeds of a check's first look: from :data:`FIRST_PAIR` (the screening run,
+        seed 0, chose the candidate and is no pair), as many as the baseline's first runs
+        (``accuracy_repeats``), or as the baseline has runs of, where later looks bought more."""
+        have = len(self.accuracy.runs) if self.accuracy is not None else 0
+        least = self.guard.first_look if self.guard is not None else 0
+        return tuple(range(FIRST_PAIR, FIRST_PAIR + max(least, have - FIRST_PAIR)))
+
     def confirm_seconds(self, of: Measured | None = None) -> float:
-        """Expected seconds of confirming a candidate: as many more runs as the baseline made,
-        less the one it screened with."""
-        repeats = len(self.accuracy.runs) if self.accuracy is not None else 0
-        return self.run_seconds(of) * max(0, repeats - 1)
+        """Expected seconds of a check's first look: the candidate's runs of its seeds, and the
+        baseline's of those it has no run of yet."""
+        seeds = self.first_seeds()
+        have = len(self.accuracy.runs) if self.accuracy is not None else 0
+        missing = sum(1 for seed in seeds if seed >= have)
+        return self.run_seconds(of) * len(seeds) + self.run_seconds() * missing
 
     @property
     def measure_seconds(self) -> float:
@@ -357,6 +367,10 @@ class GuardCost:
     note: str | None
     fits: bool = True
     least_seconds: float = 0.0
+    # The same runs and one check's after them (see guard.question_runs), at the plan's
+    # horizon and at the shortest.
+    question_seconds: float = 0.0
+    least_question_seconds: float = 0.0
 
 
 def accuracy_plan_seconds(
@@ -380,9 +394,10 @@ def accuracy_plan_seconds(
     )
     samples, note, fits = plan.samples, plan.note, plan.fits
     per_sample = SLACK * s.accuracy_repeats / max(throughput, 1e-9)
+    question = question_runs(s.accuracy_repeats) / s.accuracy_repeats
     if s.accuracy_samples is not None:
         samples, note = s.accuracy_samples, None
-        fits = left is None or 2 * per_sample * samples <= left
+        fits = left is None or question * per_sample * samples <= left
     least = s.accuracy_samples if s.accuracy_samples is not None else plan.least
     return GuardCost(
         samples=samples,
@@ -390,6 +405,8 @@ def accuracy_plan_seconds(
         note=note,
         fits=fits,
         least_seconds=per_sample * least,
+        question_seconds=question * per_sample * samples,
+        least_question_seconds=question * per_sample * least,
     )
 
 
@@ -548,7 +565,8 @@ def choose_horizon(bench: Bench, baseline: Baseline, reserve: float) -> Baseline
         if why is None:
             return baseline
         samples = plan.longer
-        seconds = 2 * SLACK * s.accuracy_repeats * samples / max(baseline.throughput, 1e-9)
+        runs = question_runs(s.accuracy_repeats)
+        seconds = SLACK * runs * samples / max(baseline.throughput, 1e-9)
         if not bench.deadline.fits(seconds + reserve):
             text = (
                 f"{why}, but runs of {samples:,} samples (~{seconds:.0f} s for the baseline's "

@@ -23,7 +23,7 @@ from autotune._search.bench import Bench
 from autotune._search.guard import Confirmation, SampleNoise, Verdict, p_inferior
 from autotune._search.ledger import Entry
 from autotune._trial.failures import FailureReason
-from autotune._trial.runner import AccuracyCheck, AccuracyRun
+from autotune._trial.runner import AccuracyCheck, AccuracyRun, TrialOutcome
 
 __all__ = ["STEP", "confirm", "evidence_value", "next_target", "unit_sums"]
 
@@ -119,13 +119,14 @@ def confirm(
         target = next_target(
             n,
             result.need,
-            seed_seconds(current, entry, n),
+            seed_seconds(current, entry, result.first_seed + n),
             None if left is None else left - keep,
             spare=None if left is None or persist is None else left - persist,
         )
         if target is None:
             if result.need is not None and result.need > n:
-                cost = sum(seed_seconds(current, entry, s) for s in range(n, result.need))
+                start = result.first_seed
+                cost = sum(seed_seconds(current, entry, start + s) for s in range(n, result.need))
                 why = (
                     f"a search with no time budget spends at most {UNTIMED_SEEDS} seeds on a "
                     "check (pass timeout= to let it buy more)"
@@ -150,47 +151,34 @@ def confirm(
 
 
 def _first_look(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
-    """The candidate over the baseline's other seeds (seed 0 was its screening run)."""
+    """The candidate over :meth:`Baseline.first_seeds` (not seed 0: its screening run chose
+    it), with the baseline's runs of those seeds it has none of yet. A run that failed (a
+    crash, a metric that is not finite, a run that hung past its own limit) rejects the
+    candidate; one stopped by the search's deadline (its grace spent), or a baseline's run
+    that failed, says nothing of its accuracy: unresolved, and not checked again."""
     assert baseline.guard is not None and baseline.accuracy is not None
-    record = entry.record
-    m = record.measurement
-    check = baseline.check_of(entry.config, tuple(range(1, baseline.guard.repeats)))
-    outcome = bench.execute(
-        entry.config,
-        accuracy=check,
-        measured=m,
-        expected=baseline.confirm_seconds(record),
-    )
-    first = record.accuracy[0] if record.accuracy else None
+    seeds = baseline.first_seeds()
     # The check's rank among those that made a test (see ledger.rejudged).
     order = 1 + sum(1 for c in bench.ledger().confirmations.values() if c.failure is None)
-    if not outcome.ok or first is None:
-        # A run that failed (a crash, a metric that is not finite, a run that hung past its
-        # own limit) rejects the candidate; one stopped by the search's deadline (its grace
-        # spent) says nothing of its accuracy: unresolved, and not checked again.
-        stopped = outcome.failure is FailureReason.TIMEOUT and bench.deadline.past()
-        return Confirmation(
-            runs=(),
-            verdict=Verdict.UNRESOLVED if stopped else Verdict.REJECTED,
-            failure=(
-                f"its accuracy runs were stopped before they ended ({outcome.message}): no "
-                "verdict on its accuracy"
-                if stopped
-                else outcome.message
-            ),
-            trial=entry.number,
-            at=bench.deadline.now(),
-            order=order,
-        )
-    runs = [first, *outcome.accuracy]
-    return baseline.guard.confirm(
-        [r.metric for r in runs],
-        units=unit_sums(runs),
-        squares=baseline.guard.pair_squares(runs),
-        looks=1,
-        order=order,
+    start = Confirmation(runs=(), verdict=Verdict.UNRESOLVED, first_seed=seeds[0], order=order)
+    result = _look(bench, baseline, entry, start, seeds[-1] + 1, looks=1)
+    if isinstance(result, Confirmation):
+        return result
+    outcome, of_baseline = result
+    stopped = of_baseline or (outcome.failure is FailureReason.TIMEOUT and bench.deadline.past())
+    return Confirmation(
+        runs=(),
+        verdict=Verdict.UNRESOLVED if stopped else Verdict.REJECTED,
+        failure=(
+            f"{'the baseline' if of_baseline else 'its'}'s accuracy runs were stopped before "
+            f"they ended ({outcome.message}): no verdict on its accuracy"
+            if stopped
+            else outcome.message
+        ),
         trial=entry.number,
         at=bench.deadline.now(),
+        order=order,
+        first_seed=seeds[0],
     )
 
 
@@ -215,47 +203,57 @@ def _file(bench: Bench, entry: Entry, result: Confirmation) -> None:
 def _more_seeds(
     bench: Bench, baseline: Baseline, entry: Entry, last: Confirmation, target: int
 ) -> Confirmation | None:
-    """The look after ``last``: seeds ``len(last.runs)`` to ``target - 1`` for the candidate,
-    and for the baseline where it has no run of them yet (its new runs join its accuracy
-    record, which later checks pair with too). None: a run failed (the last look stands)."""
+    """The look after ``last``: ``target`` pairs in all (None: a run failed, the last look
+    stands)."""
+    result = _look(bench, baseline, entry, last, last.first_seed + target, looks=last.looks + 1)
+    return result if isinstance(result, Confirmation) else None
+
+
+def _look(
+    bench: Bench, baseline: Baseline, entry: Entry, last: Confirmation, end: int, *, looks: int
+) -> Confirmation | tuple[TrialOutcome, bool]:
+    """A look over ``last``'s seeds and those after them up to ``end`` (exclusive): the
+    candidate's runs of the new seeds, and the baseline's where it has no run of them yet (its
+    new runs join its accuracy record, which later checks pair with too). A run that failed:
+    its outcome, and whether it was the baseline's."""
     assert baseline.accuracy is not None
-    runs = last.runs
-    m = entry.record.measurement
-    samples = baseline.accuracy.samples
-    have = len(baseline.accuracy.runs)
-    base_seeds = tuple(range(have, target))
-    new_seeds = tuple(range(len(runs), target))
+    first = last.first_seed
+    base_seeds = tuple(range(len(baseline.accuracy.runs), end))
+    new_seeds = tuple(range(first + len(last.runs), end))
     if base_seeds:
         more = bench.execute(
             bench.settings.baseline,
             accuracy=AccuracyCheck(
-                samples=samples, seeds=base_seeds, config=baseline.accuracy.config
+                samples=baseline.accuracy.samples,
+                seeds=base_seeds,
+                config=baseline.accuracy.config,
             ),
             measured=baseline.record.measurement,
             expected=baseline.run_seconds() * len(base_seeds),
         )
         if not more.ok:
-            return None
+            return more, True
         storage.add_baseline_runs(bench.study, more.accuracy)
     outcome = bench.execute(
         entry.config,
         accuracy=baseline.check_of(entry.config, new_seeds),
-        measured=m,
+        measured=entry.record.measurement,
         expected=baseline.run_seconds(entry.record) * len(new_seeds),
     )
     extended = Baseline.of(bench.ledger())
     if not outcome.ok or extended is None or extended.guard is None:
-        return None
-    all_runs = [*runs, *(r.metric for r in outcome.accuracy)]
+        return outcome, False
     more_squares = extended.guard.pair_squares(outcome.accuracy)
+    squares = None
+    if more_squares is not None and (last.squares is not None or not last.runs):
+        squares = (last.squares or 0.0) + more_squares
     return extended.guard.confirm(
-        all_runs,
-        units=unit_sums(outcome.accuracy, last.units),
-        squares=None
-        if last.squares is None or more_squares is None
-        else last.squares + more_squares,
-        looks=last.looks + 1,
+        [*last.runs, *(r.metric for r in outcome.accuracy)],
+        units=unit_sums(outcome.accuracy, last.units if last.runs else ()),
+        squares=squares,
+        looks=looks,
         order=last.order,
         trial=entry.number,
         at=bench.deadline.now(),
+        first=first,
     )

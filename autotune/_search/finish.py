@@ -54,10 +54,14 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
             cost = (
                 current.confirm_seconds(entry.record)
                 if first
-                else seed_seconds(current, entry, len(c.runs) if c is not None else 0)
+                else seed_seconds(current, entry, c.first_seed + len(c.runs) if c else 0)
             )
-            drops = guard.paired_drops(c.runs) if c is not None else []
-            noise = guard.sample_noise(c.units, drops, c.squares) if c is not None else None
+            drops = guard.paired_drops(c.runs, c.first_seed) if c is not None else []
+            noise = (
+                guard.sample_noise(c.units, drops, c.squares, c.first_seed)
+                if c is not None
+                else None
+            )
             # Over the answer so far; none known (no answer yet, or no time): no gain.
             speedup = figures.speedup(floor, ledger.projected(entry)) or 1.0
             value = evidence_value(speedup, p_within(c, guard.tolerance, drops, noise), cost)

@@ -18,7 +18,10 @@ What pairing cancels is the noise the two runs share; what is left, it measures 
 The guard decides in two steps:
 
 - **Screening** (every candidate whose numerics change, one run, seed 0): rejected only for a
-  drop larger than the tolerance plus what one pair can vary by. Before any confirmation that
+  drop larger than the tolerance plus what one pair can vary by. The screening run is not a
+  pair of the confirmation (:data:`FIRST_PAIR`): it selected the candidate, so a run that
+  passed it is a lucky one more often than not, and a test that counted it would lean towards
+  accepting. Before any confirmation that
   variation is bounded by the baseline's own seed-to-seed spread (lenient); once confirmations
   have measured how much paired differences really vary, by that (much tighter, since the
   shared noise cancels), so a clearly worse candidate is not sent to a costly confirmation.
@@ -74,6 +77,7 @@ from scipy import stats
 
 __all__ = [
     "ALPHA",
+    "FIRST_PAIR",
     "AccuracyGuard",
     "AccuracyPlan",
     "Confirmation",
@@ -85,6 +89,7 @@ __all__ = [
     "look_alpha",
     "percent",
     "plan_accuracy_budget",
+    "question_runs",
     "settle_advice",
     "share",
     "shares_spent",
@@ -104,6 +109,9 @@ LEARNED = 2.0  # the baseline must move its metric by this many of its own sprea
 MIN_LEARNED_SEEDS = 2  # ... or this many of its seeds must each move it by more than the tolerance
 MAX_NEED = 10_000  # seeds beyond which an unresolved check counts as unsettleable
 LOOK_POWER = 0.8  # a next look is sized to confirm a harmless change this often
+# A check's first pair: seed 0 is the candidate's screening run, which chose it (a run that
+# passed screening is likelier than not a lucky one), so a confirmation pairs the seeds after.
+FIRST_PAIR = 1
 # Of the answer's error rate, the share the study's first check may spend, and of a check's,
 # the share its first look may (see :func:`share`).
 FIRST_SHARE = 0.75
@@ -390,8 +398,10 @@ class Confirmation:
     ``confidence`` what a confirmation achieved across its looks. A confirmation whose runs
     failed carries the ``failure`` message."""
 
-    runs: tuple[float, ...]  # the candidate's metric per seed (0, 1, ...)
+    runs: tuple[float, ...]  # the candidate's metric per seed (first_seed, first_seed + 1, ...)
     verdict: Verdict
+    # The seed of the first run: FIRST_PAIR (checks filed before it existed paired from 0).
+    first_seed: int = 0
     # The candidate's metric sums per validation unit, summed over its seeds (None: the
     # metric has no units, a trainer's logged one): with the baseline's, the validation
     # sample's own noise in the mean drop.
@@ -431,6 +441,7 @@ class Confirmation:
             "passed": self.passed,
             "looks": self.looks,
             "order": self.order,
+            "first_seed": self.first_seed,
             "units": None if self.units is None else [_compact(u) for u in self.units],
         }
         for key in _OPTIONAL:
@@ -457,6 +468,7 @@ class Confirmation:
             verdict=Verdict(data["verdict"]),
             looks=int(data.get("looks") or 1),
             order=int(data.get("order") or 1),
+            first_seed=int(data.get("first_seed") or 0),
             units=None if units is None else tuple(float(u) for u in units),
             **{key: data.get(key) for key in _OPTIONAL},
         )
@@ -530,6 +542,7 @@ class AccuracyGuard:
     baseline_units: tuple[tuple[float, ...] | None, ...] = ()
     unit_counts: tuple[float, ...] | None = None
     min_pairs: int = 0  # paired seeds a confirmation needs at the least (SearchOptions.min_pairs)
+    first_look: int = 0  # the pairs of a check's first look, at the least (accuracy_repeats)
 
     @property
     def repeats(self) -> int:
@@ -605,11 +618,13 @@ class AccuracyGuard:
         diff = self.baseline_runs[seed] - metric
         return diff if self.higher_is_better else -diff
 
-    def paired_drops(self, runs: Sequence[float]) -> list[float]:
-        """The candidate's ``runs`` (seeds 0, 1, ...) less the baseline's run of each seed,
-        for the seeds the baseline has a run of: a candidate's seed without its baseline run
-        is not a pair, and is not used (never compared with the baseline's mean)."""
-        return [self._paired_drop(seed, m) for seed, m in enumerate(runs[: self.repeats])]
+    def paired_drops(self, runs: Sequence[float], first: int = 0) -> list[float]:
+        """The candidate's ``runs`` (seeds ``first``, ``first + 1``, ...) less the baseline's
+        run of each seed, for the seeds the baseline has a run of: a candidate's seed without
+        its baseline run is not a pair, and is not used (never compared with the baseline's
+        mean)."""
+        seeds = range(first, self.repeats)
+        return [self._paired_drop(seed, m) for seed, m in zip(seeds, runs, strict=False)]
 
     def pair_squares(self, runs: Sequence[Any]) -> float | None:
         """The sum over ``runs`` (the candidate's accuracy runs, each with its ``seed`` and
@@ -625,14 +640,18 @@ class AccuracyGuard:
         return total
 
     def sample_noise(
-        self, units: Sequence[float] | None, drops: Sequence[float], squares: float | None = None
+        self,
+        units: Sequence[float] | None,
+        drops: Sequence[float],
+        squares: float | None = None,
+        first: int = 0,
     ) -> SampleNoise | None:
         """The validation sample's noise in the mean of the paired ``drops``, from the
         candidate's per-unit sums over their seeds (``units``), the baseline's per-unit sums of
         the same seeds and the pairs' ``squares`` (see :meth:`pair_squares`); None where the
         units were not recorded."""
         pairs = len(drops)
-        base = self.baseline_units[:pairs]
+        base = self.baseline_units[first : first + pairs]
         if units is None or pairs < 1 or len(base) < pairs or any(b is None for b in base):
             return None
         if any(len(b) != len(units) for b in base if b is not None):
@@ -669,7 +688,7 @@ class AccuracyGuard:
         ``confirmations`` (those with two or more finite runs) measured."""
         spreads: list[tuple[float, int]] = []
         for c in confirmations:
-            drops = self.paired_drops(c.runs)
+            drops = self.paired_drops(c.runs, c.first_seed)
             if len(drops) > 1 and all(math.isfinite(d) for d in drops):
                 spreads.append((statistics.stdev(drops), len(drops) - 1))
         if not spreads:
@@ -693,15 +712,17 @@ class AccuracyGuard:
         order: int = 1,
         trial: int | None = None,
         at: float | None = None,
+        first: int = 0,
     ) -> Confirmation:
         """The ``looks``-th look of the study's ``order``-th check at ``runs`` (the
-        candidate's metric for seeds 0, 1, ...; ``units``, its per-unit sums over those
-        seeds), paired with the baseline's runs of the same seeds: the sequential
-        non-inferiority test of the module's docstring."""
-        drops = self.paired_drops(runs)
+        candidate's metric for seeds ``first``, ``first + 1``, ...; ``units``, its per-unit
+        sums over those seeds), paired with the baseline's runs of the same seeds: the
+        sequential non-inferiority test of the module's docstring."""
+        drops = self.paired_drops(runs, first)
         pairs = len(drops)
         base = Confirmation(
             runs=tuple(runs), verdict=Verdict.REJECTED, looks=looks, tolerance=self.tolerance,
+            first_seed=first,
             mean=statistics.fmean(runs), trial=trial, at=at, order=order,
             units=None if units is None else tuple(units), squares=squares,
         )  # fmt: skip
@@ -712,7 +733,7 @@ class AccuracyGuard:
         if not all(math.isfinite(d) for d in drops):
             return dataclasses.replace(base, drop=math.inf, failure="a run's metric is not finite")
         # Units summed over seeds the baseline lacks would not match its sums: no pairs there.
-        noise = self.sample_noise(units, drops, squares) if pairs == len(runs) else None
+        noise = self.sample_noise(units, drops, squares, first) if pairs == len(runs) else None
         drop, lower, upper = paired_bounds(drops, looks, order=order, noise=noise)
         tol = self.tolerance
         confidence = None
@@ -856,9 +877,9 @@ def settle_advice(
         reject = seeds_to_settle(drops, guard.tolerance, looks + 1, order=order, noise=noise)
         if reject is not None and (planned is None or reject < planned):
             planned = reject
+    fixed = math.sqrt(noise.at(MAX_NEED))
+    level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof)
     if planned is None:
-        fixed = math.sqrt(noise.at(MAX_NEED))
-        level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof)
         if level * fixed >= guard.tolerance:
             return (
                 f"the validation sample's own noise (±{level * fixed:.4f} at the next "
@@ -872,12 +893,28 @@ def settle_advice(
             f"{guard.tolerance:g}; a longer accuracy budget might"
         ), None
     need = max(planned, len(drops) + 1)
-    return (
+    text = (
         f"the paired differences vary by ±{sd:.4f} (mean paired drop {mean:+.4f}): "
         f"{need} seeds would confirm a harmless change at this spread "
         f"(accuracy_repeats={need}), or a longer accuracy budget would settle it "
         f"against the tolerance {guard.tolerance:g}"
-    ), need
+    )
+    if level * fixed > guard.tolerance / 2:
+        # Most of the tolerance goes to the noise the same validation examples put in every
+        # seed's drop: the seeds are what is left of it (an H100 ResNet check asked for 3,446).
+        text += (
+            f"; the validation sample's own noise (±{level * fixed:.4f} at the next look's "
+            "level, whatever the seeds) takes most of the tolerance: a larger validation set "
+            "would need far fewer"
+        )
+    return text, need
+
+
+def question_runs(repeats: int) -> int:
+    """Accuracy runs the question takes at the least: the baseline's ``repeats``, and one
+    check's (the candidate's screening run, its ``repeats`` pairs after it, and the baseline's
+    run of the seed its own runs do not reach)."""
+    return 2 * repeats + 1 + FIRST_PAIR
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -920,7 +957,9 @@ def plan_accuracy_budget(
     target = min(target, whole)
     least = min(target, MIN_STEPS * batch_size)
     planned = math.inf if seconds is None else ACCURACY_SHARE * seconds * throughput / repeats
-    room = math.inf if left is None else max(0.0, left) * throughput / (2 * repeats)
+    # The baseline's runs, and a check's: its screening run, its pairs, and the baseline's
+    # run of the seed after its own (a check pairs the seeds after the screening run).
+    room = math.inf if left is None else max(0.0, left) * throughput / question_runs(repeats)
     share = min(planned, room)
     if whole_run and whole > target and share >= whole:
         return AccuracyPlan(

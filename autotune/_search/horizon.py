@@ -34,7 +34,14 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from autotune._search.guard import MAX_NEED, AccuracyGuard, look_alpha, t_quantile
+from autotune._search.guard import (
+    FIRST_PAIR,
+    MAX_NEED,
+    AccuracyGuard,
+    look_alpha,
+    question_runs,
+    t_quantile,
+)
 from autotune._trial.runner import AccuracyRun
 
 __all__ = ["MAX_DECAY", "HorizonPlan", "longer_reason", "pairs_to_confirm", "plan_horizon"]
@@ -163,8 +170,13 @@ def plan_horizon(
     halves = [r.midpoint for r in runs]
     half_spread = _spread([h for h in halves if h is not None]) if None not in halves else None
     pairs = pairs_to_confirm(math.sqrt(2.0) * spread, tolerance, repeats)
-    # The baseline's runs at this horizon are bought: each further pair costs both arms.
-    seconds = math.inf if pairs is None else run_seconds * (pairs + max(0, pairs - len(runs)))
+    # The baseline's runs at this horizon are bought; a check is the candidate's screening
+    # run, its pairs after it, and the baseline's runs of the seeds it has none of.
+    seconds = (
+        math.inf
+        if pairs is None
+        else run_seconds * (FIRST_PAIR + pairs + max(0, FIRST_PAIR + pairs - len(runs)))
+    )
     longer = min(2 * samples, limit)
     longer_spread: float | None = None
     longer_pairs: int | None = None
@@ -175,7 +187,7 @@ def plan_horizon(
         longer_spread = spread * math.sqrt(ratio)
         longer_pairs = pairs_to_confirm(math.sqrt(2.0) * longer_spread, tolerance, repeats)
         if longer_pairs is not None:
-            longer_seconds = 2 * longer_pairs * run_seconds * longer / samples
+            longer_seconds = 2 * (FIRST_PAIR + longer_pairs) * run_seconds * longer / samples
     return HorizonPlan(
         samples=samples,
         spread=spread,
@@ -187,7 +199,7 @@ def plan_horizon(
         longer_spread=longer_spread,
         longer_pairs=longer_pairs,
         longer_seconds=longer_seconds,
-        least_longer_seconds=2 * repeats * run_seconds * longer / samples,
+        least_longer_seconds=question_runs(repeats) * run_seconds * longer / samples,
         left=left,
     )
 

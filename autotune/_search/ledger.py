@@ -154,6 +154,7 @@ def make_guard(settings: SearchSettings, accuracy: BaselineAccuracy) -> Accuracy
         baseline_units=tuple(run.units for run in accuracy.runs),
         unit_counts=next((run.counts for run in accuracy.runs if run.counts is not None), None),
         min_pairs=settings.min_pairs,
+        first_look=settings.accuracy_repeats,
     )
 
 
@@ -180,6 +181,7 @@ def rejudged(
                 order=rank,
                 trial=c.trial,
                 at=c.at,
+                first=c.first_seed,
             )
         out[key] = c
     return out

@@ -74,12 +74,12 @@ class AccuracyQuestion:
         # one): only a pending leader's confirmation is kept from it.
         reserve = self.confirm_reserve(ledger)
         cost = accuracy_plan_seconds(bench, state.baseline)
-        least = 2 * cost.least_seconds + fixed + reserve
+        least = cost.least_question_seconds + fixed + reserve
         safe = SAFE_FIRST_SHARE * left
         if not bench.deadline.fits(least + safe):
             self._no_time(least + safe)
             return
-        kept = 2 * cost.seconds + fixed
+        kept = cost.question_seconds + fixed
         state.keep_for_guard(kept, safe_until=bench.deadline.now() + safe)
         bench.report(
             f"accuracy guard: ~{kept:.0f} s of the budget are kept for the baseline's "
@@ -119,17 +119,18 @@ class AccuracyQuestion:
         room = None if left is None else left - reserve - fixed
         cost = accuracy_plan_seconds(bench, state.baseline, left=room)
         if not cost.fits:
-            self._no_time(2 * cost.least_seconds + fixed + reserve)
+            self._no_time(cost.least_question_seconds + fixed + reserve)
             return
         state.measured(measure_baseline_accuracy(bench, state.baseline, reserve=reserve, left=room))
         state.measured(choose_horizon(bench, state.baseline, self.reserve(bench.ledger())))
 
     def overhead(self, ledger: Ledger, baseline: Baseline) -> float:
         """Seconds a first check costs besides its runs' training: the candidate's throughput
-        measurement, and the start-up of three runs (the baseline's accuracy runs, the
-        candidate's screening run and its confirmation), each about a measurement's."""
+        measurement, and the start-up of four runs (the baseline's accuracy runs, the
+        candidate's screening run, the baseline's run of the check's last seed and the
+        candidate's pairs), each about a measurement's."""
         s = self.state.settings
-        return 3 * expected_seconds(s.baseline, ledger, baseline, s.budget)
+        return 4 * expected_seconds(s.baseline, ledger, baseline, s.budget)
 
     def confirm_reserve(self, ledger: Ledger) -> float:
         """Seconds kept for confirming the leader that passed screening (0: none pending)."""
