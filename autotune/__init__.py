@@ -24,7 +24,6 @@ from autotune._choices import (
     Precision,
     ScheduleKind,
 )
-from autotune._config import TrainingConfig
 from autotune._errors import (
     ArgumentError,
     AutotuneError,
@@ -36,7 +35,8 @@ from autotune._errors import (
     SetUpTimeout,
     StorageError,
 )
-from autotune._integrations import LightningSettings
+from autotune._knobs.config import TrainingConfig
+from autotune._knobs.trainer_args import LightningSettings
 from autotune._options import SearchOptions
 from autotune._result.result import SearchResult, load_config
 from autotune._search.distributed import join_search

@@ -27,11 +27,11 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune._checks import check_int, check_number
-from autotune._config import TrainingConfig
 from autotune._device import environment, resolve_device
 from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
 from autotune._full import FULL_SEEDS, FullReport, run_full
+from autotune._knobs.config import TrainingConfig
 from autotune._options import PLANNED_EPOCHS, VERIFY_ROUNDS
 from autotune._result.result import SearchResult
 from autotune._search.figures import speedup

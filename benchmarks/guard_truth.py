@@ -50,7 +50,7 @@ from scipy import stats
 
 import autotune
 from autotune._device import environment
-from autotune._knobs import KNOBS, config_from
+from autotune._knobs.registry import KNOBS, config_from
 from autotune._search.evidence import next_target, unit_sums
 from autotune._search.guard import (
     AccuracyGuard,

@@ -35,7 +35,7 @@ import torch
 
 import autotune
 from autotune._device import environment, resolve_device
-from autotune._trial.apply import supported_optimizer_impls
+from autotune._knobs.apply import supported_optimizer_impls
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import Budget, measure_throughput
 from autotune._trial.workload import Workload, prepare_workload

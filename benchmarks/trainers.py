@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import autotune
-from autotune._integrations import trainer_settings
+from autotune._knobs.trainer_args import trainer_settings
 from autotune._trial.runner import Budget, run_trial
 
 import trainer_workloads as tw

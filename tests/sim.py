@@ -14,7 +14,7 @@ import optuna
 from test_space import CPU
 
 from autotune import TrainingConfig, load_space
-from autotune._knobs import Facts
+from autotune._knobs.registry import Facts
 from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
 from autotune._task import TaskRefs

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from autotune import ConfigError, TrainingConfig, load_space
-from autotune._knobs import (
+from autotune._knobs.registry import (
     BY_NAME,
     KNOBS,
     complexity,

@@ -7,7 +7,7 @@ import pytest
 
 from autotune import SearchSpaceError, TrainingConfig, builtin_spaces, load_space
 from autotune._device import DeviceInfo
-from autotune._knobs import KNOB_NAMES, Facts
+from autotune._knobs.registry import KNOB_NAMES, Facts
 from autotune._space import Choice, FloatRange, parse_space
 
 CPU = DeviceInfo(

@@ -17,9 +17,9 @@ from typing import Any
 
 import optuna
 
-from autotune._config import SCHEMA_VERSION, TrainingConfig
 from autotune._errors import ConfigError, StorageError
-from autotune._integrations import trainer_settings
+from autotune._knobs.config import SCHEMA_VERSION, TrainingConfig
+from autotune._knobs.trainer_args import trainer_settings
 from autotune._result.files import write_text_atomic
 from autotune._result.report import write_report
 from autotune._result.summary import render_summary
@@ -311,7 +311,7 @@ class SearchResult:
     def trainer_settings(self) -> dict[str, Any]:
         """The settings of your own trainer that train as the chosen config did (``tune``):
         ``training_arguments`` for a Hugging Face Trainer; ``trainer``, ``dataloader`` and
-        ``notes`` for Lightning. See :func:`autotune._integrations.trainer_settings`."""
+        ``notes`` for Lightning. See :func:`autotune._knobs.trainer_args.trainer_settings`."""
         if self.trainer is None:
             raise ConfigError(
                 "This result was searched with find_best, not through a trainer: use "

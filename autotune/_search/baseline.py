@@ -11,9 +11,9 @@ import math
 import statistics
 from typing import Protocol
 
-from autotune._config import TrainingConfig
 from autotune._errors import AutotuneError
-from autotune._knobs import config_from, pair_base
+from autotune._knobs.config import TrainingConfig
+from autotune._knobs.registry import config_from, pair_base
 from autotune._search import storage
 from autotune._search.bench import Bench
 from autotune._search.guard import AccuracyGuard, plan_accuracy_budget
@@ -327,7 +327,7 @@ def measure_baseline(bench: Bench, space: SearchSpace, *, needs: float = 0.0) ->
 def pair_settings(ledger: Ledger, baseline: Baseline) -> tuple[TrainingConfig, float]:
     """The settings the baseline's accuracy runs, and both arms of every pair, train with, and
     their throughput: those of the runs already made; else the baseline's config with the
-    shared knobs of the fastest safe config measured so far (see ``_knobs.pair_base``), at
+    shared knobs of the fastest safe config measured so far (see ``registry.pair_base``), at
     that config's measured throughput (the baseline's where it was not measured itself: the
     safe answer's own may owe part of its speed to knobs a pair does not share). A pair then
     differs only in the numerics judged, as before, and each of its runs lays out memory and

@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune._choices import CompileMode
-from autotune._config import TrainingConfig
+from autotune._knobs.config import TrainingConfig
 from autotune._progress import Progress, Report, as_progress
 from autotune._search import storage
 from autotune._search.deadline import Deadline

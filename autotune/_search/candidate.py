@@ -11,8 +11,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune._choices import CompileMode
-from autotune._config import TrainingConfig
 from autotune._errors import ConfigError, DeviceError
+from autotune._knobs.config import TrainingConfig
 from autotune._search import ranking, storage
 from autotune._search.baseline import SLACK, Baseline, measurement_seconds
 from autotune._search.bench import Bench

@@ -18,8 +18,8 @@ from typing import Any
 
 import optuna
 
-from autotune import _knobs
-from autotune._config import TrainingConfig
+from autotune._knobs import registry
+from autotune._knobs.config import TrainingConfig
 from autotune._search import figures, ranking, storage
 from autotune._search.guard import AccuracyGuard, Confirmation, Verdict
 from autotune._search.record import BaselineAccuracy, Record, Role
@@ -235,8 +235,8 @@ class Ledger:
 
     def numerics_id(self, cfg: TrainingConfig) -> str:
         """The key ``cfg``'s confirmation is filed under: equal for configs that train the same
-        model (see :func:`autotune._knobs.numerics_key`)."""
-        return _knobs.numerics_id(cfg, split_free=self.split_free)
+        model (see :func:`autotune._knobs.registry.numerics_key`)."""
+        return registry.numerics_id(cfg, split_free=self.split_free)
 
     def same_numerics(self, a: TrainingConfig, b: TrainingConfig) -> bool:
         """Whether ``a`` and ``b`` train the same model."""
@@ -354,7 +354,7 @@ class Ledger:
             return None
         items = [e for e in entries if not self.slower_side_by_side(e)]
         rounded = [e for e in items if self.side_speedup(e) is not None]
-        complexity = lambda e: _knobs.complexity(e.config, base.config)  # noqa: E731
+        complexity = lambda e: registry.complexity(e.config, base.config)  # noqa: E731
         leader = ranking.best_side_by_side(
             rounded,
             speedup=lambda e: self.side_speedup(e) or 0.0,

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from autotune._config import TrainingConfig
+from autotune._knobs.config import TrainingConfig
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import AccuracyRun

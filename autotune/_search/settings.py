@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from autotune._config import TrainingConfig
+from autotune._knobs.config import TrainingConfig
 from autotune._space import SearchSpace, parse_space
 from autotune._task import TaskRefs
 from autotune._trial.measure import Measurement

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from autotune._config import TrainingConfig
+from autotune._knobs.config import TrainingConfig
 from autotune._search.deadline import Deadline
 from autotune._search.policy import Stage, Step
 from autotune._search.settings import SearchSettings

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from autotune._config import TrainingConfig
 from autotune._device import cpu_share
+from autotune._knobs.config import TrainingConfig
 from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import (
     START_TIMEOUT,

@@ -31,9 +31,9 @@ from torch.utils.data import Dataset, Subset
 from transformers import TrainerCallback, TrainingArguments
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from autotune import _knobs
-from autotune._config import TrainingConfig
 from autotune._errors import DataError
+from autotune._knobs import registry
+from autotune._knobs.config import TrainingConfig
 from autotune._space import SearchSpace
 from autotune._trial.measure import Measurement, MemoryTracker
 from autotune._trial.runner import AccuracyRun, Budget, measured_data, seeded
@@ -112,7 +112,7 @@ class HFLoop:
         applied = (*APPLIED, "optimizer_impl") if self.tunes_optimizer else APPLIED
         out: dict[str, Any] = {}
         for name in applied:
-            out.update(_knobs.BY_NAME[name].transformers(cfg, names))
+            out.update(registry.BY_NAME[name].transformers(cfg, names))
         out["use_cpu"] = cfg.device.startswith("cpu")
         return out
 

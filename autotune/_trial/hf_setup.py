@@ -15,8 +15,8 @@ from torch.utils.data import Subset
 from transformers import TrainingArguments
 
 from autotune._choices import CompileMode, LRSchedule, OptimizerImpl, Precision, ScheduleKind
-from autotune._config import TrainingConfig
 from autotune._errors import ArgumentError, DataError, ModelError
+from autotune._knobs.config import TrainingConfig
 from autotune._task import TaskRefs
 from autotune._trial.bounded import RUN_HINT, step
 from autotune._trial.direction import Said, choose_direction

@@ -39,9 +39,9 @@ from typing import Any, Protocol
 import torch
 
 from autotune._choices import CompileMode
-from autotune._config import TrainingConfig
 from autotune._device import cpu_share
 from autotune._errors import DeviceError
+from autotune._knobs.config import TrainingConfig
 from autotune._trial.failures import FailureReason, free_memory
 from autotune._trial.measure import Measurement
 from autotune._trial.runner import (

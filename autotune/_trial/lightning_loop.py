@@ -33,10 +33,10 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from autotune._config import TrainingConfig
 from autotune._errors import DataError
+from autotune._knobs import apply
+from autotune._knobs.config import TrainingConfig
 from autotune._space import SearchSpace
-from autotune._trial import apply
 from autotune._trial.measure import Measurement, MemoryTracker
 from autotune._trial.runner import AccuracyRun, Budget, measured_data, restart_seconds, seeded
 from autotune._trial.step_clock import LossCheck, StepClock, loss_of

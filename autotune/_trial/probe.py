@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import torch
 
-from autotune._config import TrainingConfig
+from autotune._knobs.config import TrainingConfig
 from autotune._space import Choice, SearchSpace
 from autotune._trial.isolation import TrialExecutor
 from autotune._trial.runner import Budget

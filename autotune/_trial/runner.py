@@ -8,7 +8,7 @@ A trial has up to two parts:
    weights on the same sample budget as the baseline, the config's LR schedule annealed over that
    budget, then the validation metric.
 
-Every part trains through :mod:`autotune._trial.apply`, the same code a user's loop applies.
+Every part trains through :mod:`autotune._knobs.apply`, the same code a user's loop applies.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from torch._dynamo.utils import counters as dynamo_counters
 from torch.utils.data import DataLoader, Dataset
 
 from autotune._choices import CompileMode, ScheduleKind
-from autotune._config import TrainingConfig
 from autotune._errors import DataError
-from autotune._trial import apply
+from autotune._knobs import apply
+from autotune._knobs.config import TrainingConfig
 from autotune._trial.failures import (
     Diverged,
     FailureReason,

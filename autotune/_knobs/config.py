@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from autotune import _integrations, _knobs
 from autotune._choices import (
     CompileMode,
     LRSchedule,
@@ -41,21 +40,21 @@ from autotune._choices import (
     to_enum,
 )
 from autotune._errors import ConfigError
-from autotune._trial import apply
+from autotune._knobs import apply, registry, trainer_args
 
 if TYPE_CHECKING:
     from torch import nn
     from torch.utils.data import DataLoader, Dataset
 
-    from autotune._integrations import LightningSettings
+    from autotune._knobs.trainer_args import LightningSettings
 
 __all__ = ["SCHEMA_VERSION", "TrainingConfig"]
 
 SCHEMA_VERSION = 1
 _TYPE_WORDS = {
-    _knobs.ValueKind.INT: "an int",
-    _knobs.ValueKind.BOOL: "true or false",
-    _knobs.ValueKind.FLOAT: "a number",
+    registry.ValueKind.INT: "an int",
+    registry.ValueKind.BOOL: "true or false",
+    registry.ValueKind.FLOAT: "a number",
 }
 
 
@@ -103,7 +102,7 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         check_type("device", self.device, (str,), "a device string such as 'cpu' or 'cuda:0'")
-        for knob in _knobs.KNOBS:
+        for knob in registry.KNOBS:
             if knob.field is not None:
                 self._check_knob(knob)
         object.__setattr__(self, "train_fraction", float(self.train_fraction))
@@ -126,19 +125,19 @@ class TrainingConfig:
                 f"prefetch_factor={self.prefetch_factor}. Set them to false/null or add workers."
             )
 
-    def _check_knob(self, knob: _knobs.Knob) -> None:
+    def _check_knob(self, knob: registry.Knob) -> None:
         """The field of ``knob`` against the registry's type and rule."""
         assert knob.field is not None
         name, value = knob.field, getattr(self, knob.field)
         if value is None and knob.nullable:
             return
-        if knob.kind is _knobs.ValueKind.ENUM:
+        if knob.kind is registry.ValueKind.ENUM:
             assert knob.enum is not None
             object.__setattr__(self, name, to_enum(knob.enum, value, name))
             return
         what = _TYPE_WORDS[knob.kind] + (" or null" if knob.nullable else "")
-        types: tuple[type, ...] = (int, float) if knob.kind is _knobs.ValueKind.FLOAT else (int,)
-        check_type(name, value, (bool,) if knob.kind is _knobs.ValueKind.BOOL else types, what)
+        types: tuple[type, ...] = (int, float) if knob.kind is registry.ValueKind.FLOAT else (int,)
+        check_type(name, value, (bool,) if knob.kind is registry.ValueKind.BOOL else types, what)
         if not knob.check(value):
             raise ConfigError(f"`{name}` must be {knob.rule}, but got {value!r}.")
 
@@ -214,12 +213,12 @@ class TrainingConfig:
         """The knobs that change the optimisation maths: equal keys train to the same model.
         ``split_free``: how the global batch is split into micro-batches does not matter (a
         model without batch-norm layers)."""
-        return _knobs.numerics_key(self, split_free=split_free)
+        return registry.numerics_key(self, split_free=split_free)
 
     def pair_arm(self, baseline: TrainingConfig) -> TrainingConfig:
         """What this config's accuracy runs train beside ``baseline``'s: ``baseline``'s
         settings with this config's numerics (see the accuracy guard)."""
-        return _knobs.pair_arm(self, baseline)
+        return registry.pair_arm(self, baseline)
 
     def describe(self) -> str:
         """One line naming the knobs, for logs and summaries."""
@@ -377,7 +376,7 @@ class TrainingConfig:
         ``planned_epochs`` (the ``num_train_epochs`` you train now) sets ``num_train_epochs``:
         this config's share of them (:meth:`epochs`); a config that trains a share needs it.
         """
-        return _integrations.transformers_kwargs(
+        return trainer_args.transformers_kwargs(
             self, planned_epochs=planned_epochs, train_size=train_size
         )
 
@@ -389,4 +388,4 @@ class TrainingConfig:
         threads through :meth:`backends`). See :class:`autotune.LightningSettings`. With
         ``planned_epochs`` (your ``max_epochs`` now), ``max_epochs`` is this config's share.
         """
-        return _integrations.lightning_settings(self, planned_epochs=planned_epochs)
+        return trainer_args.lightning_settings(self, planned_epochs=planned_epochs)

@@ -9,7 +9,7 @@ a device or model (the device rule), and how it maps to Hugging Face and Lightni
 
 Space parsing and restriction, building configs from sampled values, the config's own
 validation, ranking ties, the report and the exports all read this table. Adding a knob means
-one entry here, its field on the config, the line that applies it (:mod:`autotune._trial.apply`)
+one entry here, its field on the config, the line that applies it (:mod:`autotune._knobs.apply`)
 and its test.
 """
 
@@ -21,7 +21,6 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from autotune import _exports as ex
 from autotune._choices import (
     BatchScaling,
     CompileMode,
@@ -30,10 +29,11 @@ from autotune._choices import (
     Precision,
     ScheduleKind,
 )
+from autotune._knobs import knob_args as ex
 
 if TYPE_CHECKING:
-    from autotune._config import TrainingConfig
     from autotune._device import DeviceInfo
+    from autotune._knobs.config import TrainingConfig
 
 __all__ = [
     "KNOBS",
