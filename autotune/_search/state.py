@@ -53,7 +53,9 @@ class LoopState:
     @classmethod
     def start(cls, settings: SearchSettings, clock: Callable[[], float] = time.time) -> LoopState:
         """The state of a search that has not run yet: its deadline from the settings."""
-        return cls(settings=settings, deadline=Deadline(settings.started, settings.deadline, clock))
+        return cls(
+            settings=settings, deadline=Deadline.of(settings.started, settings.timeout, clock)
+        )
 
     @property
     def space(self) -> SearchSpace:
