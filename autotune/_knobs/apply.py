@@ -39,12 +39,12 @@ __all__ = [
     "MicroBatchSampler",
     "autocast",
     "backend_flags",
+    "changes_batches",
     "checkpointed_blocks",
     "current_device",
     "data_parallel",
     "ddp_kwargs",
     "ddp_module",
-    "ddp_words",
     "find_repeated_blocks",
     "grad_scaler",
     "lr_scheduler",
@@ -136,14 +136,6 @@ def average_gradients(model: nn.Module) -> None:
         if param.grad is not None:
             dist.all_reduce(param.grad)
             param.grad.div_(world)
-
-
-def ddp_words(cfg: TrainingConfig) -> list[str]:
-    """The DDP knobs that differ from DDP's defaults, as ``describe`` names them."""
-    words = [f"{k}={v}" for k, v in ddp_kwargs(cfg).items()]
-    if cfg.ddp_no_sync:
-        words.append("no_sync")
-    return words
 
 
 def set_epoch(loader: DataLoader[Any], epoch: int) -> None:
@@ -280,6 +272,11 @@ def to_device(batch: Any, device: str, *, non_blocking: bool = False) -> Any:
     if isinstance(batch, list | tuple):
         return type(batch)(to_device(v, device, non_blocking=non_blocking) for v in batch)
     return batch
+
+
+def changes_batches(cfg: TrainingConfig) -> bool:
+    """Whether ``cfg`` converts the batches themselves (channels_last), not only moves them."""
+    return cfg.channels_last
 
 
 def to_channels_last(batch: Any) -> Any:

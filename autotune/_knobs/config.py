@@ -58,6 +58,13 @@ _TYPE_WORDS = {
 }
 
 
+def _word(value: Any) -> str:
+    """A value as a config file writes it: false, null, none, 4."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return str(value.value) if isinstance(value, enum.Enum) else repr(value)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainingConfig:
     """Every tuned knob, with PyTorch's defaults as the default values.
@@ -113,17 +120,7 @@ class TrainingConfig:
             object.__setattr__(self, "lr_schedule", LRSchedule.from_dict(self.lr_schedule))
         if not isinstance(self.lr_schedule, LRSchedule):
             raise ConfigError(f"`lr_schedule` must be an LRSchedule, but got {self.lr_schedule!r}.")
-        if self.compile_dynamic and self.compile_mode is CompileMode.NONE:
-            raise ConfigError(
-                "`compile_dynamic` needs `compile_mode` other than none, but got "
-                "compile_mode=none, compile_dynamic=True. Set it to false or compile."
-            )
-        if self.num_workers == 0 and (self.persistent_workers or self.prefetch_factor is not None):
-            raise ConfigError(
-                "`persistent_workers` and `prefetch_factor` need `num_workers` > 0, but got "
-                f"num_workers=0, persistent_workers={self.persistent_workers}, "
-                f"prefetch_factor={self.prefetch_factor}. Set them to false/null or add workers."
-            )
+        self._check_exists()
 
     def _check_knob(self, knob: registry.Knob) -> None:
         """The field of ``knob`` against the registry's type and rule."""
@@ -140,6 +137,24 @@ class TrainingConfig:
         check_type(name, value, (bool,) if knob.kind is registry.ValueKind.BOOL else types, what)
         if not knob.check(value):
             raise ConfigError(f"`{name}` must be {knob.rule}, but got {value!r}.")
+
+    def _check_exists(self) -> None:
+        """No value but its default for a knob that does not exist in this config (the rule
+        the sampler follows, ``Knob.exists``): one would be exported, or applied where it
+        means nothing or fails (DDP's static graph under accumulation asserts)."""
+        defaults = registry.field_defaults(self)
+        for knob in registry.KNOBS:
+            if knob.field is None or knob.exists is None or knob.present(self):
+                continue
+            value, default = getattr(self, knob.field), defaults[knob.field]
+            if value == default:
+                continue
+            reads = knob.exists.reads
+            raise ConfigError(
+                f"`{knob.field}` does not exist in this config: {knob.exists.rule}, but got "
+                f"{reads}={_word(getattr(self, reads))}, {knob.field}={_word(value)}. Set "
+                f"{knob.field} to {_word(default)} (its default), or change {reads}."
+            )
 
     # -- JSON ---------------------------------------------------------------------------------
 
@@ -173,8 +188,10 @@ class TrainingConfig:
         return cls.from_dict(data)
 
     def replace(self, **changes: Any) -> TrainingConfig:
-        """A copy with ``changes`` applied (the config itself is frozen)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` applied (the config itself is frozen). A knob that no longer
+        exists in the copy, and that ``changes`` do not name, takes its default (no
+        persistent workers without workers, no static graph with accumulation)."""
+        return dataclasses.replace(self, **registry.reset_absent(self, changes))
 
     @property
     def global_batch_size(self) -> int:
@@ -221,38 +238,9 @@ class TrainingConfig:
         return registry.pair_arm(self, baseline)
 
     def describe(self) -> str:
-        """One line naming the knobs, for logs and summaries."""
-        s = self.lr_schedule
-        batch = f"{self.batch_size}"
-        if self.gradient_accumulation_steps > 1:
-            batch += f"x{self.gradient_accumulation_steps}"  # micro-batch x accumulation steps
-        parts = [
-            f"batch={batch}",
-            f"workers={self.num_workers}",
-            f"precision={self.precision.value}",
-            f"compile={self.compile_mode.value}",
-            f"lr={s.kind.value}@{s.peak_lr:.3g}",
-        ]
-        if self.pin_memory:
-            parts.append("pin_memory")
-        if self.cudnn_benchmark:
-            parts.append("cudnn.benchmark")
-        if self.channels_last:
-            parts.append("channels_last")
-        if self.compile_dynamic:
-            parts.append("dynamic shapes")
-        if self.checkpointing:
-            parts.append(f"checkpoint every {self.checkpointing}")
-        if self.intra_op_threads is not None:
-            parts.append(f"threads={self.intra_op_threads}")
-        if self.optimizer_impl is not OptimizerImpl.DEFAULT:
-            parts.append(f"{self.optimizer_impl.value} optimizer")
-        if self.train_fraction != 1.0:
-            parts.append(f"{self.train_fraction:.0%} of the epochs")
-        if self.ranks > 1:
-            parts.append(f"{self.ranks} ranks (global batch {self.global_batch_size})")
-            parts.extend(apply.ddp_words(self))
-        return " ".join(parts)
+        """One line naming the knobs, for logs and summaries (each knob's words, declared with
+        it in the registry)."""
+        return registry.describe(self)
 
     # -- Applying the config to a user's own training loop ------------------------------------
 
@@ -339,7 +327,7 @@ class TrainingConfig:
         """Move every tensor in ``batch`` (nested tuples, lists, dicts) to the device, and
         image-shaped inputs to channels_last when that knob is on."""
         moved = apply.to_device(batch, self.device, non_blocking=self.pin_memory)
-        return apply.to_channels_last(moved) if self.channels_last else moved
+        return apply.to_channels_last(moved) if apply.changes_batches(self) else moved
 
     # -- Other trainers -----------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from torch._dynamo.utils import counters as dynamo_counters
 from torch.utils.data import DataLoader, Dataset
 
 from autotune._choices import CompileMode, ScheduleKind
+from autotune._device import is_accelerator
 from autotune._errors import DataError
 from autotune._knobs import apply
 from autotune._knobs.config import TrainingConfig
@@ -291,7 +292,7 @@ class Trainer:
         # What a plain loop would skip, skipped too (a small batch's step is a few hundred
         # microseconds, and a fixed cost per step would penalise it): moving a CPU batch to the
         # CPU, and stepping a schedule whose LR never changes (constant, no warm-up).
-        self.moves = torch.device(cfg.device).type != "cpu" or cfg.channels_last
+        self.moves = is_accelerator(cfg.device) or apply.changes_batches(cfg)
         schedule = cfg.lr_schedule
         self.schedules = not (
             schedule.kind is ScheduleKind.CONSTANT
