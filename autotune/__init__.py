@@ -46,7 +46,7 @@ from autotune._space import SearchSpace, builtin_spaces, load_space
 from autotune._task import Task
 from autotune._train import EpochStats, TrainReport, train
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import Budget
+from autotune._trial.outcome import Budget
 from autotune._tune import tune
 from autotune._verify import VerifyReport, verify
 

@@ -38,7 +38,8 @@ from autotune._task import TaskRefs
 from autotune._trial.bounded import ITEM_HINT, SetUpLimit, bounded, step
 from autotune._trial.executors import make_executor
 from autotune._trial.isolation import worker_env
-from autotune._trial.runner import Budget, preserved_rng
+from autotune._trial.outcome import Budget
+from autotune._trial.runner import preserved_rng
 from autotune._trial.task import holds_device_tensors
 from autotune._trial.workload import Prepared, SearchStart, Workload
 

@@ -33,7 +33,8 @@ from torch.utils.data import DataLoader
 
 import autotune
 from autotune._knobs.trainer_args import trainer_settings
-from autotune._trial.runner import Budget, run_trial
+from autotune._trial.outcome import Budget
+from autotune._trial.runner import run_trial
 
 import trainer_workloads as tw
 from honesty import load

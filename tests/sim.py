@@ -20,15 +20,9 @@ from autotune._search.settings import SearchSettings
 from autotune._task import TaskRefs
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import (
-    AccuracyCheck,
-    AccuracyRun,
-    Budget,
-    TrialOutcome,
-    halfway_is_a_shorter_run,
-    run_samples,
-)
+from autotune._trial.outcome import AccuracyCheck, AccuracyRun, Budget, TrialOutcome
 from autotune._trial.runner import fitted_steps as _runner_fitted
+from autotune._trial.runner import halfway_is_a_shorter_run, run_samples
 
 
 class Clock:

@@ -119,7 +119,7 @@ def test_a_ranks_measurement_is_priced_at_its_share_of_the_throughput() -> None:
     rank's samples: a 2-rank measurement was priced at half its time (and the calibration gave
     each rank the whole job's samples to time, doubling it)."""
     from autotune._search.baseline import measurement_seconds
-    from autotune._trial.runner import Budget
+    from autotune._trial.outcome import Budget
 
     budget = Budget(warmup_steps=2, timed_samples=320, min_timed_steps=3, chunks=1)
     assert budget.steps(32) == (2, 10)  # a rank's micro-batches

@@ -21,7 +21,7 @@ from autotune._space import load_space
 from autotune._task import TaskRefs
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyRun, Budget
+from autotune._trial.outcome import AccuracyRun, Budget
 
 BASE = TrainingConfig()
 

@@ -13,7 +13,7 @@ from autotune._search.ledger import Ledger
 from autotune._search.policy import Stage, StagePolicy, fast_guesses, late_variants
 from autotune._search.record import Record
 from autotune._search.state import LoopState
-from autotune._trial.runner import TrialOutcome
+from autotune._trial.outcome import TrialOutcome
 
 BASE = TrainingConfig()
 SPACE = load_space(

@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 
 from autotune._knobs import registry
 from autotune._result.files import write_text_atomic
-from autotune._search.figures import accuracy_verdict, format_speedup
+from autotune._search.derived import accuracy_verdict, format_speedup
 from autotune._search.ranking import rank_time
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._space import Choice, SearchSpace
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
+from autotune._trial.outcome import AccuracyCheck, Budget, TrialOutcome
 from autotune._trial.probe import MemoryLimits
-from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
 
 __all__ = [
     "Baseline",

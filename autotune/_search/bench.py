@@ -22,7 +22,7 @@ from autotune._search.settings import SearchSettings
 from autotune._search.state import LoopState
 from autotune._trial.isolation import TrialExecutor
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
+from autotune._trial.outcome import AccuracyCheck, Budget, TrialOutcome
 
 __all__ = ["Bench"]
 

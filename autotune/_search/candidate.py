@@ -23,8 +23,8 @@ from autotune._search.record import Record, Role
 from autotune._search.status import search_status, trial_line
 from autotune._space import SearchSpace
 from autotune._trial.failures import FailureReason
+from autotune._trial.outcome import Budget, TrialOutcome
 from autotune._trial.probe import MemoryLimits
-from autotune._trial.runner import Budget, TrialOutcome
 
 __all__ = ["CandidateRun", "expected_seconds", "first_compile", "run_candidate"]
 

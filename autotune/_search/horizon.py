@@ -35,7 +35,7 @@ import statistics
 from collections.abc import Sequence
 
 from autotune._search.guard import MAX_NEED, AccuracyGuard, look_alpha, t_quantile
-from autotune._trial.runner import AccuracyRun
+from autotune._trial.outcome import AccuracyRun
 
 __all__ = ["MAX_DECAY", "HorizonPlan", "longer_reason", "pairs_to_confirm", "plan_horizon"]
 

@@ -16,7 +16,7 @@ from typing import Any
 from autotune._knobs.config import TrainingConfig
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyRun
+from autotune._trial.outcome import AccuracyRun
 
 __all__ = ["BaselineAccuracy", "Record", "Role"]
 

@@ -21,8 +21,8 @@ from autotune._search.deadline import Deadline
 from autotune._search.policy import Stage, Step
 from autotune._search.settings import SearchSettings
 from autotune._space import Choice, SearchSpace
+from autotune._trial.outcome import Budget
 from autotune._trial.probe import MemoryLimits
-from autotune._trial.runner import Budget
 
 if TYPE_CHECKING:
     from autotune._search.baseline import Baseline

@@ -36,8 +36,8 @@ from autotune._errors import StorageError
 from autotune._search.guard import Confirmation
 from autotune._search.record import BaselineAccuracy, Record
 from autotune._search.settings import SearchSettings, differences
+from autotune._trial.outcome import AccuracyRun
 from autotune._trial.probe import MemoryLimits
-from autotune._trial.runner import AccuracyRun
 
 __all__ = [
     "add_baseline_runs",

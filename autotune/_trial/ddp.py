@@ -41,7 +41,7 @@ from autotune._trial.isolation import (
     WorkerStartError,
     _describe_exit,
 )
-from autotune._trial.runner import TrialOutcome
+from autotune._trial.outcome import TrialOutcome
 from autotune._trial.workload import Workload
 
 __all__ = ["MONITOR_INTERVAL", "DDPExecutor", "ddp_env", "launcher_command"]

@@ -37,7 +37,8 @@ from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import Where
 from autotune._space import SearchSpace
 from autotune._trial.measure import Measurement, MemoryTracker
-from autotune._trial.runner import AccuracyRun, Budget, measured_data, seeded
+from autotune._trial.outcome import AccuracyRun, Budget
+from autotune._trial.runner import measured_data, seeded
 from autotune._trial.step_clock import LossCheck, StepClock
 from autotune._trial.workload import Workload
 

@@ -44,14 +44,8 @@ from autotune._errors import DeviceError
 from autotune._knobs.config import TrainingConfig
 from autotune._trial.failures import FailureReason, free_memory
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import (
-    AccuracyCheck,
-    Budget,
-    StepListener,
-    TrialOutcome,
-    reporting_steps,
-    run_trial,
-)
+from autotune._trial.outcome import AccuracyCheck, Budget, TrialOutcome
+from autotune._trial.runner import StepListener, reporting_steps, run_trial
 from autotune._trial.workload import Workload
 
 __all__ = [

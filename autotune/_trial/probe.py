@@ -24,7 +24,7 @@ import torch
 from autotune._knobs.config import TrainingConfig
 from autotune._space import Choice, SearchSpace
 from autotune._trial.isolation import TrialExecutor
-from autotune._trial.runner import Budget
+from autotune._trial.outcome import Budget
 
 __all__ = ["MemoryLimits", "probe_memory", "usable_memory"]
 
