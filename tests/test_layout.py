@@ -213,3 +213,39 @@ def test_the_layout_checks_see_an_upward_import_and_a_type_only_cycle() -> None:
         "autotune._trial",
         "autotune._trial.runner",
     }
+
+
+def _layers() -> list[list[str]]:
+    """ARCHITECTURE.md's layer diagram, top first: each layer the modules it names (a name
+    ending in ``/*`` is the rest of that package)."""
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
+    block = text.split("<!-- layers -->")[1]
+    return [line.split("|", 1)[1].split() for line in block.splitlines() if "|" in line]
+
+
+def test_the_layer_diagram_holds_every_module_and_every_import_points_down() -> None:
+    graph = _graph(typing=True)
+    layers = _layers()
+    at: dict[str, int] = {}
+    for depth, names in enumerate(layers):
+        for name in names:
+            if not name.endswith("/*"):
+                module = "autotune" if name == "autotune" else "autotune." + name.replace("/", ".")
+                assert module in graph, f"ARCHITECTURE.md names {name}, which is not a module"
+                assert module not in at, f"{name} is in two layers"
+                at[module] = depth
+    for depth, names in enumerate(layers):
+        for name in (n for n in names if n.endswith("/*")):
+            package = "autotune." + name[:-2].replace("/", ".")
+            for module in graph:
+                if module.startswith(package + ".") or module == package:
+                    at.setdefault(module, depth)
+    assert set(at) == set(graph), f"not in the diagram: {sorted(set(graph) - set(at))}"
+    upward = [
+        f"{m} (layer {at[m] + 1}) imports {d} (layer {at[d] + 1})"
+        for m, deps in graph.items()
+        for d in sorted(deps)
+        # Down, or within one layer inside one package (the package's own order).
+        if at[d] < at[m] or (at[d] == at[m] and m.rpartition(".")[0] != d.rpartition(".")[0])
+    ]
+    assert not upward, "\n".join(upward)

@@ -5,12 +5,12 @@ A :class:`Knob` says what a space file may hold for it (type, rule, enum), which
 (``numerics``: candidates that change it pay for accuracy runs), whether it is tried late, on
 top of a good config (compile's one-time cost, checkpointing's recompute), how simple its
 values are (ties between equally fast configs go to the simpler one), when it cannot matter on
-a device or model (the device rule), and how it maps to Hugging Face and Lightning.
+a device or model (the device rule), what its value changes (``where``), how it reads in a
+config's one-line description, and how it maps to Hugging Face and Lightning.
 
 Space parsing and restriction, building configs from sampled values, the config's own
-validation, ranking ties, the report and the exports all read this table. Adding a knob means
-one entry here, its field on the config, the line that applies it (:mod:`autotune._knobs.apply`)
-and its test.
+validation, ranking ties, the report, the exports, ``describe()`` and the trainers' trials all
+read this table. Adding a knob: ARCHITECTURE.md's "Adding a knob" names every file it touches.
 """
 
 from __future__ import annotations

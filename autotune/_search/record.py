@@ -122,7 +122,7 @@ class BaselineAccuracy:
     # autotune._search.horizon), the last one at ``samples``.
     plans: tuple[str, ...] = ()
     # The settings every accuracy run trains with, the baseline's and both arms of every pair
-    # (the baseline's config with the safe answer's shared knobs, see _knobs.pair_base), and
+    # (the baseline's config with the safe answer's shared knobs, see registry.pair_base), and
     # that config's throughput; None: the baseline's own (and studies filed before).
     config: TrainingConfig | None = None
     throughput: float | None = None

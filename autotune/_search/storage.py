@@ -205,7 +205,7 @@ def add_round(
 
 
 def read_confirmations(study: optuna.Study) -> dict[str, Confirmation]:
-    """Numerics id (see autotune._knobs.numerics_id) -> the confirmation filed under it."""
+    """Numerics id (see autotune._knobs.registry.numerics_id) -> the confirmation filed under it."""
     return {
         key.removeprefix(CONFIRMATION): Confirmation.from_dict(value)
         for key, value in study.user_attrs.items()
