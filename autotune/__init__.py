@@ -24,7 +24,6 @@ from autotune._choices import (
     Precision,
     ScheduleKind,
 )
-from autotune._config import TrainingConfig
 from autotune._errors import (
     ArgumentError,
     AutotuneError,
@@ -36,7 +35,8 @@ from autotune._errors import (
     SetUpTimeout,
     StorageError,
 )
-from autotune._integrations import LightningSettings
+from autotune._knobs.config import TrainingConfig
+from autotune._knobs.trainer_args import LightningSettings
 from autotune._options import SearchOptions
 from autotune._result.result import SearchResult, load_config
 from autotune._search.distributed import join_search
@@ -46,7 +46,7 @@ from autotune._space import SearchSpace, builtin_spaces, load_space
 from autotune._task import Task
 from autotune._train import EpochStats, TrainReport, train
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import Budget
+from autotune._trial.outcome import Budget
 from autotune._tune import tune
 from autotune._verify import VerifyReport, verify
 

@@ -1,7 +1,7 @@
 """The values knobs take: string enums (JSON-ready) and the learning-rate schedule.
 
 These are the leaves of the configuration: the knob registry (:mod:`autotune._knobs`), the
-config (:mod:`autotune._config`) and the code that applies a config all build on them.
+config (:mod:`autotune._knobs.config`) and the code that applies a config all build on them.
 """
 
 from __future__ import annotations

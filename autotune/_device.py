@@ -17,7 +17,24 @@ import torch
 
 from autotune._errors import ArgumentError
 
-__all__ = ["DeviceInfo", "describe_device", "environment", "resolve_device"]
+__all__ = [
+    "DeviceInfo",
+    "describe_device",
+    "device_type",
+    "environment",
+    "is_accelerator",
+    "resolve_device",
+]
+
+
+def device_type(device: str) -> str:
+    """The kind of device a device string names: ``"cuda:1"`` -> ``"cuda"``."""
+    return torch.device(device).type
+
+
+def is_accelerator(device: str) -> bool:
+    """Whether ``device`` is anything but the CPU (batches are copied to it)."""
+    return device_type(device) != "cpu"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -16,10 +16,10 @@ from typing import Any
 import optuna
 
 from autotune._checks import check_choice, check_flag, check_int, check_number
-from autotune._config import TrainingConfig
 from autotune._errors import ArgumentError
+from autotune._knobs.config import TrainingConfig
 from autotune._trial.isolation import ISOLATION_MODES
-from autotune._trial.runner import Budget
+from autotune._trial.outcome import Budget
 
 __all__ = [
     "PLANNED_EPOCHS",

@@ -20,12 +20,12 @@ import optuna
 import torch
 from torch import nn
 
-from autotune import _knobs
 from autotune._checks import check_number
-from autotune._config import TrainingConfig
 from autotune._device import describe_device, environment
 from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
+from autotune._knobs import apply, registry
+from autotune._knobs.config import TrainingConfig
 from autotune._options import PLANNED_EPOCHS, TIMEOUT, SearchOptions
 from autotune._progress import Progress
 from autotune._result.result import SearchResult
@@ -35,12 +35,12 @@ from autotune._search.settings import SearchSettings
 from autotune._search.storage import open_study, redact
 from autotune._space import Choice, SearchSpace, load_space
 from autotune._task import TaskRefs
-from autotune._trial import apply
 from autotune._trial.bounded import ITEM_HINT, SetUpLimit, bounded, step
 from autotune._trial.executors import make_executor
 from autotune._trial.isolation import worker_env
-from autotune._trial.runner import Budget, preserved_rng
-from autotune._trial.task import on_accelerator
+from autotune._trial.outcome import Budget
+from autotune._trial.runner import preserved_rng
+from autotune._trial.task import holds_device_tensors
 from autotune._trial.workload import Prepared, SearchStart, Workload
 
 __all__ = [
@@ -341,12 +341,12 @@ def restrict_space(
     model = workload.model
     impls = space.knobs.get("optimizer_impl")
     step("`dataset[0]`, read to see whether the data already lives on the device", ITEM_HINT)
-    data_on_device = on_accelerator(workload.train[0])
+    data_on_device = holds_device_tensors(workload.train[0])
     step(
         "your optimizer factory, built on one parameter (which implementations it takes)",
         "Build the optimizer alone to see it return.",
     )
-    facts = _knobs.Facts(
+    facts = registry.Facts(
         device=describe_device(device),
         has_conv=any(isinstance(m, nn.Conv2d | nn.Conv3d) for m in model.modules()),
         n_blocks=len(apply.find_repeated_blocks(model)),

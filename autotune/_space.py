@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from autotune import _knobs
 from autotune._errors import SearchSpaceError
-from autotune._knobs import KNOB_NAMES, Facts, ValueKind
+from autotune._knobs import registry
+from autotune._knobs.registry import KNOB_NAMES, Facts, ValueKind
 
 if TYPE_CHECKING:
     import optuna
 
-    from autotune._config import TrainingConfig
+    from autotune._knobs.config import TrainingConfig
 
 __all__ = ["Choice", "FloatRange", "SearchSpace", "builtin_spaces", "load_space", "parse_space"]
 
@@ -81,7 +81,7 @@ class SearchSpace:
         by each knob's device rule."""
         notes = list(self.notes)
         knobs: dict[str, Knob] = dict(self.knobs)
-        for spec in _knobs.KNOBS:
+        for spec in registry.KNOBS:
             knob = knobs.get(spec.name)
             if spec.restrict is None or not isinstance(knob, Choice):
                 continue
@@ -163,12 +163,12 @@ class SearchSpace:
             micro = int(p.get("batch_size", baseline.batch_size))
             p[ACCUMULATION] = max(1, self.global_batch_size // (micro * baseline.ranks))
         # The config the other knobs make says where the conditional ones exist.
-        shaped = _knobs.config_from({k: v for k, v in p.items() if not _conditional(k)}, baseline)
+        shaped = registry.config_from({k: v for k, v in p.items() if not _conditional(k)}, baseline)
         for name, knob in self.knobs.items():
-            if name in p or not _conditional(name) or not _knobs.BY_NAME[name].present(shaped):
+            if name in p or not _conditional(name) or not registry.BY_NAME[name].present(shaped):
                 continue
             p[name] = _suggest(trial, name, knob) if trial is not None else _first(knob)
-        return _knobs.config_from(p, baseline)
+        return registry.config_from(p, baseline)
 
     def _derived(self, name: str) -> bool:
         """Whether knob ``name`` follows from the others (the accumulation steps, when the
@@ -192,7 +192,7 @@ class SearchSpace:
         """The space widened, where needed, so that ``cfg`` (the baseline) is one of its points:
         then every trial, the baseline's too, is a point any Optuna sampler understands."""
         knobs: dict[str, Knob] = dict(self.knobs)
-        for name, value in _knobs.values_of(cfg, baseline).items():
+        for name, value in registry.values_of(cfg, baseline).items():
             knob = knobs.get(name)
             if isinstance(knob, Choice) and value not in knob.values:
                 knobs[name] = Choice((value, *knob.values))
@@ -204,7 +204,7 @@ class SearchSpace:
     def params_of(self, cfg: TrainingConfig, baseline: TrainingConfig) -> dict[str, Any]:
         """The knob values (as :meth:`build` takes them) that describe ``cfg``, for enqueueing
         variants of a measured config."""
-        values = _knobs.values_of(cfg, baseline)
+        values = registry.values_of(cfg, baseline)
         out = {}
         for name, knob in self.knobs.items():
             if name not in values or self._derived(name):
@@ -246,7 +246,7 @@ class SearchSpace:
         return [
             n
             for n in self.searched()
-            if _knobs.BY_NAME[n].numerics and not (kept and n in ("batch_size", ACCUMULATION))
+            if registry.BY_NAME[n].numerics and not (kept and n in ("batch_size", ACCUMULATION))
         ]
 
     def describe(self) -> str:
@@ -270,7 +270,7 @@ DEFAULT_SPLITS = (1, 2, 4, 8)  # accumulation steps tried to keep the global bat
 
 def _conditional(name: str) -> bool:
     """Whether knob ``name`` exists only in some configs (sampled in ``build`` where it does)."""
-    return _knobs.BY_NAME[name].exists is not None
+    return registry.BY_NAME[name].exists is not None
 
 
 def _first(knob: Knob) -> Any:
@@ -366,7 +366,7 @@ def parse_space(data: Any, *, name: str, where: str | None = None) -> SearchSpac
         )
     knobs: dict[str, Knob] = {}
     for knob_name, spec in raw.items():
-        if knob_name not in _knobs.BY_NAME:
+        if knob_name not in registry.BY_NAME:
             close = difflib.get_close_matches(str(knob_name), KNOB_NAMES, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise SearchSpaceError(
@@ -383,7 +383,7 @@ def parse_space(data: Any, *, name: str, where: str | None = None) -> SearchSpac
 
 
 def _parse_knob(name: str, spec: Any, where: str) -> Knob:
-    rule = _knobs.BY_NAME[name]
+    rule = registry.BY_NAME[name]
     at = f"knob {name!r} in search space {where!r}"
     if isinstance(spec, Mapping) and set(spec) == {"values"}:
         spec = spec["values"]
@@ -397,7 +397,7 @@ def _parse_knob(name: str, spec: Any, where: str) -> Knob:
     return Choice(tuple(dict.fromkeys(values)))
 
 
-def _parse_range(name: str, spec: Mapping[str, Any], rule: _knobs.Knob, at: str) -> Knob:
+def _parse_range(name: str, spec: Mapping[str, Any], rule: registry.Knob, at: str) -> Knob:
     extra = sorted(set(spec) - {"low", "high", "log"})
     if extra or "low" not in spec or "high" not in spec:
         raise SearchSpaceError(
@@ -435,7 +435,7 @@ def _parse_range(name: str, spec: Mapping[str, Any], rule: _knobs.Knob, at: str)
     return Choice(tuple(range(int(low), int(high) + 1)))
 
 
-def _check_value(name: str, value: Any, rule: _knobs.Knob, at: str) -> Scalar:
+def _check_value(name: str, value: Any, rule: registry.Knob, at: str) -> Scalar:
     if value is None and rule.nullable:
         return None
     if rule.kind is ValueKind.ENUM:

@@ -21,13 +21,13 @@ from torch.utils.data import Dataset
 
 from autotune._checks import check_int
 from autotune._choices import CompileMode
-from autotune._config import TrainingConfig
 from autotune._device import resolve_device
 from autotune._display import reporter
 from autotune._errors import ArgumentError
+from autotune._knobs import apply
+from autotune._knobs.config import TrainingConfig
 from autotune._result.result import load_config
 from autotune._task import MetricFn, Task, as_task, check_model
-from autotune._trial import apply
 from autotune._trial.data import DataModuleLike, unpack_data
 from autotune._trial.runner import Trainer, evaluate, seeded
 from autotune._trial.task import default_optimizer, set_up_task

@@ -27,14 +27,13 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from autotune._checks import check_int, check_number
-from autotune._config import TrainingConfig
 from autotune._device import environment, resolve_device
 from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
-from autotune._full import FULL_SEEDS, FullReport, run_full
+from autotune._knobs.config import TrainingConfig
 from autotune._options import PLANNED_EPOCHS, VERIFY_ROUNDS
 from autotune._result.result import SearchResult
-from autotune._search.figures import speedup
+from autotune._search.derived import speedup
 from autotune._task import Task, as_task, check_model
 from autotune._trial.bounded import SetUpLimit, bounded
 from autotune._trial.data import DataModuleLike
@@ -43,13 +42,15 @@ from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import InProcessExecutor, TrialExecutor, worker_env
 from autotune._trial.measure import Measurement
 from autotune._trial.metrics import AUTO, BUILTIN_METRICS
-from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome, run_samples
+from autotune._trial.outcome import AccuracyCheck, Budget, TrialOutcome
+from autotune._trial.runner import run_samples
 from autotune._trial.workload import Workload, prepare_workload
+from autotune._verify_full import FULL_SEEDS, FullReport, run_full
 
 __all__ = ["VerifyReport", "compare_environments", "setup_limit", "verify"]
 
 # The search calibrates each trial's budget from the baseline's speed and its time budget;
-# a check gets this fixed one, longer than the search's default (runner.Budget).
+# a check gets this fixed one, longer than the search's default (outcome.Budget).
 DEFAULT_BUDGET = Budget(warmup_steps=3, timed_samples=4096, min_timed_steps=10, chunks=5)
 DRIFT_WARNING = 0.15  # relative gap between re-measured and recorded speedup worth a warning
 
@@ -343,7 +344,7 @@ def verify(
     With ``full=True`` both configs also train the whole planned run (the winner its share of
     the epochs, where it trains a share) over ``full_seeds`` paired seeds: their end-to-end
     times and final metrics, time to accuracy measured rather than projected (see
-    :mod:`autotune._full`); each finished run is kept in ``resume`` (a JSON file), from
+    :mod:`autotune._verify_full`); each finished run is kept in ``resume`` (a JSON file), from
     which a verification stopped part way goes on.
     """
     started = time.monotonic()

@@ -29,7 +29,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import autotune
 from autotune._device import environment
-from autotune._trial.runner import Budget, measure_throughput
+from autotune._trial.outcome import Budget
+from autotune._trial.runner import measure_throughput
 from autotune._trial.task import make_task
 from autotune._trial.workload import Workload
 from autotune.examples import cnn_data, cnn_model

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 import autotune
-from autotune._trial import apply
+from autotune._knobs import apply
 from autotune._trial.workload import Workload, prepare_workload
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -50,7 +50,7 @@ from scipy import stats
 
 import autotune
 from autotune._device import environment
-from autotune._knobs import KNOBS, config_from
+from autotune._knobs.registry import KNOBS, config_from
 from autotune._search.evidence import next_target, unit_sums
 from autotune._search.guard import (
     AccuracyGuard,
@@ -60,7 +60,8 @@ from autotune._search.guard import (
     seeds_to_settle,
 )
 from autotune._search.horizon import longer_reason, plan_horizon
-from autotune._trial.runner import AccuracyRun, Budget, Trainer, evaluate, measure_throughput
+from autotune._trial.outcome import AccuracyRun, Budget
+from autotune._trial.runner import Trainer, evaluate, measure_throughput
 from autotune._trial.runner import train_for_accuracy as train_run
 from autotune._trial.workload import Workload
 

@@ -43,7 +43,8 @@ from torch import nn
 import autotune
 from autotune._trial.isolation import ProcessExecutor
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import Budget, measure_throughput
+from autotune._trial.outcome import Budget
+from autotune._trial.runner import measure_throughput
 from autotune._trial.workload import Workload, prepare_workload
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -35,9 +35,10 @@ import torch
 
 import autotune
 from autotune._device import environment, resolve_device
-from autotune._trial.apply import supported_optimizer_impls
+from autotune._knobs.apply import supported_optimizer_impls
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import Budget, measure_throughput
+from autotune._trial.outcome import Budget
+from autotune._trial.runner import measure_throughput
 from autotune._trial.workload import Workload, prepare_workload
 
 sys.path.insert(0, str(Path(__file__).parent))

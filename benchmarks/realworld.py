@@ -35,7 +35,8 @@ import torch
 
 import autotune
 from autotune._search.guard import percent
-from autotune._trial.runner import Budget, measure_throughput, train_for_accuracy
+from autotune._trial.outcome import Budget
+from autotune._trial.runner import measure_throughput, train_for_accuracy
 from autotune._trial.workload import Workload, prepare_workload
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -30,8 +30,9 @@ import torch
 
 import autotune
 from autotune._device import environment, resolve_device
-from autotune._trial.apply import current_device
-from autotune._trial.runner import Budget, measure_throughput, train_for_accuracy
+from autotune._knobs.apply import current_device
+from autotune._trial.outcome import Budget
+from autotune._trial.runner import measure_throughput, train_for_accuracy
 from autotune._trial.task import make_task
 from autotune._trial.workload import Workload
 from autotune.examples import cnn_data, cnn_model, lm_data, lm_model, mlp_data, mlp_model

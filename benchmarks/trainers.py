@@ -32,8 +32,9 @@ import torch
 from torch.utils.data import DataLoader
 
 import autotune
-from autotune._integrations import trainer_settings
-from autotune._trial.runner import Budget, run_trial
+from autotune._knobs.trainer_args import trainer_settings
+from autotune._trial.outcome import Budget
+from autotune._trial.runner import run_trial
 
 import trainer_workloads as tw
 from honesty import load

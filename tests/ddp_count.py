@@ -12,7 +12,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.utils.data import TensorDataset
 
 import autotune
-from autotune._trial import apply
+from autotune._knobs import apply
 from autotune._trial.runner import Trainer
 from autotune._trial.task import make_task
 from autotune._trial.workload import Workload

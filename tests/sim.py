@@ -14,21 +14,15 @@ import optuna
 from test_space import CPU
 
 from autotune import TrainingConfig, load_space
-from autotune._knobs import Facts
+from autotune._knobs.registry import Facts
 from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
 from autotune._task import TaskRefs
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import (
-    AccuracyCheck,
-    AccuracyRun,
-    Budget,
-    TrialOutcome,
-    halfway_is_a_shorter_run,
-    run_samples,
-)
+from autotune._trial.outcome import AccuracyCheck, AccuracyRun, Budget, TrialOutcome
 from autotune._trial.runner import fitted_steps as _runner_fitted
+from autotune._trial.runner import halfway_is_a_shorter_run, run_samples
 
 
 class Clock:

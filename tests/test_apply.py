@@ -1,5 +1,5 @@
 """Each knob is really applied by the same functions the trial runner trains through
-(autotune._trial.apply)."""
+(autotune._knobs.apply)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch import nn
 
 import autotune
 from autotune import LRSchedule, TrainingConfig
-from autotune._trial import apply as knobs
+from autotune._knobs import apply as knobs
 from autotune.examples import SmallCNN, tiny_data, tiny_model
 
 
@@ -377,7 +377,7 @@ def test_a_one_cycle_schedule_steps_through_any_number_of_optimizer_steps(warmup
     """A short measurement counted in optimizer steps (batch 64 with accumulation: 2 to 20
     steps) made OneCycleLR divide by a zero-length warm-up (ZeroDivisionError)."""
     from autotune import LRSchedule
-    from autotune._trial.apply import lr_scheduler
+    from autotune._knobs.apply import lr_scheduler
 
     for total in range(1, 60):
         param = nn.Parameter(torch.zeros(2))

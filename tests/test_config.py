@@ -7,6 +7,7 @@ import pytest
 
 import autotune
 from autotune import ConfigError, LRSchedule, TrainingConfig
+from autotune._knobs.registry import KNOBS, Knob
 
 
 def full_config() -> TrainingConfig:
@@ -114,3 +115,57 @@ def test_load_config_refuses_other_schema_versions(tmp_path) -> None:
 def test_load_config_missing_file(tmp_path) -> None:
     with pytest.raises(ConfigError, match="Cannot read config file"):
         autotune.load_config(tmp_path / "nope.json")
+
+
+def test_a_value_for_a_knob_that_does_not_exist_is_refused_naming_it_and_why() -> None:
+    # The combination DDP asserts on: a static graph where accumulation uses no_sync.
+    with pytest.raises(
+        ConfigError,
+        match=r"`ddp_static_graph` does not exist in this config: DDP's static graph asserts "
+        r"under no_sync.*needs `gradient_accumulation_steps` = 1, but got "
+        r"gradient_accumulation_steps=4, ddp_static_graph=true\. Set ddp_static_graph to false",
+    ):
+        TrainingConfig(ranks=2, gradient_accumulation_steps=4, ddp_static_graph=True)
+    with pytest.raises(ConfigError, match=r"`ddp_no_sync` does not exist.*> 1, but got"):
+        TrainingConfig(ranks=2, ddp_no_sync=True)
+
+
+def _absent_in(knob: Knob) -> TrainingConfig:
+    """A config in which ``knob`` does not exist (every knob's rule is one of these)."""
+    for cfg in (TrainingConfig(), TrainingConfig(ranks=2, gradient_accumulation_steps=4)):
+        if not knob.present(cfg):
+            return cfg
+    raise AssertionError(f"no config here lacks {knob.name}")
+
+
+CONDITIONAL = [k for k in KNOBS if k.exists is not None]
+
+
+@pytest.mark.parametrize("knob", CONDITIONAL, ids=[k.name for k in CONDITIONAL])
+def test_the_config_follows_each_knobs_existence_rule(knob: Knob) -> None:
+    assert knob.field is not None
+    cfg = _absent_in(knob)
+    default = getattr(cfg, knob.field)
+    other = 2 if default is None else not default
+    # A value where the knob does not exist: the registry's rule, said in the error.
+    with pytest.raises(ConfigError, match=rf"`{knob.field}` does not exist in this config"):
+        TrainingConfig(**(cfg.to_dict() | {knob.field: other}))
+    with pytest.raises(ConfigError, match=rf"`{knob.field}` does not exist"):
+        cfg.replace(**{knob.field: other})
+    # Its default is no value: such a config, and its JSON (every field written), still load.
+    assert TrainingConfig.from_json(cfg.to_json()) == cfg
+    # Where the rule holds, the value is taken; a copy in which the knob stops existing, and
+    # that does not name it, takes its default (the sampler's configs do the same).
+    present = next(
+        c
+        for c in (
+            TrainingConfig(num_workers=2, compile_mode="default"),
+            TrainingConfig(ranks=2, gradient_accumulation_steps=4, num_workers=2),
+        )
+        if knob.present(c)
+    )
+    given = present.replace(**{knob.field: other})
+    assert getattr(given, knob.field) == other
+    moved = given.replace(**{f: getattr(cfg, f) for f in ("num_workers", "compile_mode")})
+    moved = moved.replace(gradient_accumulation_steps=cfg.gradient_accumulation_steps)
+    assert not knob.present(moved) and getattr(moved, knob.field) == default

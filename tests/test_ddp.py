@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import autotune
-from autotune import _knobs
 from autotune._device import describe_device
 from autotune._errors import ArgumentError, ConfigError
+from autotune._knobs import registry
 from autotune._search.settings import differences
 from autotune._trial.ddp import DDPExecutor, describe_launcher_failure, root_failure
 from autotune._trial.executors import make_executor
@@ -75,7 +75,7 @@ def test_the_global_batch_counts_every_rank_and_the_config_says_so() -> None:
 
 def test_the_lr_scales_with_the_global_batch_of_every_rank() -> None:
     base = autotune.TrainingConfig(ranks=2, batch_size=32)
-    cfg = _knobs.config_from({"batch_size": 64, "lr_batch_scaling": "linear"}, base)
+    cfg = registry.config_from({"batch_size": 64, "lr_batch_scaling": "linear"}, base)
     assert cfg.lr_schedule.reference_batch_size == 64  # 32 x 2 ranks
     assert cfg.lr_schedule.peak_lr == pytest.approx(2 * base.lr_schedule.peak_lr)
 
@@ -108,9 +108,9 @@ def test_a_static_graph_is_never_built_with_accumulation_nor_no_sync_without_it(
     micro-batch per step skips nothing: a config of it measured noise under another name."""
     base = autotune.TrainingConfig(ranks=2, batch_size=32)
     both = {"ddp_static_graph": True, "ddp_no_sync": True}
-    accumulated = _knobs.config_from({**both, "gradient_accumulation_steps": 2}, base)
+    accumulated = registry.config_from({**both, "gradient_accumulation_steps": 2}, base)
     assert (accumulated.ddp_static_graph, accumulated.ddp_no_sync) == (False, True)
-    single = _knobs.config_from({**both, "gradient_accumulation_steps": 1}, base)
+    single = registry.config_from({**both, "gradient_accumulation_steps": 1}, base)
     assert (single.ddp_static_graph, single.ddp_no_sync) == (True, False)
 
 
@@ -119,7 +119,7 @@ def test_a_ranks_measurement_is_priced_at_its_share_of_the_throughput() -> None:
     rank's samples: a 2-rank measurement was priced at half its time (and the calibration gave
     each rank the whole job's samples to time, doubling it)."""
     from autotune._search.baseline import measurement_seconds
-    from autotune._trial.runner import Budget
+    from autotune._trial.outcome import Budget
 
     budget = Budget(warmup_steps=2, timed_samples=320, min_timed_steps=3, chunks=1)
     assert budget.steps(32) == (2, 10)  # a rank's micro-batches
@@ -128,9 +128,9 @@ def test_a_ranks_measurement_is_priced_at_its_share_of_the_throughput() -> None:
     assert measurement_seconds(32, budget, 640.0, 0.0) == pytest.approx(0.6)
 
 
-def _facts(ranks: int, cores: int = 8) -> _knobs.Facts:
+def _facts(ranks: int, cores: int = 8) -> registry.Facts:
     device = describe_device("cpu")
-    return _knobs.Facts(
+    return registry.Facts(
         device=type(device)(**{**device.__dict__, "cpu_count": cores}),
         has_conv=False,
         n_blocks=0,

@@ -21,8 +21,9 @@ from torch.utils.data import TensorDataset
 import autotune
 from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import ProcessExecutor, worker_env
+from autotune._trial.outcome import AccuracyCheck, Budget
 from autotune._trial.probe import PROBE_BUDGET, probe_memory
-from autotune._trial.runner import AccuracyCheck, Budget, run_trial
+from autotune._trial.runner import run_trial
 from autotune._trial.task import make_task
 from autotune._trial.workload import Workload, prepare_workload
 from autotune.examples import SmallCNN, tiny_data, tiny_model

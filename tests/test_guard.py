@@ -27,7 +27,7 @@ from autotune._search.guard import (
     unseen_rate,
 )
 from autotune._search.ledger import rejudged
-from autotune._trial.runner import AccuracyRun
+from autotune._trial.outcome import AccuracyRun
 from autotune._trial.task import make_task, split_dataset
 from autotune.examples import tiny_data
 

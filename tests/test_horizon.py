@@ -11,7 +11,7 @@ from sim import Model, noise, search
 from autotune._search.baseline import budget_note
 from autotune._search.guard import Verdict
 from autotune._search.horizon import pairs_to_confirm, plan_horizon
-from autotune._trial.runner import AccuracyRun
+from autotune._trial.outcome import AccuracyRun
 
 DIGITS = {"batch_size": [32, 64], "precision": ["fp32"]}
 

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from autotune import ConfigError, TrainingConfig
-from autotune._integrations import transformers_kwargs
+from autotune._knobs.trainer_args import transformers_kwargs
 from autotune.examples import tiny_data
 
 transformers = pytest.importorskip("transformers")
@@ -240,7 +240,7 @@ def test_the_trainers_arguments_unset_what_the_tuned_config_does_not_have(tmp_pa
     compile, a warm-up of 0) goes back to its default. It used to be left out: your prefetch
     factor stayed beside 0 workers (TrainingArguments refuses it) and your compile mode turned
     compile back on."""
-    from autotune._integrations import trainer_settings
+    from autotune._knobs.trainer_args import trainer_settings
 
     yours = TrainingConfig(
         num_workers=2,

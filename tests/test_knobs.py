@@ -8,11 +8,13 @@ import random
 import pytest
 
 from autotune import ConfigError, TrainingConfig, load_space
-from autotune._knobs import (
+from autotune._knobs.registry import (
     BY_NAME,
     KNOBS,
+    Where,
     complexity,
     config_from,
+    knobs_where,
     late_knobs,
     numerics_free_knobs,
     numerics_id,
@@ -128,3 +130,27 @@ def test_a_split_of_the_global_batch_keeps_the_numerics_where_the_model_allows()
     assert values_of(bigger, base)["lr_multiplier"] == pytest.approx(1.0)
     # Accumulation is one more thing to get right: between equally fast configs, none wins.
     assert complexity(base, base) < complexity(split, base)
+
+
+def test_the_trainers_trials_read_what_they_apply_from_the_registry() -> None:
+    # The lists once kept by hand beside the registry, now derived from each knob's `where`
+    # and mappings: a Hugging Face trial applies the TrainingArguments of these knobs...
+    from autotune._trial import hf_loop, lightning_loop
+
+    assert hf_loop.APPLIED == (
+        "batch_size",
+        "gradient_accumulation_steps",
+        "num_workers",
+        "persistent_workers",
+        "prefetch_factor",
+        "pin_memory",
+        "precision",
+        "compile_mode",
+        "checkpointing",
+        "lr_schedule",
+    )
+    # ... cannot take these model changes (no TrainingArguments field) ...
+    model_only = {k.name for k in knobs_where(Where.MODEL) if not k.maps_to_transformers}
+    assert model_only == {"channels_last", "compile_dynamic"}
+    # ... and a Lightning trial keeps the user's optimizer and schedule shape.
+    assert set(lightning_loop._NOT_APPLIED) == {"optimizer_impl", "lr_schedule", "warmup_fraction"}

@@ -21,7 +21,7 @@ from autotune._space import load_space
 from autotune._task import TaskRefs
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyRun, Budget
+from autotune._trial.outcome import AccuracyRun, Budget
 
 BASE = TrainingConfig()
 
@@ -224,12 +224,12 @@ def test_a_change_of_the_numerics_wins_only_once_confirmed() -> None:
     assert ledger.pending().number == 1
     confirmed = check(ledger.guard, [0.905, 0.91, 0.889])
     assert confirmed.passed
-    storage.file_confirmation(study, autotune._knobs.numerics_id(bf16), confirmed)
+    storage.file_confirmation(study, autotune._knobs.registry.numerics_id(bf16), confirmed)
     ledger = Ledger.read(study, settings())
     assert ledger.best_fast().number == 1 and ledger.best().number == 1
     assert ledger.best_safe().number == 0 and ledger.pending() is None
     rejected = Confirmation(runs=(0.905, 0.80, 0.81), verdict=Verdict.REJECTED, mean=0.838)
-    storage.file_confirmation(study, autotune._knobs.numerics_id(bf16), rejected)
+    storage.file_confirmation(study, autotune._knobs.registry.numerics_id(bf16), rejected)
     ledger = Ledger.read(study, settings())
     assert not ledger.feasible(ledger.entries[1]) and ledger.best().number == 0
     assert ledger.trial_records()[1].confirmed is False

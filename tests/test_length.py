@@ -13,7 +13,7 @@ from test_space import CPU
 from autotune import TrainingConfig
 from autotune._choices import LRSchedule, ScheduleKind
 from autotune._errors import ConfigError
-from autotune._knobs import Facts, numerics_id
+from autotune._knobs.registry import Facts, numerics_id
 from autotune._search.policy import fast_guesses
 from autotune._space import load_space
 from autotune._trial.runner import run_samples, train_for_accuracy

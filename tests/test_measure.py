@@ -295,7 +295,7 @@ class FakeGPU:
         self.asked: list[int] = []
 
     def run(self, cfg, budget, *, accuracy=None, measured=None, time_limit=None):
-        from autotune._trial.runner import TrialOutcome
+        from autotune._trial.outcome import TrialOutcome
 
         self.asked.append(cfg.batch_size)
         allocated = 10**9 + 2 * 10**7 * cfg.batch_size

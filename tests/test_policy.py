@@ -13,7 +13,7 @@ from autotune._search.ledger import Ledger
 from autotune._search.policy import Stage, StagePolicy, fast_guesses, late_variants
 from autotune._search.record import Record
 from autotune._search.state import LoopState
-from autotune._trial.runner import TrialOutcome
+from autotune._trial.outcome import TrialOutcome
 
 BASE = TrainingConfig()
 SPACE = load_space(
@@ -184,6 +184,19 @@ def test_the_deadline_keeps_a_grace_for_the_last_steps() -> None:
     assert d.past(expected=7.0)  # a step of ~7 s would overrun: not started
     assert d.fits(1.0) and not d.fits(1.5)
     assert not Deadline(start=0.0, end=None, clock=Clock()).past(expected=1e9)
+
+
+def test_shares_of_the_budget_are_asked_of_the_deadline() -> None:
+    clock = Clock()
+    clock.now = 1_700_000_000.0 + 150.0  # a wall clock: 150 s of a 600 s budget spent
+    d = Deadline.of(1_700_000_000.0, 600.0, clock)
+    # The timeout as given, not the difference of two wall-clock times.
+    assert d.budget == 600.0 and d.share(0.25) == 150.0 and d.share(0.01) == 0.01 * 600.0
+    assert d.used() == 0.25 and d.grace == 30.0
+    untimed = Deadline.of(0.0, None, clock)
+    assert untimed.end is None and untimed.budget is None and untimed.share(0.25) is None
+    assert untimed.used() is None and untimed.grace == 0.0
+    assert Deadline(start=900.0, end=996.0).budget == 96.0  # without seconds: end - start
 
 
 def test_a_trial_is_stopped_not_far_past_the_deadline() -> None:

@@ -327,7 +327,7 @@ def test_a_search_over_the_whole_default_space_reports(tmp_path, capsys) -> None
     """Every knob of the default space, sampled as it comes (workers or none, accumulation or
     none, compile or none), then `autotune report`: the next knob whose presence depends on
     another cannot break the report unseen."""
-    from autotune._knobs import values_of
+    from autotune._knobs.registry import values_of
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     result = find(

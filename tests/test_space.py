@@ -7,7 +7,7 @@ import pytest
 
 from autotune import SearchSpaceError, TrainingConfig, builtin_spaces, load_space
 from autotune._device import DeviceInfo
-from autotune._knobs import KNOB_NAMES, Facts
+from autotune._knobs.registry import KNOB_NAMES, KNOBS, Facts
 from autotune._space import Choice, FloatRange, parse_space
 
 CPU = DeviceInfo(
@@ -52,6 +52,27 @@ def test_builtin_spaces_are_shipped_and_valid() -> None:
 def test_default_space_has_every_knob() -> None:
     """The default space searches every knob the registry declares."""
     assert set(load_space("default").knobs) == set(KNOB_NAMES)
+
+
+# What each built-in space promises, in the registry's terms: a knob added to the registry
+# fails here until every space whose promise covers it lists it.
+SPACE_PROMISES = {
+    "default": lambda k: True,  # every knob
+    "throughput": lambda k: not k.numerics,  # every knob that leaves the numerics alone
+    "quick": None,  # a choice of knobs, none of them late (no one-time cost in a short run)
+}
+
+
+@pytest.mark.parametrize("name", sorted(builtin_spaces()))
+def test_each_builtin_space_keeps_its_promise_against_the_registry(name: str) -> None:
+    assert name in SPACE_PROMISES, f"search_spaces/{name}.yaml: say what it promises here"
+    space = load_space(builtin_spaces()[name])  # parsed by the registry's types and rules
+    assert set(space.knobs) <= set(KNOB_NAMES)
+    promise = SPACE_PROMISES[name]
+    if promise is not None:
+        assert set(space.knobs) == {k.name for k in KNOBS if promise(k)}
+    else:
+        assert not {k.name for k in KNOBS if k.late} & set(space.knobs)
 
 
 def test_unknown_space_name_lists_the_builtins() -> None:

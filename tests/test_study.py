@@ -21,7 +21,7 @@ from autotune._search import storage
 from autotune._search.guard import Verdict
 from autotune._search.ledger import Ledger
 from autotune._search.record import BaselineAccuracy
-from autotune._trial.runner import AccuracyRun
+from autotune._trial.outcome import AccuracyRun
 from autotune.examples import tiny_data, tiny_model
 
 from conftest import find

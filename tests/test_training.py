@@ -11,7 +11,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 import autotune
 from autotune import TrainingConfig
-from autotune._trial.apply import checkpointed_blocks
+from autotune._knobs.apply import checkpointed_blocks
 from autotune.examples import AugmentedImages, cnn_model, tiny_data, tiny_model
 
 

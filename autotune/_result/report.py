@@ -25,15 +25,15 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState
 
-from autotune import _knobs
+from autotune._knobs import registry
 from autotune._result.files import write_text_atomic
-from autotune._search.figures import accuracy_verdict, format_speedup
+from autotune._search.derived import accuracy_verdict, format_speedup
 from autotune._search.ranking import rank_time
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from autotune._config import TrainingConfig
+    from autotune._knobs.config import TrainingConfig
     from autotune._result.result import SearchResult
     from autotune._search.ledger import TrialRecord
 
@@ -621,7 +621,7 @@ def _quiet_optuna() -> Iterator[None]:
 def _knob_values(t: TrialRecord, baseline: TrainingConfig) -> dict[str, Any]:
     """The config as knob values, as a space file writes them (None spelled out: Optuna's
     plots need a label)."""
-    values = _knobs.values_of(t.config, baseline)
+    values = registry.values_of(t.config, baseline)
     return {k: ("default" if v is None else v) for k, v in values.items()}
 
 
@@ -630,7 +630,7 @@ def _distributions(values: list[dict[str, Any]]) -> dict[str, BaseDistribution]:
     (with loader workers, without accumulation: ``Knob.exists``) has no value in the others,
     so one config's knobs are not every config's."""
     out: dict[str, BaseDistribution] = {}
-    for key in [k for k in _knobs.KNOB_NAMES if any(k in v for v in values)]:
+    for key in [k for k in registry.KNOB_NAMES if any(k in v for v in values)]:
         seen = [v[key] for v in values if key in v]
         unique = sorted(set(seen), key=lambda x: (str(type(x)), x))
         if len(unique) < 2:
@@ -690,7 +690,7 @@ def _importance_figure(study: optuna.Study) -> tuple[go.Figure | None, str]:
         for t in study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])
         if not t.user_attrs.get("reused") and t.params
     ]
-    varied = [k for k in _knobs.KNOB_NAMES if any(k in t.params for t in trials)]
+    varied = [k for k in registry.KNOB_NAMES if any(k in t.params for t in trials)]
     # fANOVA needs every trial's value of every knob it ranks. A knob that exists only in some
     # configs (loader knobs with workers, DDP's static graph without accumulation) is left
     # out, not its trials: ranking it over the trials it exists in would leave every other

@@ -17,13 +17,13 @@ from typing import Any
 
 import optuna
 
-from autotune._config import SCHEMA_VERSION, TrainingConfig
 from autotune._errors import ConfigError, StorageError
-from autotune._integrations import trainer_settings
+from autotune._knobs.config import SCHEMA_VERSION, TrainingConfig
+from autotune._knobs.trainer_args import trainer_settings
 from autotune._result.files import write_text_atomic
 from autotune._result.report import write_report
 from autotune._result.summary import render_summary
-from autotune._search import coverage, figures, ranking
+from autotune._search import coverage, derived, ranking
 from autotune._search import storage as stored
 from autotune._search.guard import AccuracyGuard, Verdict
 from autotune._search.ledger import Ledger, TrialRecord, beside
@@ -239,13 +239,13 @@ class SearchResult:
     def speedup(self) -> float:
         """Side by side (the median over rounds) where measured so, else the ratio of the
         steady-state throughputs (and says so: ``speedup_range`` is None)."""
-        measured = figures.side_by_side(self.round_speedups)
+        measured = derived.side_by_side(self.round_speedups)
         return self.throughput_ratio if measured is None else measured[0]
 
     @property
     def speedup_range(self) -> tuple[float, float] | None:
         """The lowest and highest side-by-side speedup over the rounds (None: not measured)."""
-        measured = figures.side_by_side(self.round_speedups)
+        measured = derived.side_by_side(self.round_speedups)
         return None if measured is None else (measured[1], measured[2])
 
     def speedup_of(self, trial: TrialRecord) -> float | None:
@@ -257,7 +257,7 @@ class SearchResult:
         if trial.side_speedup is not None:  # set only where the rounds measured it
             return trial.side_speedup
         base = self.baseline_trial
-        return figures.speedup(base.screening_time, trial.screening_time)
+        return derived.speedup(base.screening_time, trial.screening_time)
 
     @property
     def throughput_ratio(self) -> float:
@@ -311,7 +311,7 @@ class SearchResult:
     def trainer_settings(self) -> dict[str, Any]:
         """The settings of your own trainer that train as the chosen config did (``tune``):
         ``training_arguments`` for a Hugging Face Trainer; ``trainer``, ``dataloader`` and
-        ``notes`` for Lightning. See :func:`autotune._integrations.trainer_settings`."""
+        ``notes`` for Lightning. See :func:`autotune._knobs.trainer_args.trainer_settings`."""
         if self.trainer is None:
             raise ConfigError(
                 "This result was searched with find_best, not through a trainer: use "
@@ -420,4 +420,4 @@ def load_config(path: str | os.PathLike[str]) -> TrainingConfig:
 
 def _side(trial: TrialRecord) -> bool:
     """Whether the side-by-side rounds measured it (its figures are theirs)."""
-    return trial.side_rounds >= figures.MIN_ROUNDS
+    return trial.side_rounds >= derived.MIN_ROUNDS

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from autotune._config import TrainingConfig
 from autotune._errors import ConfigError
-from autotune._search.figures import format_speedup
+from autotune._knobs.config import TrainingConfig
+from autotune._search.derived import format_speedup
 from autotune._search.guard import ACCURACY_SHARE, answer_claim, unseen_note
 
 __all__ = ["render_summary", "summary_parts"]

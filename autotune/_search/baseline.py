@@ -11,9 +11,9 @@ import math
 import statistics
 from typing import Protocol
 
-from autotune._config import TrainingConfig
 from autotune._errors import AutotuneError
-from autotune._knobs import config_from, pair_base
+from autotune._knobs.config import TrainingConfig
+from autotune._knobs.registry import config_from, pair_base
 from autotune._search import storage
 from autotune._search.bench import Bench
 from autotune._search.guard import FIRST_PAIR, AccuracyGuard, plan_accuracy_budget, question_runs
@@ -23,8 +23,8 @@ from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._space import Choice, SearchSpace
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
+from autotune._trial.outcome import AccuracyCheck, Budget, TrialOutcome
 from autotune._trial.probe import MemoryLimits
-from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
 
 __all__ = [
     "Baseline",
@@ -249,10 +249,11 @@ def calibrate(bench: Bench, space: SearchSpace) -> Calibration:
         0.0, outcome.seconds - (m.warmup_steps + m.timed_steps) * m.batch_size / m.throughput
     )
     seconds = UNTIMED_TARGET
+    timed_share = bench.deadline.share(TIMED_SHARE)
     if s.timed_seconds is not None:
         seconds = s.timed_seconds
-    elif s.timeout is not None:
-        seconds = min(MAX_TIMED, max(MIN_TIMED, TIMED_SHARE * s.timeout))
+    elif timed_share is not None:
+        seconds = min(MAX_TIMED, max(MIN_TIMED, timed_share))
     budget = dataclasses.replace(
         s.budget,
         warmup_steps=2,
@@ -263,9 +264,9 @@ def calibrate(bench: Bench, space: SearchSpace) -> Calibration:
         max_timed_seconds=0.0,
     )
     batch = space.knobs.get("batch_size")
-    if s.timeout is None or not isinstance(batch, Choice):
+    limit = bench.deadline.share(MAX_MEASURE_SHARE)
+    if limit is None or not isinstance(batch, Choice):
         return Calibration(cfg, budget, space, outcome.seconds)
-    limit = MAX_MEASURE_SHARE * s.timeout
     kept = tuple(
         b
         for b in batch.values
@@ -337,7 +338,7 @@ def measure_baseline(bench: Bench, space: SearchSpace, *, needs: float = 0.0) ->
 def pair_settings(ledger: Ledger, baseline: Baseline) -> tuple[TrainingConfig, float]:
     """The settings the baseline's accuracy runs, and both arms of every pair, train with, and
     their throughput: those of the runs already made; else the baseline's config with the
-    shared knobs of the fastest safe config measured so far (see ``_knobs.pair_base``), at
+    shared knobs of the fastest safe config measured so far (see ``registry.pair_base``), at
     that config's measured throughput (the baseline's where it was not measured itself: the
     safe answer's own may owe part of its speed to knobs a pair does not share). A pair then
     differs only in the numerics judged, as before, and each of its runs lays out memory and
@@ -387,7 +388,7 @@ def accuracy_plan_seconds(
         batch_size=s.baseline.global_batch_size,  # optimizer steps, accumulation included
         throughput=throughput,
         repeats=s.accuracy_repeats,
-        seconds=s.timeout,
+        seconds=bench.deadline.budget,
         planned_epochs=s.planned_epochs,
         whole_run=s.space.searches_length,
         left=None if left is None else left / SLACK,
@@ -476,7 +477,7 @@ def measure_baseline_accuracy(
     # horizon choose_horizon asks for, says what the guard needs) at its final horizon.
     settled_horizon = s.accuracy_samples is not None or longer_reason(guard, plan) is None
     if guard.learned and not guard.wrong_way and not guard.lagging and settled_horizon:
-        budget = budget_note(plan, s.timeout)
+        budget = budget_note(plan, bench.deadline.budget)
     if budget:
         note = joined_note(note, budget)
         storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))
@@ -572,9 +573,9 @@ def choose_horizon(bench: Bench, baseline: Baseline, reserve: float) -> Baseline
                 f"{why}, but runs of {samples:,} samples (~{seconds:.0f} s for the baseline's "
                 "and one check) do not fit in the time left"
             )
-            left = bench.deadline.left()
-            if s.timeout is not None and left is not None:
-                need = s.timeout + seconds + reserve - left
+            left, budget = bench.deadline.left(), bench.deadline.budget
+            if budget is not None and left is not None:
+                need = budget + seconds + reserve - left
                 text += f": a timeout of about {suggested_timeout(need)} s would hold them"
             bench.report(f"accuracy guard: {text}")
             note = joined_note(accuracy.note, f"the horizon: {text}")

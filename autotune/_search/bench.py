@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune._choices import CompileMode
-from autotune._config import TrainingConfig
+from autotune._knobs.config import TrainingConfig
 from autotune._progress import Progress, Report, as_progress
 from autotune._search import storage
 from autotune._search.deadline import Deadline
@@ -22,7 +22,7 @@ from autotune._search.settings import SearchSettings
 from autotune._search.state import LoopState
 from autotune._trial.isolation import TrialExecutor
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome
+from autotune._trial.outcome import AccuracyCheck, Budget, TrialOutcome
 
 __all__ = ["Bench"]
 

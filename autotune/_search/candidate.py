@@ -11,8 +11,8 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune._choices import CompileMode
-from autotune._config import TrainingConfig
 from autotune._errors import ConfigError, DeviceError
+from autotune._knobs.config import TrainingConfig
 from autotune._search import ranking, storage
 from autotune._search.baseline import SLACK, Baseline, measurement_seconds
 from autotune._search.bench import Bench
@@ -23,8 +23,8 @@ from autotune._search.record import Record, Role
 from autotune._search.status import search_status, trial_line
 from autotune._space import SearchSpace
 from autotune._trial.failures import FailureReason
+from autotune._trial.outcome import Budget, TrialOutcome
 from autotune._trial.probe import MemoryLimits
-from autotune._trial.runner import Budget, TrialOutcome
 
 __all__ = ["CandidateRun", "expected_seconds", "first_compile", "run_candidate"]
 

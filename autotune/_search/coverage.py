@@ -15,8 +15,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune import _knobs
-from autotune._config import TrainingConfig
+from autotune._knobs import registry
+from autotune._knobs.config import TrainingConfig
 from autotune._search.bench import Bench
 from autotune._search.ledger import Ledger
 from autotune._space import Choice, SearchSpace
@@ -76,7 +76,7 @@ def unmeasured(
     measured: dict[str, set[Any]] = {}
     failed: dict[tuple[str, Any], str] = {}
     for e in ledger.entries:
-        values = _knobs.values_of(e.config, baseline)
+        values = registry.values_of(e.config, baseline)
         for name, value in values.items():
             if e.record.ok and not e.record.reused:
                 measured.setdefault(name, set()).add(value)

@@ -17,11 +17,38 @@ LAST_RUN_LIMIT = 1.0  # seconds a run started at the end of the grace may still 
 @dataclasses.dataclass(frozen=True)
 class Deadline:
     """``start`` and ``end`` are wall-clock times (``time.time()``, shared with workers on other
-    hosts); ``end`` is None when only a number of trials bounds the search."""
+    hosts); ``end`` is None when only a number of trials bounds the search. ``seconds`` is the
+    budget's length as given (None: ``end - start``); every share of the budget is asked of
+    it (:meth:`share`)."""
 
     start: float
     end: float | None
     clock: Callable[[], float] = time.time
+    seconds: float | None = None
+
+    @classmethod
+    def of(
+        cls, start: float, seconds: float | None, clock: Callable[[], float] = time.time
+    ) -> Deadline:
+        """The deadline ``seconds`` after ``start`` (None: no time limit)."""
+        return cls(start, None if seconds is None else start + seconds, clock, seconds)
+
+    @property
+    def budget(self) -> float | None:
+        """The time budget in seconds, or None without a deadline."""
+        if self.end is None:
+            return None
+        return self.seconds if self.seconds is not None else self.end - self.start
+
+    def share(self, fraction: float) -> float | None:
+        """``fraction`` of the time budget in seconds, or None without a deadline."""
+        budget = self.budget
+        return None if budget is None else fraction * budget
+
+    def used(self) -> float | None:
+        """The share of the time budget spent so far, or None without one."""
+        left, budget = self.left(), self.budget
+        return None if left is None or not budget else 1.0 - left / budget
 
     def now(self) -> float:
         return self.clock()
@@ -38,9 +65,8 @@ class Deadline:
     def grace(self) -> float:
         """How far past the deadline the last, short steps (re-measuring the leaders and
         confirming the winner) may end: 5% of the budget, at least 2 s."""
-        if self.end is None:
-            return 0.0
-        return max(GRACE_MIN, GRACE_SHARE * (self.end - self.start))
+        share = self.share(GRACE_SHARE)
+        return 0.0 if share is None else max(GRACE_MIN, share)
 
     def past(self, expected: float = 0.0) -> bool:
         """Whether a step expected to take ``expected`` seconds would end past the deadline by

@@ -23,7 +23,7 @@ from autotune._search.bench import Bench
 from autotune._search.guard import Confirmation, SampleNoise, Verdict, p_inferior
 from autotune._search.ledger import Entry
 from autotune._trial.failures import FailureReason
-from autotune._trial.runner import AccuracyCheck, AccuracyRun, TrialOutcome
+from autotune._trial.outcome import AccuracyCheck, AccuracyRun, TrialOutcome
 
 __all__ = ["STEP", "confirm", "evidence_value", "next_target", "unit_sums"]
 

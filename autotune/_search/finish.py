@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from autotune._search import figures, ranking, storage
+from autotune._search import derived, ranking, storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm, evidence_value, p_within, seed_seconds
 from autotune._search.ledger import Entry, Ledger
 from autotune._trial.failures import FailureReason
-from autotune._trial.runner import Budget
+from autotune._trial.outcome import Budget
 
 __all__ = ["ROUNDS", "confirm_pending", "side_by_side", "side_by_side_seconds"]
 
 ROUNDS = 3  # side-by-side rounds of the answers and the baseline
-MIN_ROUNDS = figures.MIN_ROUNDS  # the fewest that make a measured speedup
+MIN_ROUNDS = derived.MIN_ROUNDS  # the fewest that make a measured speedup
 SAFE_LEADERS = 2  # configs that train the baseline's model measured in the first rounds
 CHALLENGERS = 3  # configs a second pass of rounds may add, where they fit
 MAX_STRETCH = 4.0  # the rounds' measurements last at most this many times the search's
@@ -63,7 +63,7 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
                 else None
             )
             # Over the answer so far; none known (no answer yet, or no time): no gain.
-            speedup = figures.speedup(floor, ledger.projected(entry)) or 1.0
+            speedup = derived.speedup(floor, ledger.projected(entry)) or 1.0
             value = evidence_value(speedup, p_within(c, guard.tolerance, drops, noise), cost)
             options.append((value, entry, cost))
         if not options:
@@ -252,7 +252,7 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
     best, base = ledger.best(), ledger.baseline
     if best is not None and base is not None and best.number != base.number:
         speedups = ledger.round_speedups(best)
-        figure = figures.side_by_side(speedups)  # the result's headline figure
+        figure = derived.side_by_side(speedups)  # the result's headline figure
         if figure is not None:
             median, low, high = figure
             bench.report(

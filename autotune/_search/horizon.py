@@ -42,7 +42,7 @@ from autotune._search.guard import (
     question_runs,
     t_quantile,
 )
-from autotune._trial.runner import AccuracyRun
+from autotune._trial.outcome import AccuracyRun
 
 __all__ = ["MAX_DECAY", "HorizonPlan", "longer_reason", "pairs_to_confirm", "plan_horizon"]
 

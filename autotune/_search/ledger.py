@@ -18,15 +18,15 @@ from typing import Any
 
 import optuna
 
-from autotune import _knobs
-from autotune._config import TrainingConfig
-from autotune._search import figures, ranking, storage
+from autotune._knobs import registry
+from autotune._knobs.config import TrainingConfig
+from autotune._search import derived, ranking, storage
 from autotune._search.guard import AccuracyGuard, Confirmation, Verdict
 from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._search.settings import SearchSettings
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyRun
+from autotune._trial.outcome import AccuracyRun
 
 __all__ = ["Entry", "Ledger", "TrialRecord", "beside", "make_guard"]
 
@@ -77,7 +77,7 @@ class TrialRecord:
     @property
     def measured_as(self) -> str:
         """Where its throughput and projected time come from."""
-        if self.side_rounds >= figures.MIN_ROUNDS:
+        if self.side_rounds >= derived.MIN_ROUNDS:
             return f"side by side over {self.side_rounds} rounds"
         return "screening (one measurement)"
 
@@ -88,7 +88,7 @@ class TrialRecord:
         where they measured it (and ``side``: the config it is compared with was measured
         there too), else from its screening measurement; the rest from screening."""
         out: dict[str, Any] = {}
-        side = side and self.side_rounds >= figures.MIN_ROUNDS
+        side = side and self.side_rounds >= derived.MIN_ROUNDS
         if self.measurement is not None:
             out.update(self.measurement.summary())
             out["screening_throughput"] = self.measurement.throughput
@@ -237,8 +237,8 @@ class Ledger:
 
     def numerics_id(self, cfg: TrainingConfig) -> str:
         """The key ``cfg``'s confirmation is filed under: equal for configs that train the same
-        model (see :func:`autotune._knobs.numerics_key`)."""
-        return _knobs.numerics_id(cfg, split_free=self.split_free)
+        model (see :func:`autotune._knobs.registry.numerics_key`)."""
+        return registry.numerics_id(cfg, split_free=self.split_free)
 
     def same_numerics(self, a: TrainingConfig, b: TrainingConfig) -> bool:
         """Whether ``a`` and ``b`` train the same model."""
@@ -288,18 +288,18 @@ class Ledger:
 
     def projected(self, entry: Entry) -> float | None:
         """Projected training time: the median over the side-by-side rounds where they
-        measured it (at least :data:`figures.MIN_ROUNDS`: every figure of such a config comes
+        measured it (at least :data:`derived.MIN_ROUNDS`: every figure of such a config comes
         from them), else over its measurement (and a lone re-measurement)."""
         again = self.remeasured(entry)
-        times = list(again) if len(again) >= figures.MIN_ROUNDS else self.times(entry)
+        times = list(again) if len(again) >= derived.MIN_ROUNDS else self.times(entry)
         return ranking.median_time(times) if times else None
 
     def side_throughput(self, entry: Entry) -> float | None:
         """Its throughput measured side by side: the median over the rounds that measured it
-        (None with fewer than :data:`figures.MIN_ROUNDS`, or in rounds that kept none)."""
+        (None with fewer than :data:`derived.MIN_ROUNDS`, or in rounds that kept none)."""
         twins = self.twins(entry)
         rates = [r[n] for r in self.round_throughputs for n in twins if n in r]
-        return float(statistics.median(rates)) if len(rates) >= figures.MIN_ROUNDS else None
+        return float(statistics.median(rates)) if len(rates) >= derived.MIN_ROUNDS else None
 
     def rank_time(self, entry: Entry) -> float:
         """Its projected time as ranked: without one, it ranks last."""
@@ -356,7 +356,7 @@ class Ledger:
             return None
         items = [e for e in entries if not self.slower_side_by_side(e)]
         rounded = [e for e in items if self.side_speedup(e) is not None]
-        complexity = lambda e: _knobs.complexity(e.config, base.config)  # noqa: E731
+        complexity = lambda e: registry.complexity(e.config, base.config)  # noqa: E731
         leader = ranking.best_side_by_side(
             rounded,
             speedup=lambda e: self.side_speedup(e) or 0.0,
@@ -378,19 +378,19 @@ class Ledger:
 
     def side_speedup(self, entry: Entry) -> float | None:
         """Its speedup over the baseline measured side by side (the median over the rounds;
-        1 for the baseline once rounds ran); None with fewer than :data:`figures.MIN_ROUNDS`."""
+        1 for the baseline once rounds ran); None with fewer than :data:`derived.MIN_ROUNDS`."""
         base = self.baseline
         if base is not None and entry.config == base.config:
             measured = sum(1 for r in self.rounds if base.number in r)
-            return 1.0 if measured >= figures.MIN_ROUNDS else None
-        side = figures.side_by_side(self.round_speedups(entry))
+            return 1.0 if measured >= derived.MIN_ROUNDS else None
+        side = derived.side_by_side(self.round_speedups(entry))
         return None if side is None else side[0]
 
     def screening_speedup(self, entry: Entry) -> float | None:
         """Its speedup by the screening measurements alone (the baseline's and its own, one
         draw each): what a config the rounds did not measure is compared by."""
         base = self.baseline
-        return figures.speedup(
+        return derived.speedup(
             base.record.projected_time if base is not None else None, entry.record.projected_time
         )
 
@@ -491,7 +491,7 @@ class Ledger:
         base = self.baseline
         if base is None or entry.config == base.config:
             return False
-        side = figures.side_by_side(self.round_speedups(entry))
+        side = derived.side_by_side(self.round_speedups(entry))
         return side is not None and side[0] <= 1.0
 
     def round_speedups(self, entry: Entry) -> list[float]:
@@ -501,7 +501,7 @@ class Ledger:
             return []
         twins = self.twins(entry)
         speedups = (
-            figures.speedup(r[base.number], r[n])
+            derived.speedup(r[base.number], r[n])
             for r in self.rounds
             for n in twins
             if base.number in r and n != base.number and n in r

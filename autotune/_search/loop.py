@@ -310,9 +310,9 @@ class Search:
     def _used(self, ledger: Ledger) -> float:
         """The share of the budget spent: of the time, or of the trials."""
         s = self.settings
-        left = self.bench.deadline.left()
-        if left is not None and s.timeout:
-            return 1.0 - left / s.timeout
+        used = self.bench.deadline.used()
+        if used is not None:
+            return used
         if s.n_trials:
             return len(ledger.candidates) / s.n_trials
         return 0.0
@@ -401,7 +401,7 @@ def _memory_limits(bench: Bench) -> MemoryLimits | None:
         report=bench.report,
         # Each probe run ends by the search's deadline too (a loaded machine).
         time_limit=bench.deadline.trial_limit(s.trial_timeout or PROBE_LIMIT),
-        seconds=None if s.timeout is None else PROBE_SHARE * s.timeout,
+        seconds=bench.deadline.share(PROBE_SHARE),
         # On a GPU a step is fast and an out-of-memory error is clean: check the
         # prediction. On a CPU the process's memory already shows what fits.
         verify=cuda,

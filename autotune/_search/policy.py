@@ -33,10 +33,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from autotune import _knobs
 from autotune._choices import CompileMode, Precision, ScheduleKind
-from autotune._config import TrainingConfig
 from autotune._errors import ConfigError
+from autotune._knobs import registry
+from autotune._knobs.config import TrainingConfig
 from autotune._search.ledger import Entry, Ledger
 from autotune._space import Choice, SearchSpace
 from autotune._trial.probe import MemoryLimits
@@ -182,7 +182,7 @@ class StagePolicy:
         """The safe stage's variants of the best safe config: each numerics-free knob's other
         values, one knob at a time; then the other splits of its global batch, where they
         leave the numerics alone."""
-        out = [self._one_knob(safe, name) for name in _knobs.numerics_free_knobs()]
+        out = [self._one_knob(safe, name) for name in registry.numerics_free_knobs()]
         if self.space.global_batch_size is not None and "batch_size" not in self.numerics:
             out.append(self._one_knob(safe, "batch_size"))
         return out
@@ -230,8 +230,8 @@ class StagePolicy:
 
     def _plain_late(self) -> Params:
         """The late knobs at the baseline's values: no compile, no checkpointing."""
-        values = _knobs.values_of(self.baseline, self.baseline)
-        return self._pins({k: v for k, v in values.items() if k in _knobs.late_knobs()})
+        values = registry.values_of(self.baseline, self.baseline)
+        return self._pins({k: v for k, v in values.items() if k in registry.late_knobs()})
 
     def _one_knob(self, entry: Entry, name: str) -> list[TrainingConfig]:
         """``entry``'s config with each other value of knob ``name``."""
@@ -249,13 +249,13 @@ class StagePolicy:
 
     def _numerics_of(self, cfg: TrainingConfig) -> Params:
         """The values of ``cfg``'s knobs that change the numerics (pinned in the safe stage)."""
-        values = _knobs.values_of(cfg, self.baseline)
+        values = registry.values_of(cfg, self.baseline)
         return self._pins({k: v for k, v in values.items() if k in self.numerics})
 
     def _safe_of(self, cfg: TrainingConfig) -> Params:
         """The values of ``cfg``'s knobs that leave the numerics alone: pinned in the fast
         stage."""
-        values = _knobs.values_of(cfg, self.baseline)
+        values = registry.values_of(cfg, self.baseline)
         return self._pins({k: v for k, v in values.items() if k not in self.numerics})
 
 
@@ -345,7 +345,7 @@ def coverage_variants(
     for e in ledger.entries:
         if e.record.reused:
             continue
-        for name, value in _knobs.values_of(e.config, baseline).items():
+        for name, value in registry.values_of(e.config, baseline).items():
             seen.setdefault(name, set()).add(value)
     params = space.params_of(best.config, baseline)
     out: list[TrainingConfig] = []

@@ -143,8 +143,8 @@ class AccuracyQuestion:
         runs and one check, the pending confirmation, and before the first check the safe
         stage's share): said, with the timeout that would hold it."""
         self.state.drop_checks()
-        timeout = self.state.settings.timeout or 0.0
-        more = suggested_timeout(timeout + need - float(self.bench.deadline.left() or 0.0))
+        deadline = self.bench.deadline
+        more = suggested_timeout((deadline.budget or 0.0) + need - float(deadline.left() or 0.0))
         self.bench.report(
             f"accuracy guard: no time for accuracy checks (~{need:.0f} s for the baseline's "
             "runs at the shortest horizon and one candidate's check, after the safe knobs' "

@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from autotune._search.figures import MIN_ROUNDS
+from autotune._search.derived import MIN_ROUNDS
 
 __all__ = [
     "MAX_NOISE",

@@ -13,10 +13,10 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from autotune._config import TrainingConfig
+from autotune._knobs.config import TrainingConfig
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyRun
+from autotune._trial.outcome import AccuracyRun
 
 __all__ = ["BaselineAccuracy", "Record", "Role"]
 
@@ -122,7 +122,7 @@ class BaselineAccuracy:
     # autotune._search.horizon), the last one at ``samples``.
     plans: tuple[str, ...] = ()
     # The settings every accuracy run trains with, the baseline's and both arms of every pair
-    # (the baseline's config with the safe answer's shared knobs, see _knobs.pair_base), and
+    # (the baseline's config with the safe answer's shared knobs, see registry.pair_base), and
     # that config's throughput; None: the baseline's own (and studies filed before).
     config: TrainingConfig | None = None
     throughput: float | None = None

@@ -11,11 +11,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from autotune._config import TrainingConfig
+from autotune._knobs.config import TrainingConfig
 from autotune._space import SearchSpace, parse_space
 from autotune._task import TaskRefs
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import Budget
+from autotune._trial.outcome import Budget
 
 __all__ = ["SearchSettings", "differences"]
 

@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from autotune._config import TrainingConfig
+from autotune._knobs.config import TrainingConfig
 from autotune._search.deadline import Deadline
 from autotune._search.policy import Stage, Step
 from autotune._search.settings import SearchSettings
 from autotune._space import Choice, SearchSpace
+from autotune._trial.outcome import Budget
 from autotune._trial.probe import MemoryLimits
-from autotune._trial.runner import Budget
 
 if TYPE_CHECKING:
     from autotune._search.baseline import Baseline
@@ -53,7 +53,9 @@ class LoopState:
     @classmethod
     def start(cls, settings: SearchSettings, clock: Callable[[], float] = time.time) -> LoopState:
         """The state of a search that has not run yet: its deadline from the settings."""
-        return cls(settings=settings, deadline=Deadline(settings.started, settings.deadline, clock))
+        return cls(
+            settings=settings, deadline=Deadline.of(settings.started, settings.timeout, clock)
+        )
 
     @property
     def space(self) -> SearchSpace:

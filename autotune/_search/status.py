@@ -4,7 +4,7 @@ search's status for a live display."""
 from __future__ import annotations
 
 from autotune._progress import Status
-from autotune._search import figures
+from autotune._search import derived
 from autotune._search.ledger import Entry, Ledger
 
 __all__ = ["search_status", "trial_line"]
@@ -35,7 +35,7 @@ def trial_line(
 
 def _verdict(ledger: Ledger, entry: Entry) -> str:
     """What its accuracy check says so far."""
-    verdict = figures.accuracy_verdict(ledger.confirmation(entry), ledger.screened(entry))
+    verdict = derived.accuracy_verdict(ledger.confirmation(entry), ledger.screened(entry))
     return "" if verdict is None else f" ({verdict})"
 
 
@@ -44,9 +44,9 @@ def _speedup(ledger: Ledger, entry: Entry) -> str:
     or a screening estimate (one draw each, which can run a third high on a busy machine)."""
     side = ledger.side_speedup(entry)
     if side is not None:
-        return f"{figures.format_speedup(side)} side by side"
+        return f"{derived.format_speedup(side)} side by side"
     figure = ledger.screening_speedup(entry)
-    return figures.format_speedup(figure) + ("" if figure is None else " screening")
+    return derived.format_speedup(figure) + ("" if figure is None else " screening")
 
 
 def _best(ledger: Ledger) -> str:

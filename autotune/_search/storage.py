@@ -36,8 +36,8 @@ from autotune._errors import StorageError
 from autotune._search.guard import Confirmation
 from autotune._search.record import BaselineAccuracy, Record
 from autotune._search.settings import SearchSettings, differences
+from autotune._trial.outcome import AccuracyRun
 from autotune._trial.probe import MemoryLimits
-from autotune._trial.runner import AccuracyRun
 
 __all__ = [
     "add_baseline_runs",
@@ -205,7 +205,7 @@ def add_round(
 
 
 def read_confirmations(study: optuna.Study) -> dict[str, Confirmation]:
-    """Numerics id (see autotune._knobs.numerics_id) -> the confirmation filed under it."""
+    """Numerics id (see autotune._knobs.registry.numerics_id) -> the confirmation filed under it."""
     return {
         key.removeprefix(CONFIRMATION): Confirmation.from_dict(value)
         for key, value in study.user_attrs.items()

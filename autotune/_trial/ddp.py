@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from autotune._config import TrainingConfig
 from autotune._device import cpu_share
+from autotune._knobs.config import TrainingConfig
 from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import (
     START_TIMEOUT,
@@ -41,7 +41,7 @@ from autotune._trial.isolation import (
     WorkerStartError,
     _describe_exit,
 )
-from autotune._trial.runner import TrialOutcome
+from autotune._trial.outcome import TrialOutcome
 from autotune._trial.workload import Workload
 
 __all__ = ["MONITOR_INTERVAL", "DDPExecutor", "ddp_env", "launcher_command"]

@@ -38,7 +38,8 @@ import torch.distributed as dist
 from autotune._trial.ddp import FAILURE_FILE, PID_FILE, SEARCH_PID, SOCKET_FILE, WORKLOAD_FILE
 from autotune._trial.failures import FailureReason, classify
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyCheck, TrialOutcome, reporting_steps, run_trial
+from autotune._trial.outcome import AccuracyCheck, TrialOutcome
+from autotune._trial.runner import reporting_steps, run_trial
 from autotune._trial.worker import _preload, _StepSender, _watch_parent, warm_up
 
 # A rank waits between trials (and for the slowest rank) as long as the search lasts; a rank

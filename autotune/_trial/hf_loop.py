@@ -31,31 +31,27 @@ from torch.utils.data import Dataset, Subset
 from transformers import TrainerCallback, TrainingArguments
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from autotune import _knobs
-from autotune._config import TrainingConfig
 from autotune._errors import DataError
+from autotune._knobs import registry
+from autotune._knobs.config import TrainingConfig
+from autotune._knobs.registry import Where
 from autotune._space import SearchSpace
 from autotune._trial.measure import Measurement, MemoryTracker
-from autotune._trial.runner import AccuracyRun, Budget, measured_data, seeded
+from autotune._trial.outcome import AccuracyRun, Budget
+from autotune._trial.runner import measured_data, seeded
 from autotune._trial.step_clock import LossCheck, StepClock
 from autotune._trial.workload import Workload
 
 __all__ = ["APPLIED", "HFLoop"]
 
-# The knobs whose TrainingArguments mapping a trial applies (the LR schedule's mapping carries
-# the learning rate and warm-up of every LR knob; the optimizer implementation's only where
-# the user's optimizer is torch's AdamW).
-APPLIED = (
-    "batch_size",
-    "gradient_accumulation_steps",
-    "num_workers",
-    "persistent_workers",
-    "prefetch_factor",
-    "pin_memory",
-    "precision",
-    "compile_mode",
-    "checkpointing",
-    "lr_schedule",
+# The knobs whose TrainingArguments mapping a trial applies: every knob's that has one (the LR
+# schedule's carries the learning rate and warm-up of every LR knob), but the optimizer
+# implementation's (applied only where the user's optimizer is torch's AdamW), DDP's (a trial
+# is one process) and the length's (a trial sets its own steps).
+APPLIED = tuple(
+    k.name
+    for k in registry.KNOBS
+    if k.maps_to_transformers and k.where not in (Where.OPTIMIZER, Where.DDP, Where.LENGTH)
 )
 # What a trial changes beside the candidate's settings: no files, reports or progress output,
 # no evaluation or checkpoints during training, no batch-size search of its own.
@@ -112,7 +108,7 @@ class HFLoop:
         applied = (*APPLIED, "optimizer_impl") if self.tunes_optimizer else APPLIED
         out: dict[str, Any] = {}
         for name in applied:
-            out.update(_knobs.BY_NAME[name].transformers(cfg, names))
+            out.update(registry.BY_NAME[name].transformers(cfg, names))
         out["use_cpu"] = cfg.device.startswith("cpu")
         return out
 

@@ -15,8 +15,10 @@ from torch.utils.data import Subset
 from transformers import TrainingArguments
 
 from autotune._choices import CompileMode, LRSchedule, OptimizerImpl, Precision, ScheduleKind
-from autotune._config import TrainingConfig
 from autotune._errors import ArgumentError, DataError, ModelError
+from autotune._knobs import registry
+from autotune._knobs.config import TrainingConfig
+from autotune._knobs.registry import Where
 from autotune._task import TaskRefs
 from autotune._trial.bounded import RUN_HINT, step
 from autotune._trial.direction import Said, choose_direction
@@ -136,11 +138,12 @@ def _users(callback: Any) -> bool:
 
 
 def _not_searched(trainer: Any, args: TrainingArguments) -> dict[str, str]:
-    out = {
-        "lr_schedule": f"your lr_scheduler_type ({_value(args.lr_scheduler_type)}) is kept",
-        "channels_last": "not a TrainingArguments field",
-        "compile_dynamic": "not a TrainingArguments field",
-    }
+    out = {"lr_schedule": f"your lr_scheduler_type ({_value(args.lr_scheduler_type)}) is kept"}
+    # A change to the model with no TrainingArguments field: the Trainer builds the model's
+    # wrappers itself.
+    for knob in registry.knobs_where(Where.MODEL):
+        if not knob.maps_to_transformers:
+            out[knob.name] = "not a TrainingArguments field"
     if str(_value(args.optim)) not in _OPTIMIZERS:
         out["optimizer_impl"] = f"your optim ({_value(args.optim)}) is kept"
     if not getattr(trainer.model, "supports_gradient_checkpointing", False):

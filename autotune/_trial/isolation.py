@@ -39,19 +39,13 @@ from typing import Any, Protocol
 import torch
 
 from autotune._choices import CompileMode
-from autotune._config import TrainingConfig
 from autotune._device import cpu_share
 from autotune._errors import DeviceError
+from autotune._knobs.config import TrainingConfig
 from autotune._trial.failures import FailureReason, free_memory
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import (
-    AccuracyCheck,
-    Budget,
-    StepListener,
-    TrialOutcome,
-    reporting_steps,
-    run_trial,
-)
+from autotune._trial.outcome import AccuracyCheck, Budget, TrialOutcome
+from autotune._trial.runner import StepListener, reporting_steps, run_trial
 from autotune._trial.workload import Workload
 
 __all__ = [

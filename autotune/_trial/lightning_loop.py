@@ -33,12 +33,14 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from autotune._config import TrainingConfig
 from autotune._errors import DataError
+from autotune._knobs import apply, registry
+from autotune._knobs.config import TrainingConfig
+from autotune._knobs.registry import Where
 from autotune._space import SearchSpace
-from autotune._trial import apply
 from autotune._trial.measure import Measurement, MemoryTracker
-from autotune._trial.runner import AccuracyRun, Budget, measured_data, restart_seconds, seeded
+from autotune._trial.outcome import AccuracyRun, Budget
+from autotune._trial.runner import measured_data, restart_seconds, seeded
 from autotune._trial.step_clock import LossCheck, StepClock, loss_of
 from autotune._trial.workload import Workload
 
@@ -57,11 +59,11 @@ LEFT_OUT_CALLBACKS = (
 )
 # Knobs a Lightning trial cannot apply as the export would: the optimizer and its schedule
 # are the user's configure_optimizers' (only their learning rate is scaled).
-_NOT_APPLIED = {
-    "optimizer_impl": "your configure_optimizers builds the optimizer",
-    "lr_schedule": "your configure_optimizers' schedule is kept (its learning rate is scaled)",
-    "warmup_fraction": "your configure_optimizers' schedule is kept (its learning rate is scaled)",
+_KEPT = {
+    Where.OPTIMIZER: "your configure_optimizers builds the optimizer",
+    Where.LR_SHAPE: "your configure_optimizers' schedule is kept (its learning rate is scaled)",
 }
+_NOT_APPLIED = {k.name: _KEPT[k.where] for k in registry.knobs_where(*_KEPT)}
 _LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
 
 

@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler, Subset
 
 from autotune._choices import CompileMode, LRSchedule, Precision, ScheduleKind
-from autotune._config import TrainingConfig
 from autotune._errors import ArgumentError, DataError, ModelError
+from autotune._knobs.config import TrainingConfig
 from autotune._options import PLANNED_EPOCHS
 from autotune._task import TaskRefs
 from autotune._trial.bounded import RUN_HINT, step

@@ -21,10 +21,10 @@ from typing import Any
 import psutil
 import torch
 
-from autotune._config import TrainingConfig
+from autotune._knobs.config import TrainingConfig
 from autotune._space import Choice, SearchSpace
 from autotune._trial.isolation import TrialExecutor
-from autotune._trial.runner import Budget
+from autotune._trial.outcome import Budget
 
 __all__ = ["MemoryLimits", "probe_memory", "usable_memory"]
 

@@ -21,10 +21,11 @@ from typing import Any
 import torch
 
 from autotune._choices import CompileMode
-from autotune._config import TrainingConfig
+from autotune._knobs.config import TrainingConfig
 from autotune._trial.failures import Diverged
 from autotune._trial.measure import Measurement, MemoryTracker, UtilizationSampler
-from autotune._trial.runner import MAX_STRETCH, Budget, fitted_steps, graphs_compiled, tell
+from autotune._trial.outcome import Budget
+from autotune._trial.runner import MAX_STRETCH, fitted_steps, graphs_compiled, tell
 
 __all__ = ["LossCheck", "StepClock", "check_losses", "loss_of"]
 

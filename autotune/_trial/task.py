@@ -23,8 +23,8 @@ from torch import nn
 from torch.utils.data import Dataset, IterableDataset, Subset, default_collate
 
 from autotune._errors import DataError, ModelError
+from autotune._knobs.apply import to_device
 from autotune._task import ForwardFn, LossFn, MetricFn, Task
-from autotune._trial.apply import to_device
 from autotune._trial.bounded import ITEM_HINT, RUN_HINT, step
 from autotune._trial.direction import callable_direction
 from autotune._trial.metrics import (
@@ -52,9 +52,9 @@ __all__ = [
     "checked_task",
     "cpu_copy",
     "default_optimizer",
+    "holds_device_tensors",
     "logged_task",
     "make_task",
-    "on_accelerator",
     "set_up_task",
     "split_dataset",
 ]
@@ -293,14 +293,14 @@ def cpu_copy(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model, memo)
 
 
-def on_accelerator(item: Any) -> bool:
+def holds_device_tensors(item: Any) -> bool:
     """Whether a dataset item (or batch) holds tensors that are not in CPU memory."""
     if isinstance(item, torch.Tensor):
         return item.device.type != "cpu"
     if isinstance(item, Mapping):
-        return any(on_accelerator(v) for v in item.values())
+        return any(holds_device_tensors(v) for v in item.values())
     if isinstance(item, list | tuple):
-        return any(on_accelerator(v) for v in item)
+        return any(holds_device_tensors(v) for v in item)
     return False
 
 

@@ -19,7 +19,8 @@ import time
 import torch
 
 from autotune._trial.failures import FailureReason, classify
-from autotune._trial.runner import TrialOutcome, reporting_steps, run_trial
+from autotune._trial.outcome import TrialOutcome
+from autotune._trial.runner import reporting_steps, run_trial
 
 STEP_INTERVAL = 0.25  # seconds between step messages: a display refreshes 4 times a second
 

@@ -26,10 +26,10 @@ from autotune._trial.task import (
 )
 
 if TYPE_CHECKING:
-    from autotune._config import TrainingConfig
+    from autotune._knobs.config import TrainingConfig
     from autotune._space import SearchSpace
     from autotune._trial.measure import Measurement
-    from autotune._trial.runner import AccuracyRun, Budget
+    from autotune._trial.outcome import AccuracyRun, Budget
 
 __all__ = [
     "Prepared",

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from autotune._search.figures import accuracy_verdict, format_speedup, side_by_side, speedup
+from autotune._search.derived import accuracy_verdict, format_speedup, side_by_side, speedup
 from autotune._search.guard import Confirmation, Verdict
 from autotune._search.ranking import rank_time
 

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from autotune import _integrations, _knobs
 from autotune._choices import (
     CompileMode,
     LRSchedule,
@@ -41,22 +40,29 @@ from autotune._choices import (
     to_enum,
 )
 from autotune._errors import ConfigError
-from autotune._trial import apply
+from autotune._knobs import apply, registry, trainer_args
 
 if TYPE_CHECKING:
     from torch import nn
     from torch.utils.data import DataLoader, Dataset
 
-    from autotune._integrations import LightningSettings
+    from autotune._knobs.trainer_args import LightningSettings
 
 __all__ = ["SCHEMA_VERSION", "TrainingConfig"]
 
 SCHEMA_VERSION = 1
 _TYPE_WORDS = {
-    _knobs.ValueKind.INT: "an int",
-    _knobs.ValueKind.BOOL: "true or false",
-    _knobs.ValueKind.FLOAT: "a number",
+    registry.ValueKind.INT: "an int",
+    registry.ValueKind.BOOL: "true or false",
+    registry.ValueKind.FLOAT: "a number",
 }
+
+
+def _word(value: Any) -> str:
+    """A value as a config file writes it: false, null, none, 4."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return str(value.value) if isinstance(value, enum.Enum) else repr(value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -103,7 +109,7 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         check_type("device", self.device, (str,), "a device string such as 'cpu' or 'cuda:0'")
-        for knob in _knobs.KNOBS:
+        for knob in registry.KNOBS:
             if knob.field is not None:
                 self._check_knob(knob)
         object.__setattr__(self, "train_fraction", float(self.train_fraction))
@@ -114,33 +120,41 @@ class TrainingConfig:
             object.__setattr__(self, "lr_schedule", LRSchedule.from_dict(self.lr_schedule))
         if not isinstance(self.lr_schedule, LRSchedule):
             raise ConfigError(f"`lr_schedule` must be an LRSchedule, but got {self.lr_schedule!r}.")
-        if self.compile_dynamic and self.compile_mode is CompileMode.NONE:
-            raise ConfigError(
-                "`compile_dynamic` needs `compile_mode` other than none, but got "
-                "compile_mode=none, compile_dynamic=True. Set it to false or compile."
-            )
-        if self.num_workers == 0 and (self.persistent_workers or self.prefetch_factor is not None):
-            raise ConfigError(
-                "`persistent_workers` and `prefetch_factor` need `num_workers` > 0, but got "
-                f"num_workers=0, persistent_workers={self.persistent_workers}, "
-                f"prefetch_factor={self.prefetch_factor}. Set them to false/null or add workers."
-            )
+        self._check_exists()
 
-    def _check_knob(self, knob: _knobs.Knob) -> None:
+    def _check_knob(self, knob: registry.Knob) -> None:
         """The field of ``knob`` against the registry's type and rule."""
         assert knob.field is not None
         name, value = knob.field, getattr(self, knob.field)
         if value is None and knob.nullable:
             return
-        if knob.kind is _knobs.ValueKind.ENUM:
+        if knob.kind is registry.ValueKind.ENUM:
             assert knob.enum is not None
             object.__setattr__(self, name, to_enum(knob.enum, value, name))
             return
         what = _TYPE_WORDS[knob.kind] + (" or null" if knob.nullable else "")
-        types: tuple[type, ...] = (int, float) if knob.kind is _knobs.ValueKind.FLOAT else (int,)
-        check_type(name, value, (bool,) if knob.kind is _knobs.ValueKind.BOOL else types, what)
+        types: tuple[type, ...] = (int, float) if knob.kind is registry.ValueKind.FLOAT else (int,)
+        check_type(name, value, (bool,) if knob.kind is registry.ValueKind.BOOL else types, what)
         if not knob.check(value):
             raise ConfigError(f"`{name}` must be {knob.rule}, but got {value!r}.")
+
+    def _check_exists(self) -> None:
+        """No value but its default for a knob that does not exist in this config (the rule
+        the sampler follows, ``Knob.exists``): one would be exported, or applied where it
+        means nothing or fails (DDP's static graph under accumulation asserts)."""
+        defaults = registry.field_defaults(self)
+        for knob in registry.KNOBS:
+            if knob.field is None or knob.exists is None or knob.present(self):
+                continue
+            value, default = getattr(self, knob.field), defaults[knob.field]
+            if value == default:
+                continue
+            reads = knob.exists.reads
+            raise ConfigError(
+                f"`{knob.field}` does not exist in this config: {knob.exists.rule}, but got "
+                f"{reads}={_word(getattr(self, reads))}, {knob.field}={_word(value)}. Set "
+                f"{knob.field} to {_word(default)} (its default), or change {reads}."
+            )
 
     # -- JSON ---------------------------------------------------------------------------------
 
@@ -174,8 +188,10 @@ class TrainingConfig:
         return cls.from_dict(data)
 
     def replace(self, **changes: Any) -> TrainingConfig:
-        """A copy with ``changes`` applied (the config itself is frozen)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` applied (the config itself is frozen). A knob that no longer
+        exists in the copy, and that ``changes`` do not name, takes its default (no
+        persistent workers without workers, no static graph with accumulation)."""
+        return dataclasses.replace(self, **registry.reset_absent(self, changes))
 
     @property
     def global_batch_size(self) -> int:
@@ -214,46 +230,17 @@ class TrainingConfig:
         """The knobs that change the optimisation maths: equal keys train to the same model.
         ``split_free``: how the global batch is split into micro-batches does not matter (a
         model without batch-norm layers)."""
-        return _knobs.numerics_key(self, split_free=split_free)
+        return registry.numerics_key(self, split_free=split_free)
 
     def pair_arm(self, baseline: TrainingConfig) -> TrainingConfig:
         """What this config's accuracy runs train beside ``baseline``'s: ``baseline``'s
         settings with this config's numerics (see the accuracy guard)."""
-        return _knobs.pair_arm(self, baseline)
+        return registry.pair_arm(self, baseline)
 
     def describe(self) -> str:
-        """One line naming the knobs, for logs and summaries."""
-        s = self.lr_schedule
-        batch = f"{self.batch_size}"
-        if self.gradient_accumulation_steps > 1:
-            batch += f"x{self.gradient_accumulation_steps}"  # micro-batch x accumulation steps
-        parts = [
-            f"batch={batch}",
-            f"workers={self.num_workers}",
-            f"precision={self.precision.value}",
-            f"compile={self.compile_mode.value}",
-            f"lr={s.kind.value}@{s.peak_lr:.3g}",
-        ]
-        if self.pin_memory:
-            parts.append("pin_memory")
-        if self.cudnn_benchmark:
-            parts.append("cudnn.benchmark")
-        if self.channels_last:
-            parts.append("channels_last")
-        if self.compile_dynamic:
-            parts.append("dynamic shapes")
-        if self.checkpointing:
-            parts.append(f"checkpoint every {self.checkpointing}")
-        if self.intra_op_threads is not None:
-            parts.append(f"threads={self.intra_op_threads}")
-        if self.optimizer_impl is not OptimizerImpl.DEFAULT:
-            parts.append(f"{self.optimizer_impl.value} optimizer")
-        if self.train_fraction != 1.0:
-            parts.append(f"{self.train_fraction:.0%} of the epochs")
-        if self.ranks > 1:
-            parts.append(f"{self.ranks} ranks (global batch {self.global_batch_size})")
-            parts.extend(apply.ddp_words(self))
-        return " ".join(parts)
+        """One line naming the knobs, for logs and summaries (each knob's words, declared with
+        it in the registry)."""
+        return registry.describe(self)
 
     # -- Applying the config to a user's own training loop ------------------------------------
 
@@ -340,7 +327,7 @@ class TrainingConfig:
         """Move every tensor in ``batch`` (nested tuples, lists, dicts) to the device, and
         image-shaped inputs to channels_last when that knob is on."""
         moved = apply.to_device(batch, self.device, non_blocking=self.pin_memory)
-        return apply.to_channels_last(moved) if self.channels_last else moved
+        return apply.to_channels_last(moved) if apply.changes_batches(self) else moved
 
     # -- Other trainers -----------------------------------------------------------------------
 
@@ -377,7 +364,7 @@ class TrainingConfig:
         ``planned_epochs`` (the ``num_train_epochs`` you train now) sets ``num_train_epochs``:
         this config's share of them (:meth:`epochs`); a config that trains a share needs it.
         """
-        return _integrations.transformers_kwargs(
+        return trainer_args.transformers_kwargs(
             self, planned_epochs=planned_epochs, train_size=train_size
         )
 
@@ -389,4 +376,4 @@ class TrainingConfig:
         threads through :meth:`backends`). See :class:`autotune.LightningSettings`. With
         ``planned_epochs`` (your ``max_epochs`` now), ``max_epochs`` is this config's share.
         """
-        return _integrations.lightning_settings(self, planned_epochs=planned_epochs)
+        return trainer_args.lightning_settings(self, planned_epochs=planned_epochs)

@@ -1,7 +1,7 @@
 """How each knob maps to other trainers: Hugging Face ``TrainingArguments`` and Lightning.
 
 One function per knob and trainer; the knob registry (:mod:`autotune._knobs`) names which one
-each knob uses, and :mod:`autotune._integrations` puts them together. Nothing here imports
+each knob uses, and :mod:`autotune._knobs.trainer_args` puts them together. Nothing here imports
 either library (they are optional); the names are checked against the real signatures in
 ``tests/test_integrations.py``, so a rename upstream fails there first.
 """
@@ -13,9 +13,11 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from autotune._choices import CompileMode, OptimizerImpl, Precision, ScheduleKind
+from autotune._device import is_accelerator
+from autotune._knobs.apply import ddp_kwargs
 
 if TYPE_CHECKING:
-    from autotune._config import TrainingConfig
+    from autotune._knobs.config import TrainingConfig
 
 __all__ = ["LightningPart", "ToLightning", "ToTransformers"]
 
@@ -25,14 +27,6 @@ ONE_CYCLE_MIN_PCT, ONE_CYCLE_MAX_PCT = 0.05, 0.5
 
 def one_cycle_pct(warmup_fraction: float) -> float:
     return min(ONE_CYCLE_MAX_PCT, max(warmup_fraction, ONE_CYCLE_MIN_PCT))
-
-
-def device_type(device: str) -> str:
-    return device.split(":", 1)[0]
-
-
-def on_accelerator(cfg: TrainingConfig) -> bool:
-    return device_type(cfg.device) != "cpu"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +86,7 @@ def hf_prefetch(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str,
 
 def hf_pin(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
     # autotune pins only where batches are copied to an accelerator; so does this.
-    return {"dataloader_pin_memory": cfg.pin_memory and on_accelerator(cfg)}
+    return {"dataloader_pin_memory": cfg.pin_memory and is_accelerator(cfg.device)}
 
 
 _HF_TF32 = {Precision.TF32: True, Precision.FP32_STRICT: False}
@@ -155,7 +149,7 @@ def hf_schedule(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str,
 
 def hf_length(cfg: TrainingConfig, names: Collection[str] | None) -> dict[str, Any]:
     """The training length: ``num_train_epochs``, which needs the epochs you planned; see
-    :func:`autotune._integrations.transformers_kwargs`."""
+    :func:`autotune._knobs.trainer_args.transformers_kwargs`."""
     return {}
 
 
@@ -243,7 +237,7 @@ def pl_prefetch(cfg: TrainingConfig) -> LightningPart:
 
 
 def pl_pin(cfg: TrainingConfig) -> LightningPart:
-    return LightningPart(dataloader={"pin_memory": cfg.pin_memory and on_accelerator(cfg)})
+    return LightningPart(dataloader={"pin_memory": cfg.pin_memory and is_accelerator(cfg.device)})
 
 
 _PL_BACKENDS = {
@@ -254,7 +248,7 @@ _PL_BACKENDS = {
 
 def pl_precision(cfg: TrainingConfig) -> LightningPart:
     notes: tuple[str, ...] = ()
-    if cfg.precision is Precision.FP16 and not on_accelerator(cfg):
+    if cfg.precision is Precision.FP16 and not is_accelerator(cfg.device):
         notes = (
             "fp16 on a CPU: Lightning runs precision '16-mixed' as 'bf16-mixed' there; use "
             "autotune.train or your own loop with cfg.autocast() to train in fp16 as measured.",
@@ -338,21 +332,6 @@ def pl_length(cfg: TrainingConfig) -> LightningPart:
             "the LR schedule over those steps (estimated_stepping_batches).",
         )
     )
-
-
-def ddp_kwargs(cfg: TrainingConfig) -> dict[str, Any]:
-    """The ``DistributedDataParallel`` arguments the DDP knobs set that differ from DDP's
-    defaults (what ``cfg.wrap_ddp`` passes, and Lightning's ``DDPStrategy`` forwards)."""
-    out: dict[str, Any] = {}
-    if cfg.ddp_bucket_cap_mb is not None:
-        out["bucket_cap_mb"] = cfg.ddp_bucket_cap_mb
-    if cfg.ddp_gradient_as_bucket_view:
-        out["gradient_as_bucket_view"] = True
-    if cfg.ddp_static_graph:
-        out["static_graph"] = True
-    if not cfg.ddp_broadcast_buffers:
-        out["broadcast_buffers"] = False
-    return out
 
 
 def pl_ddp(cfg: TrainingConfig) -> LightningPart:

@@ -5,12 +5,12 @@ A :class:`Knob` says what a space file may hold for it (type, rule, enum), which
 (``numerics``: candidates that change it pay for accuracy runs), whether it is tried late, on
 top of a good config (compile's one-time cost, checkpointing's recompute), how simple its
 values are (ties between equally fast configs go to the simpler one), when it cannot matter on
-a device or model (the device rule), and how it maps to Hugging Face and Lightning.
+a device or model (the device rule), what its value changes (``where``), how it reads in a
+config's one-line description, and how it maps to Hugging Face and Lightning.
 
 Space parsing and restriction, building configs from sampled values, the config's own
-validation, ranking ties, the report and the exports all read this table. Adding a knob means
-one entry here, its field on the config, the line that applies it (:mod:`autotune._trial.apply`)
-and its test.
+validation, ranking ties, the report, the exports, ``describe()`` and the trainers' trials all
+read this table. Adding a knob: ARCHITECTURE.md's "Adding a knob" names every file it touches.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from autotune import _exports as ex
 from autotune._choices import (
     BatchScaling,
     CompileMode,
@@ -30,19 +29,25 @@ from autotune._choices import (
     Precision,
     ScheduleKind,
 )
+from autotune._knobs import apply, rules
+from autotune._knobs import knob_args as ex
+from autotune._knobs.rules import Facts, Restrict
 
 if TYPE_CHECKING:
-    from autotune._config import TrainingConfig
-    from autotune._device import DeviceInfo
+    from autotune._knobs.config import TrainingConfig
 
 __all__ = [
     "KNOBS",
     "KNOB_NAMES",
+    "Exists",
     "Facts",
     "Knob",
     "ValueKind",
+    "Where",
     "complexity",
     "config_from",
+    "describe",
+    "knobs_where",
     "late_knobs",
     "numerics_free_knobs",
     "numerics_id",
@@ -60,47 +65,67 @@ class ValueKind(str, enum.Enum):
     ENUM = "enum"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Facts:
-    """What the device rules look at: the device, and facts about the model and data."""
+class Where(str, enum.Enum):
+    """What a knob's value changes, as :mod:`autotune._knobs.apply` applies it: what a trainer
+    that builds some of these parts itself can take of it (see :func:`applied_to`)."""
 
-    device: DeviceInfo
-    has_conv: bool
-    n_blocks: int  # repeated blocks that checkpointing can wrap
-    n_train: int  # training samples
-    current_threads: int  # torch's intra-op threads in this process
-    # Optimizer implementations the user's optimizer factory takes and torch runs on the device.
-    optimizer_impls: tuple[str, ...] = (OptimizerImpl.DEFAULT.value,)
-    data_on_device: bool = False  # the dataset's items are already on the GPU
-    # The optimizer scales its steps per parameter (Adam, AdamW, RMSprop, Adagrad, ...).
-    adaptive_optimizer: bool = False
-    # autotune's own loop trains the trials (a trainer's loop keeps the user's length).
-    length_searchable: bool = True
-    ranks: int = 1  # data-parallel processes per trial (DDP where > 1)
-    has_buffers: bool = True  # the model has buffers (batch-norm statistics) DDP broadcasts
+    LOADER = "loader"  # the DataLoader (cfg.dataloader)
+    MODEL = "model"  # the model's memory format, wrappers and compilation (cfg.prepare)
+    DDP = "ddp"  # the DistributedDataParallel wrapper and its step (ranks > 1)
+    STEP = "step"  # the training step: accumulation, autocast and the scaler
+    BACKENDS = "backends"  # process-wide flags (cfg.backends())
+    OPTIMIZER = "optimizer"  # the optimizer's implementation (cfg.optimizer)
+    LR_PEAK = "lr peak"  # the learning rate's peak (scaled in a trainer's own optimizer)
+    LR_SHAPE = "lr shape"  # the schedule's shape over the run (cfg.lr_scheduler)
+    LENGTH = "length"  # how much of the planned run is trained (cfg.epochs)
 
 
-# (values kept, or None when the knob cannot matter at all; why, for the space's notes)
-Restriction = tuple[tuple[Any, ...] | None, str]
-Restrict = Callable[[tuple[Any, ...], Facts], Restriction]
 Reader = Callable[["TrainingConfig", "TrainingConfig"], Any]
+Words = Callable[["TrainingConfig"], "str | None"]
 
 
 def _anything(value: Any) -> bool:
     return True
 
 
-def _with_workers(cfg: TrainingConfig) -> bool:
-    return cfg.num_workers > 0
+@dataclasses.dataclass(frozen=True)
+class Exists:
+    """Where a knob exists at all: ``test`` on a config, and the rule in words for the config's
+    error where a value is given for a knob that does not exist (``reads``: the fields the
+    test reads, shown in that error)."""
+
+    test: Callable[[TrainingConfig], bool]
+    rule: str
+    reads: str
+
+    def __call__(self, cfg: TrainingConfig) -> bool:
+        return self.test(cfg)
 
 
-def _compiled(cfg: TrainingConfig) -> bool:
-    return cfg.compile_mode is not CompileMode.NONE
-
-
-def _one_step(cfg: TrainingConfig) -> bool:
-    """One micro-batch per optimizer step: no accumulation."""
-    return cfg.gradient_accumulation_steps == 1
+_WITH_WORKERS = Exists(
+    lambda cfg: cfg.num_workers > 0,
+    "the DataLoader's worker options need `num_workers` > 0",
+    "num_workers",
+)
+_COMPILED = Exists(
+    lambda cfg: cfg.compile_mode is not CompileMode.NONE,
+    "it is an option of torch.compile: it needs `compile_mode` other than none",
+    "compile_mode",
+)
+# DDP's static graph asserts in an iteration under no_sync, which Hugging Face's and
+# Lightning's accumulation use on its inner micro-batches: only without accumulation.
+_ONE_STEP = Exists(
+    lambda cfg: cfg.gradient_accumulation_steps == 1,
+    "DDP's static graph asserts under no_sync, which accumulation's inner micro-batches use: "
+    "it needs `gradient_accumulation_steps` = 1",
+    "gradient_accumulation_steps",
+)
+_ACCUMULATING = Exists(
+    lambda cfg: cfg.gradient_accumulation_steps > 1,
+    "with one micro-batch per optimizer step there is no inner micro-batch to skip the "
+    "all-reduce on: it needs `gradient_accumulation_steps` > 1",
+    "gradient_accumulation_steps",
+)
 
 
 def _differs(value: Any, baseline: Any) -> float:
@@ -124,7 +149,7 @@ class Knob:
     # Where the knob exists at all (None: always): with DataLoader workers, with compile, with
     # (or without) accumulation. An absent knob is not sampled, not read back, and takes
     # its field's default in a config.
-    exists: Callable[[TrainingConfig], bool] | None = None
+    exists: Exists | None = None
     # Numerics-free and with no one-time cost: the accuracy guard's runs, both arms of every
     # pair, train with the safe answer's value (see :func:`pair_base`). Not loader workers
     # (each worker draws augmentation from its own stream, and which worker loads a sample
@@ -138,8 +163,18 @@ class Knob:
     cost: Callable[[Any, Any], float] = _differs
     restrict: Restrict | None = None  # the device/model rule
     reader: Reader | None = None  # the knob's value in a config; default: its field
+    where: Where  # what its value changes (see Where)
+    # How it reads in TrainingConfig.describe() (None: nothing of its own, or nothing at this
+    # value), and where in that line (smaller first; RANKS_SHOWN is the ranks' place).
+    words: Words | None = None
+    shown: int = 0
     transformers: ex.ToTransformers = ex.hf_none
     lightning: ex.ToLightning = ex.pl_none
+
+    @property
+    def maps_to_transformers(self) -> bool:
+        """Whether it has a ``TrainingArguments`` mapping of its own."""
+        return self.transformers is not ex.hf_none
 
     def present(self, cfg: TrainingConfig) -> bool:
         """Whether this knob exists in ``cfg`` (see ``exists``)."""
@@ -160,109 +195,6 @@ class Knob:
 
 # -- Device rules -------------------------------------------------------------------------------
 
-
-def _keep(pred: Callable[[Any, Facts], bool], why: Callable[[Facts], str]) -> Restrict:
-    def restrict(values: tuple[Any, ...], facts: Facts) -> Restriction:
-        return tuple(v for v in values if pred(v, facts)), why(facts)
-
-    return restrict
-
-
-def _only_if(cond: Callable[[Facts], bool], why: str) -> Restrict:
-    def restrict(values: tuple[Any, ...], facts: Facts) -> Restriction:
-        return (values if cond(facts) else None), why
-
-    return restrict
-
-
-def _precision_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
-    d = facts.device
-    supported = {
-        Precision.FP32.value: True,
-        # Without TF32 hardware strict fp32 is plain fp32: not a choice of its own there.
-        Precision.FP32_STRICT.value: d.supports_tf32,
-        Precision.TF32.value: d.supports_tf32,
-        Precision.BF16.value: d.supports_bf16,
-        Precision.FP16.value: d.supports_fp16,
-    }
-    return tuple(v for v in values if supported[v]), f"not supported natively by {d.name}"
-
-
-def _compile_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
-    none = CompileMode.NONE.value
-    if not facts.device.supports_compile:
-        why = "torch.compile needs a C/C++ compiler and the Python headers"
-        if facts.device.type == "cuda":
-            why += ", and on a GPU compute capability 7.0 or newer"
-        return tuple(v for v in values if v == none), why
-    if facts.device.supports_cuda_graphs:
-        return values, ""
-    # CUDA graphs do not exist on this device: use the CPU-safe variant of max-autotune.
-    swap = {CompileMode.MAX_AUTOTUNE.value: CompileMode.MAX_AUTOTUNE_NO_CUDAGRAPHS.value}
-    swapped = tuple(dict.fromkeys(swap.get(str(v), v) for v in values))
-    kept = tuple(v for v in swapped if v != CompileMode.REDUCE_OVERHEAD.value)
-    return kept, "reduce-overhead uses CUDA graphs"
-
-
-def _threads_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
-    if facts.device.type != "cpu":
-        return None, "CPU threads barely matter when an accelerator computes"
-    cores, why = _cores_per_rank(facts)
-    now = facts.current_threads if facts.ranks == 1 else cores  # what each rank starts with
-    kept = tuple(v for v in values if v is None or (v <= cores and v != now))
-    return kept, f"{why}; torch already uses {now} threads"
-
-
-def _ddp_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
-    if facts.ranks == 1:
-        return None, "a trial is one process (DDP knobs need SearchOptions(ranks=) > 1)"
-    return values, ""
-
-
-def _buffers_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
-    if facts.ranks == 1:
-        return None, "a trial is one process (DDP knobs need SearchOptions(ranks=) > 1)"
-    if not facts.has_buffers:
-        return None, "the model has no buffers to broadcast"
-    return values, ""
-
-
-def _cores_per_rank(facts: Facts) -> tuple[int, str]:
-    """The CPU cores one rank may use (all of them with one process), and how that reads."""
-    cores = facts.device.cpu_count
-    if facts.ranks == 1:
-        return cores, f"{cores} CPU cores"
-    share = max(1, cores // facts.ranks)
-    return share, f"{cores} CPU cores shared by {facts.ranks} ranks: {share} each"
-
-
-def _workers_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
-    if facts.data_on_device:
-        # CUDA tensors cannot be made in (or sent from) forked DataLoader workers.
-        return tuple(v for v in values if v == 0), "the dataset's items are already on the GPU"
-    cores, why = _cores_per_rank(facts)
-    return tuple(v for v in values if v <= cores), why
-
-
-def _pin_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
-    if facts.device.type == "cpu":
-        return None, "pinned memory only speeds up copies to an accelerator"
-    if facts.data_on_device:
-        return None, "the dataset's items are already on the GPU: there is nothing to pin"
-    return values, ""
-
-
-def _checkpointing_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
-    if facts.n_blocks == 0:
-        return None, "the model has no repeated blocks to checkpoint"
-    return tuple(v for v in values if v <= facts.n_blocks), f"the model has {facts.n_blocks} blocks"
-
-
-def _optimizer_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
-    why = "the optimizer factory does not take the flag, or torch has no such kernel here"
-    return tuple(v for v in values if v in facts.optimizer_impls), why
-
-
 # -- Readers of the LR schedule's knobs ----------------------------------------------------------
 
 
@@ -272,9 +204,65 @@ def _lr_multiplier(cfg: TrainingConfig, baseline: TrainingConfig) -> float:
     return s.peak_lr / (baseline.lr_schedule.peak_lr * scale)
 
 
+# -- How each knob reads in TrainingConfig.describe() --------------------------------------------
+
+RANKS_SHOWN = 100  # the ranks and the global batch: after the other knobs, before DDP's own
+
+
+def _batch_words(cfg: TrainingConfig) -> str:
+    batch = f"batch={cfg.batch_size}"
+    if cfg.gradient_accumulation_steps > 1:
+        batch += f"x{cfg.gradient_accumulation_steps}"  # micro-batch x accumulation steps
+    return batch
+
+
+def _flag(field: str, words: str | None = None) -> Words:
+    """A boolean knob named (as ``words``, else its field) where it is on."""
+
+    def read(cfg: TrainingConfig) -> str | None:
+        return (words or field) if getattr(cfg, field) else None
+
+    return read
+
+
+def _optimizer_words(cfg: TrainingConfig) -> str | None:
+    impl = cfg.optimizer_impl
+    return None if impl is OptimizerImpl.DEFAULT else f"{impl.value} optimizer"
+
+
+def _threads_words(cfg: TrainingConfig) -> str | None:
+    return None if cfg.intra_op_threads is None else f"threads={cfg.intra_op_threads}"
+
+
+def _lr_words(cfg: TrainingConfig) -> str:
+    s = cfg.lr_schedule
+    return f"lr={s.kind.value}@{s.peak_lr:.3g}"
+
+
+def _length_words(cfg: TrainingConfig) -> str | None:
+    return None if cfg.train_fraction == 1.0 else f"{cfg.train_fraction:.0%} of the epochs"
+
+
+def _ddp_words(argument: str) -> Words:
+    """A DDP argument that differs from DDP's default, as ``argument=value`` (several ranks)."""
+
+    def read(cfg: TrainingConfig) -> str | None:
+        kwargs = apply.ddp_kwargs(cfg)
+        return f"{argument}={kwargs[argument]}" if cfg.ranks > 1 and argument in kwargs else None
+
+    return read
+
+
+def _no_sync_words(cfg: TrainingConfig) -> str | None:
+    return "no_sync" if cfg.ranks > 1 and cfg.ddp_no_sync else None
+
+
 KNOBS: tuple[Knob, ...] = (
     Knob(
         name="batch_size",
+        where=Where.LOADER,
+        words=_batch_words,
+        shown=0,
         kind=ValueKind.INT,
         numerics=True,
         field="batch_size",
@@ -282,7 +270,7 @@ KNOBS: tuple[Knob, ...] = (
         check=lambda v: v >= 1,
         powers_of_two=True,
         simplicity=11,
-        restrict=_keep(
+        restrict=rules.keep(
             lambda v, f: v <= f.n_train // f.ranks,
             lambda f: (
                 f"the training set has {f.n_train} samples"
@@ -294,6 +282,7 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob(
         name="gradient_accumulation_steps",
+        where=Where.STEP,
         kind=ValueKind.INT,
         numerics=True,  # alone, it changes the global batch (see numerics_key for a split)
         field="gradient_accumulation_steps",
@@ -306,6 +295,9 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob(
         name="num_workers",
+        where=Where.LOADER,
+        words=lambda cfg: f"workers={cfg.num_workers}",
+        shown=1,
         kind=ValueKind.INT,
         numerics=False,
         field="num_workers",
@@ -313,57 +305,68 @@ KNOBS: tuple[Knob, ...] = (
         check=lambda v: v >= 0,
         simplicity=4,
         cost=lambda v, base: float(v),
-        restrict=_workers_rule,
+        restrict=rules.workers_rule,
         transformers=ex.hf_workers,
         lightning=ex.pl_workers,
     ),
     Knob(
         name="persistent_workers",
+        where=Where.LOADER,
         kind=ValueKind.BOOL,
         numerics=False,
         field="persistent_workers",
         rule="true or false",
-        exists=_with_workers,
+        exists=_WITH_WORKERS,
         transformers=ex.hf_persistent,
         lightning=ex.pl_persistent,
     ),
     Knob(
         name="prefetch_factor",
+        where=Where.LOADER,
         kind=ValueKind.INT,
         numerics=False,
         field="prefetch_factor",
         rule=">= 1",
         check=lambda v: v >= 1,
         nullable=True,
-        exists=_with_workers,
+        exists=_WITH_WORKERS,
         transformers=ex.hf_prefetch,
         lightning=ex.pl_prefetch,
     ),
     Knob(
         name="pin_memory",
+        where=Where.LOADER,
+        words=_flag("pin_memory"),
+        shown=5,
         kind=ValueKind.BOOL,
         numerics=False,
         shared=True,
         field="pin_memory",
         rule="true or false",
         simplicity=7,
-        restrict=_pin_rule,
+        restrict=rules.pin_rule,
         transformers=ex.hf_pin,
         lightning=ex.pl_pin,
     ),
     Knob(
         name="precision",
+        where=Where.STEP,
+        words=lambda cfg: f"precision={cfg.precision.value}",
+        shown=2,
         kind=ValueKind.ENUM,
         numerics=True,
         field="precision",
         enum=Precision,
         simplicity=10,
-        restrict=_precision_rule,
+        restrict=rules.precision_rule,
         transformers=ex.hf_precision,
         lightning=ex.pl_precision,
     ),
     Knob(
         name="optimizer_impl",
+        where=Where.OPTIMIZER,
+        words=_optimizer_words,
+        shown=11,
         kind=ValueKind.ENUM,
         numerics=False,  # the same update, within float rounding (see README)
         shared=True,
@@ -371,12 +374,15 @@ KNOBS: tuple[Knob, ...] = (
         enum=OptimizerImpl,
         simplicity=6,
         cost=lambda v, base: float(v != OptimizerImpl.DEFAULT.value),
-        restrict=_optimizer_rule,
+        restrict=rules.optimizer_rule,
         transformers=ex.hf_optimizer_impl,
         lightning=ex.pl_optimizer_impl,
     ),
     Knob(
         name="compile_mode",
+        where=Where.MODEL,
+        words=lambda cfg: f"compile={cfg.compile_mode.value}",
+        shown=3,
         kind=ValueKind.ENUM,
         numerics=False,
         field="compile_mode",
@@ -384,20 +390,23 @@ KNOBS: tuple[Knob, ...] = (
         late=True,
         simplicity=0,
         cost=lambda v, base: float(v != CompileMode.NONE.value),
-        restrict=_compile_rule,
+        restrict=rules.compile_rule,
         transformers=ex.hf_compile,
         lightning=ex.pl_compile,
     ),
     Knob(
         name="compile_dynamic",
+        where=Where.MODEL,
+        words=_flag("compile_dynamic", "dynamic shapes"),
+        shown=8,
         kind=ValueKind.BOOL,
         numerics=False,
         field="compile_dynamic",
         rule="true or false",
         late=True,
-        exists=_compiled,
+        exists=_COMPILED,
         simplicity=1,
-        restrict=_only_if(
+        restrict=rules.only_if(
             lambda f: f.device.supports_compile,
             "torch.compile needs a C/C++ compiler and the Python headers",
         ),
@@ -405,16 +414,22 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob(
         name="cudnn_benchmark",
+        where=Where.BACKENDS,
+        words=_flag("cudnn_benchmark", "cudnn.benchmark"),
+        shown=6,
         kind=ValueKind.BOOL,
         numerics=False,
         field="cudnn_benchmark",
         rule="true or false",
         simplicity=8,
-        restrict=_only_if(lambda f: f.device.has_cudnn, "no cuDNN on this device"),
+        restrict=rules.only_if(lambda f: f.device.has_cudnn, "no cuDNN on this device"),
         lightning=ex.pl_cudnn,
     ),
     Knob(
         name="checkpointing",
+        where=Where.MODEL,
+        words=lambda cfg: f"checkpoint every {cfg.checkpointing}" if cfg.checkpointing else None,
+        shown=9,
         kind=ValueKind.INT,
         numerics=False,
         field="checkpointing",
@@ -423,23 +438,29 @@ KNOBS: tuple[Knob, ...] = (
         late=True,
         simplicity=2,
         cost=lambda v, base: float(v > 0),
-        restrict=_checkpointing_rule,
+        restrict=rules.checkpointing_rule,
         transformers=ex.hf_checkpointing,
         lightning=ex.pl_checkpointing,
     ),
     Knob(
         name="channels_last",
+        where=Where.MODEL,
+        words=_flag("channels_last"),
+        shown=7,
         kind=ValueKind.BOOL,
         numerics=False,
         shared=True,
         field="channels_last",
         rule="true or false",
         simplicity=9,
-        restrict=_only_if(lambda f: f.has_conv, "the model has no convolutions"),
+        restrict=rules.only_if(lambda f: f.has_conv, "the model has no convolutions"),
         lightning=ex.pl_channels_last,
     ),
     Knob(
         name="intra_op_threads",
+        where=Where.BACKENDS,
+        words=_threads_words,
+        shown=10,
         kind=ValueKind.INT,
         numerics=False,
         shared=True,
@@ -449,7 +470,7 @@ KNOBS: tuple[Knob, ...] = (
         nullable=True,
         simplicity=5,
         cost=lambda v, base: float(v is not None),
-        restrict=_threads_rule,
+        restrict=rules.threads_rule,
         lightning=ex.pl_threads,
     ),
     # DDP's own knobs (trials of ranks > 1; DDP's defaults otherwise). None changes the
@@ -458,6 +479,9 @@ KNOBS: tuple[Knob, ...] = (
     # part; the buffers rank 0 keeps (and evaluates, and a user saves) are its own either way.
     Knob(
         name="ddp_bucket_cap_mb",
+        where=Where.DDP,
+        words=_ddp_words("bucket_cap_mb"),
+        shown=RANKS_SHOWN + 1,
         kind=ValueKind.INT,
         numerics=False,
         field="ddp_bucket_cap_mb",
@@ -466,58 +490,71 @@ KNOBS: tuple[Knob, ...] = (
         nullable=True,
         simplicity=12,
         cost=lambda v, base: float(v is not None),
-        restrict=_ddp_rule,
+        restrict=rules.ddp_rule,
         transformers=ex.hf_ddp_bucket,
         lightning=ex.pl_ddp,
     ),
     Knob(
         name="ddp_gradient_as_bucket_view",
+        where=Where.DDP,
+        words=_ddp_words("gradient_as_bucket_view"),
+        shown=RANKS_SHOWN + 2,
         kind=ValueKind.BOOL,
         numerics=False,
         field="ddp_gradient_as_bucket_view",
         rule="true or false",
         simplicity=13,
-        restrict=_ddp_rule,
+        restrict=rules.ddp_rule,
         transformers=ex.hf_ddp_accelerate_only,
     ),
     Knob(
         name="ddp_static_graph",
+        where=Where.DDP,
+        words=_ddp_words("static_graph"),
+        shown=RANKS_SHOWN + 3,
         kind=ValueKind.BOOL,
         numerics=False,
         field="ddp_static_graph",
         rule="true or false",
-        # DDP's static graph asserts in an iteration under no_sync, which Hugging Face's and
-        # Lightning's accumulation use on its inner micro-batches: only without accumulation.
-        exists=_one_step,
+        exists=_ONE_STEP,
         simplicity=14,
-        restrict=_ddp_rule,
+        restrict=rules.ddp_rule,
         transformers=ex.hf_ddp_accelerate_only,
     ),
     Knob(
         name="ddp_broadcast_buffers",
+        where=Where.DDP,
+        words=_ddp_words("broadcast_buffers"),
+        shown=RANKS_SHOWN + 4,
         kind=ValueKind.BOOL,
         numerics=False,
         field="ddp_broadcast_buffers",
         rule="true or false",
         simplicity=15,
         cost=lambda v, base: float(v != base),
-        restrict=_buffers_rule,
+        restrict=rules.buffers_rule,
         transformers=ex.hf_ddp_buffers,
     ),
     Knob(
         name="ddp_no_sync",
+        where=Where.DDP,
+        words=_no_sync_words,
+        shown=RANKS_SHOWN + 5,
         kind=ValueKind.BOOL,
         numerics=False,
         field="ddp_no_sync",
         rule="true or false",
-        exists=lambda cfg: not _one_step(cfg),  # no inner micro-batches: nothing to skip
+        exists=_ACCUMULATING,
         simplicity=16,
-        restrict=_ddp_rule,
+        restrict=rules.ddp_rule,
         transformers=ex.hf_ddp_no_sync,
         lightning=ex.pl_ddp_no_sync,
     ),
     Knob(
         name="lr_schedule",
+        where=Where.LR_SHAPE,
+        words=_lr_words,
+        shown=4,
         kind=ValueKind.ENUM,
         numerics=True,
         field=None,
@@ -530,12 +567,15 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob(
         name="train_fraction",
+        where=Where.LENGTH,
+        words=_length_words,
+        shown=12,
         kind=ValueKind.FLOAT,
         numerics=True,
         field="train_fraction",
         rule="in (0, 1]",
         check=lambda v: 0 < v <= 1,
-        restrict=_keep(
+        restrict=rules.keep(
             lambda v, f: v == 1.0 or f.length_searchable,
             lambda f: (
                 "the training length is searched in autotune's own loop (find_best): "
@@ -547,6 +587,7 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob(
         name="lr_multiplier",
+        where=Where.LR_PEAK,
         kind=ValueKind.FLOAT,
         numerics=True,
         field=None,
@@ -556,6 +597,7 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob(
         name="warmup_fraction",
+        where=Where.LR_SHAPE,
         kind=ValueKind.FLOAT,
         numerics=True,
         field=None,
@@ -565,11 +607,12 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob(
         name="lr_batch_scaling",
+        where=Where.LR_PEAK,
         kind=ValueKind.ENUM,
         numerics=True,
         field=None,
         enum=BatchScaling,
-        restrict=_keep(
+        restrict=rules.keep(
             lambda v, f: not (f.adaptive_optimizer and v == BatchScaling.LINEAR.value),
             lambda f: (
                 "the optimizer adapts its steps (the Adam family): its rate follows the "
@@ -593,6 +636,47 @@ NUMERIC_FIELDS: tuple[str, ...] = (
 )
 assert {k.field or "lr_schedule" for k in KNOBS if k.numerics} == set(NUMERIC_FIELDS)
 assert not any(k.shared and (k.numerics or k.late or k.field is None) for k in KNOBS)
+_SHOWN = [k.shown for k in KNOBS if k.words is not None]
+assert len(set(_SHOWN)) == len(_SHOWN) and RANKS_SHOWN not in _SHOWN
+
+
+def describe(cfg: TrainingConfig) -> str:
+    """One line naming ``cfg``'s knobs (each knob's words, in their ``shown`` order)."""
+    shown = [(k.shown, k.words(cfg)) for k in KNOBS if k.words is not None]
+    if cfg.ranks > 1:
+        shown.append((RANKS_SHOWN, f"{cfg.ranks} ranks (global batch {cfg.global_batch_size})"))
+    return " ".join(words for _, words in sorted(shown, key=lambda pair: pair[0]) if words)
+
+
+def reset_absent(cfg: TrainingConfig, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``changes`` to ``cfg``, with the default of every knob that does not exist once they
+    are made and that they do not name (see ``Knob.exists``): a config made from another
+    keeps no value for a knob that is not there."""
+    defaults = field_defaults(cfg)
+    conditional = {k.field for k in KNOBS if k.exists and k.field}
+    # Where the conditional knobs exist follows from the other fields alone.
+    shaped = dataclasses.replace(
+        cfg,
+        **{f: v for f, v in changes.items() if f not in conditional},
+        **{f: defaults[f] for f in conditional},
+    )
+    out = dict(changes)
+    for knob in KNOBS:
+        if knob.field and knob.field not in changes and not knob.present(shaped):
+            out[knob.field] = defaults[knob.field]
+    return out
+
+
+def field_defaults(cfg: TrainingConfig) -> dict[str, Any]:
+    """Each field's default in ``cfg``'s class (the LR schedule's is left out: no knob
+    exists or not on its own)."""
+    return {f.name: f.default for f in dataclasses.fields(cfg) if f.name != "lr_schedule"}
+
+
+def knobs_where(*where: Where) -> tuple[Knob, ...]:
+    """The knobs whose values change one of ``where`` (what a trainer that builds that part
+    itself cannot take)."""
+    return tuple(k for k in KNOBS if k.where in where)
 
 
 def late_knobs() -> frozenset[str]:

@@ -28,22 +28,23 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from autotune import _exports
 from autotune._choices import CompileMode, LRSchedule, OptimizerImpl, Precision, ScheduleKind
+from autotune._device import device_type
 from autotune._errors import ArgumentError, ConfigError
 
 if TYPE_CHECKING:
-    from autotune._config import TrainingConfig
+    from autotune._knobs.config import TrainingConfig
 
 __all__ = [
     "MicroBatchSampler",
     "autocast",
     "backend_flags",
+    "changes_batches",
     "checkpointed_blocks",
     "current_device",
     "data_parallel",
+    "ddp_kwargs",
     "ddp_module",
-    "ddp_words",
     "find_repeated_blocks",
     "grad_scaler",
     "lr_scheduler",
@@ -60,10 +61,6 @@ __all__ = [
 ]
 
 _CKPT_ATTR = "_autotune_checkpointed"
-
-
-def device_type(device: str) -> str:
-    return torch.device(device).type
 
 
 def current_device(device: str) -> AbstractContextManager[Any]:
@@ -107,7 +104,22 @@ def wrap_ddp(
     if device_ids is None and device_type(cfg.device) == "cuda":
         index = torch.device(cfg.device).index
         device_ids = [torch.cuda.current_device() if index is None else index]
-    return DistributedDataParallel(model, device_ids=device_ids, **_exports.ddp_kwargs(cfg))
+    return DistributedDataParallel(model, device_ids=device_ids, **ddp_kwargs(cfg))
+
+
+def ddp_kwargs(cfg: TrainingConfig) -> dict[str, Any]:
+    """The ``DistributedDataParallel`` arguments the DDP knobs set that differ from DDP's
+    defaults (what :func:`wrap_ddp` passes, and Lightning's ``DDPStrategy`` forwards)."""
+    out: dict[str, Any] = {}
+    if cfg.ddp_bucket_cap_mb is not None:
+        out["bucket_cap_mb"] = cfg.ddp_bucket_cap_mb
+    if cfg.ddp_gradient_as_bucket_view:
+        out["gradient_as_bucket_view"] = True
+    if cfg.ddp_static_graph:
+        out["static_graph"] = True
+    if not cfg.ddp_broadcast_buffers:
+        out["broadcast_buffers"] = False
+    return out
 
 
 def ddp_module(model: nn.Module) -> DistributedDataParallel | None:
@@ -124,14 +136,6 @@ def average_gradients(model: nn.Module) -> None:
         if param.grad is not None:
             dist.all_reduce(param.grad)
             param.grad.div_(world)
-
-
-def ddp_words(cfg: TrainingConfig) -> list[str]:
-    """The DDP knobs that differ from DDP's defaults, as ``describe`` names them."""
-    words = [f"{k}={v}" for k, v in _exports.ddp_kwargs(cfg).items()]
-    if cfg.ddp_no_sync:
-        words.append("no_sync")
-    return words
 
 
 def set_epoch(loader: DataLoader[Any], epoch: int) -> None:
@@ -268,6 +272,11 @@ def to_device(batch: Any, device: str, *, non_blocking: bool = False) -> Any:
     if isinstance(batch, list | tuple):
         return type(batch)(to_device(v, device, non_blocking=non_blocking) for v in batch)
     return batch
+
+
+def changes_batches(cfg: TrainingConfig) -> bool:
+    """Whether ``cfg`` converts the batches themselves (channels_last), not only moves them."""
+    return cfg.channels_last
 
 
 def to_channels_last(batch: Any) -> Any:

@@ -1,6 +1,6 @@
 """The tuned config as arguments of other trainers: Hugging Face ``TrainingArguments`` and
 Lightning's ``Trainer``, put together from each knob's mapping (the registry names it, see
-:mod:`autotune._exports`).
+:mod:`autotune._knobs.knob_args`).
 
 What each trainer cannot take is applied around it in a few lines, which the notes spell out;
 ``with cfg.backends():`` around ``fit``/``train`` covers cuDNN benchmark, TF32 and CPU threads for
@@ -15,13 +15,14 @@ import math
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from autotune import _exports as ex
-from autotune import _knobs
 from autotune._choices import ScheduleKind, wsd_decay_steps
+from autotune._device import device_type, is_accelerator
 from autotune._errors import ConfigError
+from autotune._knobs import knob_args as ex
+from autotune._knobs import registry
 
 if TYPE_CHECKING:
-    from autotune._config import TrainingConfig
+    from autotune._knobs.config import TrainingConfig
 
 __all__ = ["LightningSettings", "lightning_settings", "trainer_settings", "transformers_kwargs"]
 
@@ -72,7 +73,7 @@ def transformers_kwargs(
     """
     names = frozenset(accepted) if accepted is not None else _training_arguments_names()
     out: dict[str, Any] = {}
-    for knob in _knobs.KNOBS:
+    for knob in registry.KNOBS:
         out.update(knob.transformers(cfg, names))
     if cfg.train_fraction != 1.0:
         if planned_epochs is None:
@@ -94,7 +95,7 @@ def transformers_kwargs(
             )
         total = _hf_optimizer_steps(cfg, cfg.epochs(planned_epochs), train_size)
         out["lr_scheduler_kwargs"] = {"num_decay_steps": wsd_decay_steps(total)}
-    if not ex.on_accelerator(cfg):
+    if not is_accelerator(cfg.device):
         out["use_cpu"] = True
     return out
 
@@ -141,7 +142,7 @@ def lightning_settings(
     """The Trainer and DataLoader arguments for ``cfg``, and notes for the rest; with
     ``planned_epochs`` (the epochs you train now), ``max_epochs``: the config's share of them
     (a whole number; otherwise a note says the steps to stop at)."""
-    kind = ex.device_type(cfg.device)
+    kind = device_type(cfg.device)
     trainer: dict[str, Any] = {
         "accelerator": kind,
         "devices": [int(cfg.device.partition(":")[2] or 0)] if kind == "cuda" else 1,
@@ -160,7 +161,7 @@ def lightning_settings(
     model: list[str] = []
     backends: list[str] = []
     own: list[str] = []
-    for knob in _knobs.KNOBS:
+    for knob in registry.KNOBS:
         part = knob.lightning(cfg)
         trainer.update(part.trainer)
         loader.update(part.dataloader)

@@ -26,11 +26,12 @@ from typing import Any, Protocol
 
 from scipy import stats
 
-from autotune._config import TrainingConfig
 from autotune._errors import ConfigError
+from autotune._knobs.config import TrainingConfig
 from autotune._result.files import write_text_atomic
 from autotune._trial.measure import Measurement
-from autotune._trial.runner import AccuracyCheck, Budget, TrialOutcome, run_samples
+from autotune._trial.outcome import AccuracyCheck, Budget, TrialOutcome
+from autotune._trial.runner import run_samples
 
 __all__ = ["FULL_SEEDS", "FullReport", "FullRun", "run_full"]
 
