@@ -13,20 +13,30 @@ baseline that realworld.py's searches use (``TrainingConfig()``: batch 32, fp32,
   (``policy.fast_guesses``: sqrt batch scaling of the peak LR, a cosine schedule, 5% warm-up),
   built by the space's own ``config_from``;
 - ``lr10`` and ``batch8x``: harmful changes, the learning rate x10 and the batch x8 with the
-  LR left as it is (8x fewer optimizer steps on the same samples).
+  LR left as it is (8x fewer optimizer steps on the same samples);
+- tunable ones, to place a harmful change near the tolerance (``--no-guard`` runs only the
+  long runs that tune them, ``--cache`` keeps every run so that the tuning runs are reused):
+  ``noise:R`` (a share R of the candidate arm's training labels wrong, a fixed draw: a
+  mislabelled copy of the data), ``lr:M`` (the peak LR x M), ``frac:F`` (a share F of the
+  epochs), ``lrfrac:M:F``.
 
 1. **Horizon H**: the samples per accuracy run a ``--timeout`` (240 s) search would give the
    baseline: ``plan_accuracy_budget`` with the baseline's throughput measured here, as the
    search's calibration measures it; then doubled where the search's horizon rule
    (``horizon.longer_reason``) says, from the baseline's runs and their halfway metrics.
+   ``--horizon-samples`` gives H instead (no horizon rule).
 2. **The guard's verdict**: paired runs at H (same data-order seeds for baseline and
    candidate), looked at as the search buys seeds: look 1 at 3 seeds, then the seeds
    ``evidence.next_target`` asks for while unresolved, up to ``--guard-cap`` seeds, each look
    by ``AccuracyGuard.confirm`` with the runs' per-example outcomes (the study's first check);
    the seconds its runs took, and the least that would have decided it at that spread.
+   ``--repeats K``: K such checks of each candidate, check k on the seeds from
+   (k - 1) x cap, disjoint from every other check's.
 3. **Truth**: baseline and candidate trained ``--horizon-multiple`` x H over ``--seeds``
    other data-order seeds; the mean paired drop with a two-sided 95% t-interval: "within"
-   (upper bound <= tolerance), "beyond" (lower bound > tolerance), else "unclear".
+   (upper bound <= tolerance), "beyond" (lower bound > tolerance), "at" (neither, the point
+   estimate >= tolerance), else "unclear". A confirmation where the truth is beyond or at the
+   tolerance is a false accept, each one listed with its looks and its pairs' drops.
 
 Each workload's rows go to benchmarks/RESULTS.md as soon as it finishes (between this run's
 markers), so partial results survive.
@@ -360,6 +370,9 @@ class Row:
     first: int = 0
     drops: tuple[float, ...] = ()  # the last look's paired drops at H
     trace: tuple[str, ...] = ()  # every look of the check
+    # The mean paired drop at H over every seed any check of this candidate ran so far, with
+    # its two-sided 95% t-interval (the candidate's truth at the guard's own horizon).
+    pooled: tuple[float, float, float, int] | None = None
 
 
 def truth_label(mean: float, lo: float, hi: float, tol: float) -> str:
@@ -477,6 +490,7 @@ def run_workload(name: str, args: argparse.Namespace, emit: Any) -> tuple[list[R
     rows: list[Row] = []
     splits: list[str] = []
     sign = 1.0 if task.higher_is_better else -1.0
+    truths: dict[str, tuple[str, Runs, Runs, float, float, float, str, int]] = {}
     for cand_name in args.candidate or CANDIDATES:
         cfg, cand_work = candidate(cand_name, base, work)
         what = cfg.describe()
@@ -497,8 +511,12 @@ def run_workload(name: str, args: argparse.Namespace, emit: Any) -> tuple[list[R
             flush=True,
         )
         guard_runs = Runs(cand_work, cfg, h, label=cand_name)
-        for k in range(args.repeats if not args.no_guard else 1):
-            first = k * args.guard_cap
+        truths[cand_name] = (what, guard_runs, cand_long, mean, lo, hi, label, len(drops))
+    # The checks, check 1 of every candidate first (they share the baseline's seeds), so that
+    # a run cut short has checked every candidate about as often.
+    for k in range(args.repeats if not args.no_guard else 1):
+        first = k * args.guard_cap
+        for cand_name, (what, guard_runs, _, mean, lo, hi, label, n) in truths.items():
             if args.no_guard:
                 check = Check(None)
             else:
@@ -524,7 +542,7 @@ def run_workload(name: str, args: argparse.Namespace, emit: Any) -> tuple[list[R
                 truth_drop=mean,
                 truth_lo=lo,
                 truth_hi=hi,
-                truth_seeds=len(drops),
+                truth_seeds=n,
                 label=label,
                 agreement=agreement(verdict, label),
                 check=k + 1,
@@ -534,14 +552,23 @@ def run_workload(name: str, args: argparse.Namespace, emit: Any) -> tuple[list[R
             )
             print(f"[{name}] {row}", flush=True)
             rows.append(row)
+            seeds = sorted(set(guard_runs.metrics) & set(base_h.metrics))
+            pooled = [
+                sign * (base_h.metrics[s] - guard_runs.metrics[s])
+                if math.isfinite(guard_runs.metrics[s])
+                else sign * (base_h.metrics[s] - initial)
+                for s in seeds
+            ]
+            if pooled:
+                for r in rows:
+                    if r.candidate == cand_name:
+                        r.pooled = (*interval(pooled), len(pooled))
             emit(rows, splits)
-        cand_h = Runs(cand_work, cfg, h, label=cand_name)
-        cand_h.runs, cand_h.metrics = guard_runs.runs, guard_runs.metrics
+    for cand_name, (_, guard_runs, cand_long, *_) in truths.items():
         splits.append(
-            f"`{name}` {cand_name}: at H {split(guard_of, base_h, cand_h)}; at "
+            f"`{name}` {cand_name}: at H {split(guard_of, base_h, guard_runs)}; at "
             f"{args.horizon_multiple:g}xH {split(guard_of, base_long, cand_long)}"
         )
-        emit(rows, splits)
     guard = guard_of(list(base_h.metrics.values()))
     at_long = list(base_long.metrics.values())
     wall = time.monotonic() - start
@@ -594,6 +621,8 @@ def _f(v: float | None) -> str:
 
 def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: float) -> str:
     env = environment("cpu")
+    order = {(r.workload, r.candidate): i for i, r in reversed(list(enumerate(rows)))}
+    rows = sorted(rows, key=lambda r: (order[r.workload, r.candidate], r.check))
     accepts = sum(r.agreement == "**false accept**" for r in rows)
     rejects = sum(r.agreement == "**false reject**" for r in rows)
     agree = sum(r.agreement == "agree" for r in rows)
@@ -612,16 +641,23 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
             if args.pair
             else ". "
         )
-        + "H: the samples "
-        f"per accuracy run a {args.timeout:g}-s search plans for it (`plan_accuracy_budget` at "
-        f"the throughput measured here), doubled where the search's horizon rule says (the plans "
-        f"below). Guard: {args.repeats} check(s) of each candidate, check k on paired data-order "
+        + (
+            f"H = {args.horizon_samples:,} samples, given by `--horizon-samples`. "
+            if args.horizon_samples is not None
+            else "H: the samples "
+            f"per accuracy run a {args.timeout:g}-s search plans for it (`plan_accuracy_budget` "
+            "at the throughput measured here), doubled where the search's horizon rule says "
+            "(the plans below). "
+        )
+        + f"Guard: {args.repeats} check(s) of each candidate, check k on paired data-order "
         f"seeds from (k - 1) x {args.guard_cap} at H (disjoint), each as a search's first "
         f"check: look 1 at {REPEATS} seeds, then the seeds `evidence.next_target` asks for "
         f"while unresolved, up to {args.guard_cap}, each look by `AccuracyGuard.confirm`; "
         f"bounds are its one-sided bounds at that look's level. Long runs: "
         f"{args.horizon_multiple:g}xH over {args.seeds} other seeds, mean paired drop (positive:"
-        " worse) ± two-sided 95% t-interval. Tolerance 0.01 for every workload (gpt2: nats of "
+        " worse) ± two-sided 95% t-interval; label within / beyond (the interval below / above "
+        "the tolerance), at (neither, the point estimate at or past it), unclear (neither, "
+        "below it). Tolerance 0.01 for every workload (gpt2: nats of "
         "validation loss, lower is better; the tolerance its realworld.py search used).",
         "",
         "| workload | candidate | check (first seed) | guard verdict (drop, bounds, seeds/looks) "
@@ -658,17 +694,25 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
 
 def tallies(rows: list[Row]) -> list[str]:
     """Per candidate: its long-run truth and how its checks came out."""
-    out = ["| workload | candidate | long-run truth | confirmed | rejected | unresolved |"]
-    out.append("| --- | --- | --- | --- | --- | --- |")
+    out = [
+        "| workload | candidate | long-run truth | drop at H over every check's seeds [95% CI] "
+        "| confirmed | rejected | unresolved |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     seen: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
         seen.setdefault((r.workload, r.candidate), []).append(r)
     for (work, cand), group in seen.items():
         r = group[0]
         count = {v: sum(g.verdict == v for g in group) for v in ("confirmed", "rejected")}
+        at_h = (
+            "-"
+            if r.pooled is None
+            else f"{r.pooled[0]:+.4f} [{_f(r.pooled[1])}, {_f(r.pooled[2])}] ({r.pooled[3]} pairs)"
+        )
         out.append(
             f"| {work} | {cand} ({r.config}) | {r.truth_drop:+.4f} [{_f(r.truth_lo)}, "
-            f"{_f(r.truth_hi)}]: {r.label} | {count['confirmed']} | {count['rejected']} | "
+            f"{_f(r.truth_hi)}]: {r.label} | {at_h} | {count['confirmed']} | {count['rejected']} | "
             f"{len(group) - count['confirmed'] - count['rejected']} |"
         )
     return out
@@ -684,7 +728,14 @@ def false_accepts(rows: list[Row]) -> list[str]:
             f"- **False accept**: `{r.workload}` {r.candidate}, check {r.check} (seeds "
             f"{r.first}..{r.first + r.seeds - 1}): {'; '.join(r.trace)}; the pairs' drops at H "
             f"{', '.join(f'{d:+.4f}' for d in r.drops)}, against a long-run drop of "
-            f"{r.truth_drop:+.4f} [{_f(r.truth_lo)}, {_f(r.truth_hi)}]."
+            f"{r.truth_drop:+.4f} [{_f(r.truth_lo)}, {_f(r.truth_hi)}]"
+            + (
+                ""
+                if r.pooled is None
+                else f" and a drop at H of {r.pooled[0]:+.4f} [{_f(r.pooled[1])}, "
+                f"{_f(r.pooled[2])}] over all {r.pooled[3]} of its checks' pairs"
+            )
+            + "."
         )
     return [*out, ""] if out else []
 
