@@ -13,20 +13,30 @@ baseline that realworld.py's searches use (``TrainingConfig()``: batch 32, fp32,
   (``policy.fast_guesses``: sqrt batch scaling of the peak LR, a cosine schedule, 5% warm-up),
   built by the space's own ``config_from``;
 - ``lr10`` and ``batch8x``: harmful changes, the learning rate x10 and the batch x8 with the
-  LR left as it is (8x fewer optimizer steps on the same samples).
+  LR left as it is (8x fewer optimizer steps on the same samples);
+- tunable ones, to place a harmful change near the tolerance (``--no-guard`` runs only the
+  long runs that tune them, ``--cache`` keeps every run so that the tuning runs are reused):
+  ``noise:R`` (a share R of the candidate arm's training labels wrong, a fixed draw: a
+  mislabelled copy of the data), ``lr:M`` (the peak LR x M), ``frac:F`` (a share F of the
+  epochs), ``lrfrac:M:F``.
 
 1. **Horizon H**: the samples per accuracy run a ``--timeout`` (240 s) search would give the
    baseline: ``plan_accuracy_budget`` with the baseline's throughput measured here, as the
    search's calibration measures it; then doubled where the search's horizon rule
    (``horizon.longer_reason``) says, from the baseline's runs and their halfway metrics.
+   ``--horizon-samples`` gives H instead (no horizon rule).
 2. **The guard's verdict**: paired runs at H (same data-order seeds for baseline and
    candidate), looked at as the search buys seeds: look 1 at 3 seeds, then the seeds
    ``evidence.next_target`` asks for while unresolved, up to ``--guard-cap`` seeds, each look
    by ``AccuracyGuard.confirm`` with the runs' per-example outcomes (the study's first check);
    the seconds its runs took, and the least that would have decided it at that spread.
+   ``--repeats K``: K such checks of each candidate, check k on the seeds from
+   (k - 1) x cap, disjoint from every other check's.
 3. **Truth**: baseline and candidate trained ``--horizon-multiple`` x H over ``--seeds``
    other data-order seeds; the mean paired drop with a two-sided 95% t-interval: "within"
-   (upper bound <= tolerance), "beyond" (lower bound > tolerance), else "unclear".
+   (upper bound <= tolerance), "beyond" (lower bound > tolerance), "at" (neither, the point
+   estimate >= tolerance), else "unclear". A confirmation where the truth is beyond or at the
+   tolerance is a false accept, each one listed with its looks and its pairs' drops.
 
 Each workload's rows go to benchmarks/RESULTS.md as soon as it finishes (between this run's
 markers), so partial results survive.
@@ -39,14 +49,18 @@ import dataclasses
 import datetime
 import math
 import os
+import pickle
 import statistics
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from scipy import stats
+from torch.utils.data import Dataset
 
 import autotune
 from autotune._device import environment
@@ -60,6 +74,7 @@ from autotune._search.guard import (
     seeds_to_settle,
 )
 from autotune._search.horizon import longer_reason, plan_horizon
+from autotune._trial.failures import Diverged
 from autotune._trial.outcome import AccuracyRun, Budget
 from autotune._trial.runner import Trainer, evaluate, measure_throughput
 from autotune._trial.runner import train_for_accuracy as train_run
@@ -81,13 +96,58 @@ PLANNED_EPOCHS = 10.0  # find_best's planned_epochs
 TRUTH_SEED0 = 1000  # the long runs' data-order seeds are others than the guard's
 
 
-def candidate(name: str, base: autotune.TrainingConfig) -> autotune.TrainingConfig:
+class NoisyLabels(Dataset[Any]):
+    """A training set whose labels are wrong at ``rate``: each item's label replaced, once and
+    for all (a fixed draw, ``seed``), by another class chosen uniformly, as a mislabelled copy
+    of a dataset or a broken label mapping would have it. Items are the base set's, the same
+    augmentation randomness consumed in the same order, so a pair's two arms see the same
+    images in the same order, the candidate's with some labels wrong."""
+
+    def __init__(self, base: Any, rate: float, classes: int, seed: int = 12345) -> None:
+        self.base = base
+        targets = torch.as_tensor([int(t) for t in base.targets])
+        g = torch.Generator().manual_seed(seed)
+        flip = torch.rand(len(targets), generator=g) < rate
+        shift = torch.randint(1, classes, (len(targets),), generator=g)
+        self.targets = torch.where(flip, (targets + shift) % classes, targets)
+        self.flipped = int(flip.sum())
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        item, _ = self.base[index]
+        return item, int(self.targets[index])
+
+
+def candidate(
+    name: str, base: autotune.TrainingConfig, work: Workload
+) -> tuple[autotune.TrainingConfig, Workload]:
+    """The candidate's config and the workload its arm trains on (the baseline's, but for
+    ``noise:R``). Besides the named ones, tunable harmful changes: ``noise:R`` (the candidate
+    arm's training labels wrong at rate R, see :class:`NoisyLabels`), ``lr:M`` (the peak LR
+    times M), ``frac:F`` (a share F of the epochs, the schedule annealed over it), and
+    ``lrfrac:M:F`` (both)."""
+    kind, _, arg = name.partition(":")
+    if kind == "noise":
+        classes = len({int(t) for t in work.train.targets})  # type: ignore[attr-defined]
+        return base, dataclasses.replace(work, train=NoisyLabels(work.train, float(arg), classes))
+    if kind == "lr":
+        return config_from({"lr_multiplier": float(arg)}, base), work
+    if kind == "frac":
+        return config_from({"train_fraction": float(arg)}, base), work
+    if kind == "lrfrac":
+        m, f = arg.split(":")
+        return config_from({"lr_multiplier": float(m), "train_fraction": float(f)}, base), work
     if name == "bf16":
-        return base.replace(precision="bf16")
+        return base.replace(precision="bf16"), work
     if name == "lr10":  # a harmful change: the learning rate x10
-        return config_from({"lr_multiplier": 10.0}, base)
+        return config_from({"lr_multiplier": 10.0}, base), work
     if name == "batch8x":  # a harmful one: batch x8, the LR left as it was (8x fewer steps)
-        return config_from({"batch_size": 8 * base.batch_size, "lr_batch_scaling": "none"}, base)
+        cfg = config_from({"batch_size": 8 * base.batch_size, "lr_batch_scaling": "none"}, base)
+        return cfg, work
+    if name != "batch2x":
+        raise ValueError(f"unknown candidate {name!r}")
     # The search's bold guess (policy.fast_guesses), at 2x the batch instead of up to 4x.
     params = {
         "batch_size": 2 * base.batch_size,
@@ -96,34 +156,108 @@ def candidate(name: str, base: autotune.TrainingConfig) -> autotune.TrainingConf
         "warmup_fraction": 0.05,
         "lr_multiplier": 1.0,
     }
-    return config_from(params, base)
+    return config_from(params, base), work
+
+
+def candidate_name(text: str) -> str:
+    """An argparse type: a named candidate or a tunable one (``noise:0.2``, ``lr:30``...)."""
+    kind, sep, arg = text.partition(":")
+    try:
+        if text in CANDIDATES:
+            return text
+        if sep and kind in ("noise", "lr", "frac"):
+            float(arg)
+            return text
+        if sep and kind == "lrfrac":
+            m, f = arg.split(":")
+            float(m), float(f)
+            return text
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: one of {', '.join(CANDIDATES)}, or noise:R, lr:M, frac:F, lrfrac:M:F"
+    )
 
 
 class Runs:
-    """Accuracy runs of one config at one horizon, seed by seed, computed once each."""
+    """Accuracy runs of one config at one horizon, seed by seed, computed once each. A run
+    that diverges (a loss that is not finite) has the metric NaN, as the search's check sees
+    it: a failed run, which rejects the candidate."""
 
     def __init__(
-        self, work: Workload, cfg: autotune.TrainingConfig, samples: int, midpoint: bool = False
+        self,
+        work: Workload,
+        cfg: autotune.TrainingConfig,
+        samples: int,
+        midpoint: bool = False,
+        label: str = "",
     ) -> None:
         self.work, self.cfg, self.samples, self.midpoint = work, cfg, samples, midpoint
+        self.label = label or cfg.describe()
+        # Its name in the --cache folder: workload, candidate and --pair settings.
+        self.work_name, self.key = type(work.model).__name__, self.label
         self.metrics: dict[int, float] = {}
         self.runs: dict[int, AccuracyRun] = {}
         self.seconds = 0.0
 
-    def get(self, seeds: range) -> list[float]:
+    def get(self, seeds: Iterable[int]) -> list[float]:
+        seeds = list(seeds)
         for seed in seeds:
             if seed not in self.metrics:
-                with self.cfg.backends():
-                    run = train_run(self.cfg, self.work, self.samples, seed, midpoint=self.midpoint)
+                start = time.perf_counter()
+                cached = self.cached(seed)
+                if cached is not None:
+                    self.metrics[seed], self.runs[seed] = cached.metric, cached
+                    self.seconds += cached.seconds
+                    continue
+                try:
+                    with self.cfg.backends():
+                        run = train_run(
+                            self.cfg, self.work, self.samples, seed, midpoint=self.midpoint
+                        )
+                except Diverged as e:
+                    run = AccuracyRun(
+                        seed=seed,
+                        metric=math.nan,
+                        final_loss=math.nan,
+                        samples=self.samples,
+                        seconds=time.perf_counter() - start,
+                    )
+                    print(f"    {self.label} seed {seed}: {e}", flush=True)
                 self.metrics[seed] = run.metric
                 self.runs[seed] = run
                 self.seconds += run.seconds
+                if CACHE is not None:
+                    with open(self.path(seed), "wb") as f:
+                        pickle.dump(run, f)
                 print(
-                    f"    {self.cfg.describe()} seed {seed} at {self.samples:,}: "
+                    f"    {self.label} seed {seed} at {self.samples:,}: "
                     f"{run.metric:.4f} ({run.seconds:.1f} s)",
                     flush=True,
                 )
         return [self.metrics[s] for s in seeds]
+
+    def path(self, seed: int) -> Path:
+        assert CACHE is not None
+        name = f"{self.work_name}-{self.key}{PAIR_KEY}-{self.samples}-{seed}"
+        name += f"-t{torch.get_num_threads()}"
+        return CACHE / f"{name}.pkl"
+
+    def cached(self, seed: int) -> AccuracyRun | None:
+        """A run of this config, workload, horizon, seed and thread count that an earlier
+        invocation with the same --cache saved (runs are deterministic given these)."""
+        if CACHE is None or not self.path(seed).exists():
+            return None
+        with open(self.path(seed), "rb") as f:
+            run: AccuracyRun = pickle.load(f)
+        print(f"    {self.label} seed {seed} at {self.samples:,}: {run.metric:.4f} (cached)")
+        return run
+
+
+# --cache: a folder where every accuracy run is kept, keyed by workload, candidate (and the
+# --pair settings), horizon, seed and thread count, so that tuning runs are not run again.
+CACHE: Path | None = None
+PAIR_KEY = ""
 
 
 def baseline_throughput(work: Workload, base: autotune.TrainingConfig) -> float:
@@ -141,34 +275,58 @@ def baseline_throughput(work: Workload, base: autotune.TrainingConfig) -> float:
         return measure_throughput(base, work, budget).throughput
 
 
+@dataclasses.dataclass
+class Check:
+    """One check of a candidate as a search makes it, on the seeds ``first``, ``first + 1``..."""
+
+    result: Confirmation | None  # None: not checked (--no-guard)
+    looks: int = 0
+    seconds: float = 0.0
+    own: float = 0.0
+    least: float | None = None
+    drops: tuple[float, ...] = ()  # the last look's paired drops
+    trace: tuple[str, ...] = ()  # every look: seeds, mean drop, bounds, verdict
+
+
 def guard_verdict(
-    guard_of: Any, base_runs: Runs, cand_runs: Runs, cap: int, tol: float
-) -> tuple[Confirmation, int, float, float, float | None]:
+    guard_of: Any, base_runs: Runs, cand_runs: Runs, cap: int, tol: float, first: int = 0
+) -> Check:
     """As the search decides (``evidence.confirm``): look 1 at REPEATS seeds, then the seeds
     ``evidence.next_target`` asks for while unresolved, up to ``cap`` in all; the runs'
-    per-example outcomes in every look. Returns the verdict, its looks, the seconds its runs
-    took (both arms), the check's own seconds (the candidate's runs and the baseline's beyond
-    the REPEATS seeds a search buys once, before any check, for every check to reuse) and the
-    least seconds that would have decided it at look 1 (both arms), were its final mean and
-    spread known in advance (None: no number of seeds would)."""
+    per-example outcomes in every look; the data-order seeds ``first``, ``first + 1``... for
+    both arms (each check as a search's first, on seeds no other check of this run used).
+    Returns the verdict, its looks, the seconds its runs took (both arms), the check's own
+    seconds (the candidate's runs and the baseline's beyond the REPEATS seeds a search buys
+    once, before any check, for every check to reuse) and the least seconds that would have
+    decided it at look 1 (both arms), were its final mean and spread known in advance (None:
+    no number of seeds would)."""
     seeds, look = REPEATS, 1
+    trace: list[str] = []
     while True:
-        guard: AccuracyGuard = guard_of(base_runs.get(range(seeds)), base_runs)
-        metrics = cand_runs.get(range(seeds))
-        runs = [cand_runs.runs[s] for s in range(seeds)]
-        result = guard.confirm(
-            metrics, units=unit_sums(runs), squares=guard.pair_squares(runs), looks=look
-        )
+        chosen = list(range(first, first + seeds))
+        guard: AccuracyGuard = guard_of(base_runs.get(chosen), base_runs, chosen)
+        metrics = cand_runs.get(chosen)
+        # The guard pairs the i-th run with the baseline's i-th: seeds renumbered from 0.
+        runs = [dataclasses.replace(cand_runs.runs[s], seed=i) for i, s in enumerate(chosen)]
+        units = unit_sums(runs) if all(math.isfinite(m) for m in metrics) else None
+        squares = guard.pair_squares(runs) if units is not None else None
+        result = guard.confirm(metrics, units=units, squares=squares, looks=look)
         print(f"    look {look}: {result.verdict} - {result.describe()}", flush=True)
-        spent = sum(base_runs.runs[s].seconds + cand_runs.runs[s].seconds for s in range(seeds))
-        own = spent - sum(base_runs.runs[s].seconds for s in range(REPEATS))
+        trace.append(
+            f"look {look} at {seeds} seeds: {_f(result.drop)} "
+            f"[{_f(result.lower)}, {_f(result.bound)}] {result.verdict.value}"
+        )
+        spent = sum(base_runs.runs[s].seconds + cand_runs.runs[s].seconds for s in chosen)
+        own = spent - sum(base_runs.runs[s].seconds for s in chosen[:REPEATS])
         target = next_target(seeds, result.need, 1.0, float(cap - seeds))
         if result.verdict is not Verdict.UNRESOLVED or target is None:
             drops = guard.paired_drops(metrics)
-            noise = guard.sample_noise(unit_sums(runs), drops, guard.pair_squares(runs))
-            least = seeds_to_settle(drops, tol, 1, noise=noise)
-            least_s = None if least is None else least * spent / seeds
-            return result, look, spent, own, least_s
+            least_s = None
+            if units is not None:
+                noise = guard.sample_noise(units, drops, squares)
+                least = seeds_to_settle(drops, tol, 1, noise=noise)
+                least_s = None if least is None else least * spent / seeds
+            return Check(result, look, spent, own, least_s, tuple(drops), tuple(trace))
         seeds, look = target, look + 1
 
 
@@ -203,14 +361,36 @@ class Row:
     truth_seeds: int
     label: str
     agreement: str
+    check: int = 1  # the candidate's k-th check, on seeds first..first + cap - 1
+    first: int = 0
+    drops: tuple[float, ...] = ()  # the last look's paired drops at H
+    trace: tuple[str, ...] = ()  # every look of the check
+    # The mean paired drop at H over every seed any check of this candidate ran so far, with
+    # its two-sided 95% t-interval (the candidate's truth at the guard's own horizon).
+    pooled: tuple[float, float, float, int] | None = None
+
+
+def truth_label(mean: float, lo: float, hi: float, tol: float) -> str:
+    """The long runs' answer: "within" (the interval's upper end at most the tolerance),
+    "beyond" (its lower end past it), "at" (neither, the point estimate at or past the
+    tolerance: a change that a confirmation should not pass), else "unclear"."""
+    if hi <= tol:
+        return "within"
+    if lo > tol:
+        return "beyond"
+    return "at" if mean >= tol else "unclear"
 
 
 def agreement(verdict: str, label: str) -> str:
-    if verdict == "unresolved" or label == "unclear":
+    """A confirmation of a change whose long runs are beyond or at the tolerance is a false
+    accept; a rejection of one within it, a false reject."""
+    if verdict in ("unresolved", "not checked") or label == "unclear":
         return "n.a."
     if verdict == "confirmed":
         return "agree" if label == "within" else "**false accept**"
-    return "agree" if label == "beyond" else "**false reject**"
+    if label == "within":
+        return "**false reject**"
+    return "agree"
 
 
 def pair_params(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:
@@ -225,7 +405,9 @@ def pair_params(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, 
     return out
 
 
-def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[str]]:
+def run_workload(name: str, args: argparse.Namespace, emit: Any) -> tuple[list[Row], list[str]]:
+    """The workload's rows and notes; ``emit(rows, notes)`` after each check, so that partial
+    results are written as they come."""
     start = time.monotonic()
     work = workload_for(name)
     # The settings every accuracy run trains with (the search's pair_settings): the baseline's,
@@ -243,7 +425,7 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
         seconds=args.timeout,
         planned_epochs=PLANNED_EPOCHS,
     )
-    h = plan.samples
+    h = plan.samples if args.horizon_samples is None else args.horizon_samples
     long = round(args.horizon_multiple * h)
     print(
         f"[{name}] baseline {base.describe()}: {speed:,.0f} samples/s; horizon H = {h:,} "
@@ -257,9 +439,12 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
         initial = evaluate(Trainer(base, work, 1).model, base, work)
     print(f"    untrained model: {task.metric_name} {initial:.4f}", flush=True)
 
-    def guard_of(runs: list[float], source: Runs | None = None) -> AccuracyGuard:
-        units = () if source is None else tuple(source.runs[s].units for s in range(len(runs)))
-        counts = None if source is None else source.runs[0].counts
+    def guard_of(
+        runs: list[float], source: Runs | None = None, seeds: list[int] | None = None
+    ) -> AccuracyGuard:
+        seeds = list(range(len(runs))) if seeds is None else seeds
+        units = () if source is None else tuple(source.runs[s].units for s in seeds)
+        counts = None if source is None else source.runs[seeds[0]].counts
         return AccuracyGuard(
             metric_name=task.metric_name,
             higher_is_better=task.higher_is_better,
@@ -275,8 +460,8 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
     # to the planned run (here at most twice), where the baseline did not learn, where some
     # of its seeds lag in take-off, or where the plan expects a check to settle sooner there
     # (whether or not a --timeout search would have the time for it).
-    base_h = Runs(work, base, h, midpoint=True)
-    for _ in range(2):
+    base_h = Runs(work, base, h, midpoint=True, label="baseline")
+    for _ in range(0 if args.horizon_samples is not None else 2):
         runs = [base_h.runs[s] for s in range(REPEATS)] if base_h.get(range(REPEATS)) else []
         plan = plan_horizon(
             runs,
@@ -292,56 +477,94 @@ def run_workload(name: str, args: argparse.Namespace) -> tuple[list[Row], list[s
         h = plan.longer
         long = round(args.horizon_multiple * h)
         print(f"    {why}: H doubled to {h:,} (long runs {long:,})", flush=True)
-        base_h = Runs(work, base, h, midpoint=True)
+        base_h = Runs(work, base, h, midpoint=True, label="baseline")
+    if args.horizon_samples is not None:
+        horizons.append(f"H = {h:,} samples given by --horizon-samples (no horizon rule)")
     truth_seeds = range(TRUTH_SEED0, TRUTH_SEED0 + args.seeds)
-    base_long = Runs(work, base, long)
+    base_long = Runs(work, base, long, label="baseline")
     rows: list[Row] = []
     splits: list[str] = []
+    sign = 1.0 if task.higher_is_better else -1.0
+    truths: dict[str, tuple[str, Runs, Runs, float, float, float, str, int]] = {}
     for cand_name in args.candidate or CANDIDATES:
-        cfg = candidate(cand_name, base)
-        print(f"[{name}] candidate {cand_name}: {cfg.describe()}", flush=True)
-        guard_runs = Runs(work, cfg, h)
-        result, looks, spent, own, least = guard_verdict(
-            guard_of, base_h, guard_runs, args.guard_cap, tol
-        )
-        cand_h = Runs(work, cfg, h)
-        cand_h.runs, cand_h.metrics = guard_runs.runs, guard_runs.metrics
+        cfg, cand_work = candidate(cand_name, base, work)
+        what = cfg.describe()
+        if isinstance(cand_work.train, NoisyLabels):
+            what += f", {cand_work.train.flipped:,} of {n_train:,} training labels wrong"
+        print(f"[{name}] candidate {cand_name}: {what}", flush=True)
+        # Truth first (the tuning runs of --no-guard are these): long runs on other seeds. A
+        # run that diverged is scored as the untrained model.
         b = base_long.get(truth_seeds)
-        cand_long = Runs(work, cfg, long)
-        c = cand_long.get(truth_seeds)
-        splits.append(
-            f"`{name}` {cand_name}: at H {split(guard_of, base_h, cand_h)}; at "
-            f"{args.horizon_multiple:g}xH {split(guard_of, base_long, cand_long)}"
-        )
-        sign = 1.0 if task.higher_is_better else -1.0
+        cand_long = Runs(cand_work, cfg, long, label=cand_name)
+        c = [x if math.isfinite(x) else initial for x in cand_long.get(truth_seeds)]
         drops = [sign * (x - y) for x, y in zip(b, c, strict=True)]
         mean, lo, hi = interval(drops)
-        label = "within" if hi <= tol else "beyond" if lo > tol else "unclear"
-        row = Row(
-            workload=name,
-            candidate=cand_name,
-            config=cfg.describe(),
-            metric=task.metric_name,
-            tolerance=tol,
-            verdict=result.verdict.value,
-            drop=result.drop,
-            lower=result.lower,
-            upper=result.bound,
-            seeds=len(result.runs),
-            looks=looks,
-            seconds=spent,
-            own=own,
-            least=least,
-            truth_drop=mean,
-            truth_lo=lo,
-            truth_hi=hi,
-            truth_seeds=len(drops),
-            label=label,
-            agreement=agreement(result.verdict.value, label),
+        label = truth_label(mean, lo, hi, tol)
+        print(
+            f"[{name}] {cand_name} at {args.horizon_multiple:g}xH: drop {mean:+.4f} "
+            f"[{lo:+.4f}, {hi:+.4f}] ({label}); pairs {', '.join(f'{d:+.4f}' for d in drops)}",
+            flush=True,
         )
-        print(f"[{name}] {row}", flush=True)
-        rows.append(row)
-    guard = guard_of(base_h.get(range(len(base_h.metrics))))
+        guard_runs = Runs(cand_work, cfg, h, label=cand_name)
+        truths[cand_name] = (what, guard_runs, cand_long, mean, lo, hi, label, len(drops))
+    # The checks, check 1 of every candidate first (they share the baseline's seeds), so that
+    # a run cut short has checked every candidate about as often.
+    for k in range(args.repeats if not args.no_guard else 1):
+        first = k * args.guard_cap
+        for cand_name, (what, guard_runs, _, mean, lo, hi, label, n) in truths.items():
+            if args.no_guard:
+                check = Check(None)
+            else:
+                print(f"[{name}] {cand_name}: check {k + 1}, seeds from {first}", flush=True)
+                check = guard_verdict(guard_of, base_h, guard_runs, args.guard_cap, tol, first)
+            result = check.result
+            verdict = "not checked" if result is None else result.verdict.value
+            row = Row(
+                workload=name,
+                candidate=cand_name,
+                config=what,
+                metric=task.metric_name,
+                tolerance=tol,
+                verdict=verdict,
+                drop=None if result is None else result.drop,
+                lower=None if result is None else result.lower,
+                upper=None if result is None else result.bound,
+                seeds=0 if result is None else len(result.runs),
+                looks=check.looks,
+                seconds=check.seconds,
+                own=check.own,
+                least=check.least,
+                truth_drop=mean,
+                truth_lo=lo,
+                truth_hi=hi,
+                truth_seeds=n,
+                label=label,
+                agreement=agreement(verdict, label),
+                check=k + 1,
+                first=first,
+                drops=check.drops,
+                trace=check.trace,
+            )
+            print(f"[{name}] {row}", flush=True)
+            rows.append(row)
+            seeds = sorted(set(guard_runs.metrics) & set(base_h.metrics))
+            pooled = [
+                sign * (base_h.metrics[s] - guard_runs.metrics[s])
+                if math.isfinite(guard_runs.metrics[s])
+                else sign * (base_h.metrics[s] - initial)
+                for s in seeds
+            ]
+            if pooled:
+                for r in rows:
+                    if r.candidate == cand_name:
+                        r.pooled = (*interval(pooled), len(pooled))
+            emit(rows, splits)
+    for cand_name, (_, guard_runs, cand_long, *_) in truths.items():
+        splits.append(
+            f"`{name}` {cand_name}: at H {split(guard_of, base_h, guard_runs)}; at "
+            f"{args.horizon_multiple:g}xH {split(guard_of, base_long, cand_long)}"
+        )
+    guard = guard_of(list(base_h.metrics.values()))
     at_long = list(base_long.metrics.values())
     wall = time.monotonic() - start
     notes = [
@@ -393,6 +616,8 @@ def _f(v: float | None) -> str:
 
 def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: float) -> str:
     env = environment("cpu")
+    order = {(r.workload, r.candidate): i for i, r in reversed(list(enumerate(rows)))}
+    rows = sorted(rows, key=lambda r: (order[r.workload, r.candidate], r.check))
     accepts = sum(r.agreement == "**false accept**" for r in rows)
     rejects = sum(r.agreement == "**false reject**" for r in rows)
     agree = sum(r.agreement == "agree" for r in rows)
@@ -400,7 +625,8 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
         f"### The guard against long runs (`guard_truth.py`, {datetime.date.today()})",
         "",
         f"Machine: {env['cpu_model']} ({env['device']}), {env['cpu_count']} CPUs, torch "
-        f"{env['torch']}{args.niceness}. Command: `{args.command}` "
+        f"{env['torch']} ({torch.get_num_threads()} intra-op thread(s)){args.niceness}. "
+        f"Command: `{args.command}` "
         f"(code: {code_version()}); wall time {wall / 60:.1f} min.",
         "",
         f"Baseline `{autotune.TrainingConfig().describe()}` (realworld.py's)"
@@ -410,24 +636,34 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
             if args.pair
             else ". "
         )
-        + "H: the samples "
-        f"per accuracy run a {args.timeout:g}-s search plans for it (`plan_accuracy_budget` at "
-        f"the throughput measured here), doubled where the search's horizon rule says (the plans "
-        f"below). Guard: paired seeds 0.. at H, look 1 at {REPEATS} "
-        f"seeds, doubled while unresolved up to {args.guard_cap}, `AccuracyGuard.confirm`; "
+        + (
+            f"H = {args.horizon_samples:,} samples, given by `--horizon-samples`. "
+            if args.horizon_samples is not None
+            else "H: the samples "
+            f"per accuracy run a {args.timeout:g}-s search plans for it (`plan_accuracy_budget` "
+            "at the throughput measured here), doubled where the search's horizon rule says "
+            "(the plans below). "
+        )
+        + f"Guard: {args.repeats} check(s) of each candidate, check k on paired data-order "
+        f"seeds from (k - 1) x {args.guard_cap} at H (disjoint), each as a search's first "
+        f"check: look 1 at {REPEATS} seeds, then the seeds `evidence.next_target` asks for "
+        f"while unresolved, up to {args.guard_cap}, each look by `AccuracyGuard.confirm`; "
         f"bounds are its one-sided bounds at that look's level. Long runs: "
         f"{args.horizon_multiple:g}xH over {args.seeds} other seeds, mean paired drop (positive:"
-        " worse) ± two-sided 95% t-interval. Tolerance 0.01 for every workload (gpt2: nats of "
+        " worse) ± two-sided 95% t-interval; label within / beyond (the interval below / above "
+        "the tolerance), at (neither, the point estimate at or past it), unclear (neither, "
+        "below it). Tolerance 0.01 for every workload (gpt2: nats of "
         "validation loss, lower is better; the tolerance its realworld.py search used).",
         "",
-        "| workload | candidate | guard verdict (drop, bounds, seeds/looks) | seconds to decide: "
-        "both arms (least at that spread); the check's own | long-run drop [95% CI] | label | "
-        "agreement |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| workload | candidate | check (first seed) | guard verdict (drop, bounds, seeds/looks) "
+        "| seconds to decide: both arms (least at that spread); the check's own | long-run drop "
+        "[95% CI] | label | agreement |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
-            f"| {r.workload} ({r.metric}) | {r.candidate} | {r.verdict} ({_f(r.drop)}, "
+            f"| {r.workload} ({r.metric}) | {r.candidate} | {r.check} ({r.first}) | "
+            f"{r.verdict} ({_f(r.drop)}, "
             f"{_f(r.lower)} .. {_f(r.upper)}, {r.seeds}/{r.looks}) | {r.seconds:.0f} s "
             f"({'-' if r.least is None else f'{r.least:.0f} s'}); {r.own:.0f} s | "
             f"{r.truth_drop:+.4f} "
@@ -439,6 +675,9 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
         f"rejects**, {len(rows) - agree - accepts - rejects} n.a. (guard unresolved or long "
         "runs unclear).",
         "",
+        *tallies(rows),
+        "",
+        *false_accepts(rows),
         decide_line(rows, args.timeout),
         "",
         "Is the task exercised at H?",
@@ -446,6 +685,54 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
         *[f"- {n}" for n in notes],
     ]
     return "\n".join(lines) + "\n"
+
+
+def tallies(rows: list[Row]) -> list[str]:
+    """Per candidate: its long-run truth and how its checks came out."""
+    out = [
+        "| workload | candidate | long-run truth | drop at H over every check's seeds [95% CI] "
+        "| confirmed | rejected | unresolved |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    seen: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        seen.setdefault((r.workload, r.candidate), []).append(r)
+    for (work, cand), group in seen.items():
+        r = group[0]
+        count = {v: sum(g.verdict == v for g in group) for v in ("confirmed", "rejected")}
+        at_h = (
+            "-"
+            if r.pooled is None
+            else f"{r.pooled[0]:+.4f} [{_f(r.pooled[1])}, {_f(r.pooled[2])}] ({r.pooled[3]} pairs)"
+        )
+        out.append(
+            f"| {work} | {cand} ({r.config}) | {r.truth_drop:+.4f} [{_f(r.truth_lo)}, "
+            f"{_f(r.truth_hi)}]: {r.label} | {at_h} | {count['confirmed']} | {count['rejected']} | "
+            f"{len(group) - count['confirmed'] - count['rejected']} |"
+        )
+    return out
+
+
+def false_accepts(rows: list[Row]) -> list[str]:
+    """Each false accept with the looks that led to it and its pairs' drops at H."""
+    out = []
+    for r in rows:
+        if r.agreement != "**false accept**":
+            continue
+        out.append(
+            f"- **False accept**: `{r.workload}` {r.candidate}, check {r.check} (seeds "
+            f"{r.first}..{r.first + r.seeds - 1}): {'; '.join(r.trace)}; the pairs' drops at H "
+            f"{', '.join(f'{d:+.4f}' for d in r.drops)}, against a long-run drop of "
+            f"{r.truth_drop:+.4f} [{_f(r.truth_lo)}, {_f(r.truth_hi)}]"
+            + (
+                ""
+                if r.pooled is None
+                else f" and a drop at H of {r.pooled[0]:+.4f} [{_f(r.pooled[1])}, "
+                f"{_f(r.pooled[2])}] over all {r.pooled[3]} of its checks' pairs"
+            )
+            + "."
+        )
+    return [*out, ""] if out else []
 
 
 def decide_line(rows: list[Row], timeout: float) -> str:
@@ -472,7 +759,12 @@ def decide_line(rows: list[Row], timeout: float) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", action="append", choices=WORKLOAD_NAMES)
-    parser.add_argument("--candidate", action="append", choices=CANDIDATES)
+    parser.add_argument(
+        "--candidate", action="append", type=candidate_name,
+        help=f"one of {', '.join(CANDIDATES)}, or a tunable harmful change: noise:R (the "
+        "candidate arm's training labels wrong at rate R), lr:M (peak LR x M), frac:F (a share "
+        "F of the epochs), lrfrac:M:F",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=240.0, help="the search's, for H")
     parser.add_argument("--horizon-multiple", type=float, default=2.0)
     parser.add_argument("--seeds", type=int, default=4, help="seeds of the long runs")
@@ -483,27 +775,54 @@ def main() -> int:
         help="a shared knob of the safe answer a search would find here (channels_last=true, "
         "num_workers=2, ...): every accuracy run trains with it, as the search's do",
     )  # fmt: skip
+    parser.add_argument(
+        "--repeats", type=int, default=1,
+        help="checks of each candidate, each on its own data-order seeds (check k on seeds "
+        "k*cap .. k*cap + cap - 1, both arms): how often the guard decides it, and how",
+    )  # fmt: skip
+    parser.add_argument(
+        "--horizon-samples", type=int, default=None,
+        help="H in samples, instead of a --timeout search's plan and the horizon rule",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-guard", action="store_true",
+        help="the long runs only (tuning a harmful change's size)",
+    )  # fmt: skip
+    parser.add_argument("--cache", default=None, help="a folder that keeps every run (tuning)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     args.pair_params = pair_params(parser, args.pair)
+    global CACHE, PAIR_KEY
+    if args.cache is not None:
+        CACHE = Path(args.cache)
+        CACHE.mkdir(parents=True, exist_ok=True)
+        PAIR_KEY = "".join(f"-{p}" for p in sorted(args.pair)).replace("/", "_")
     nice = os.nice(0)  # what the run was started with, said as it was
     args.niceness = f", run with `nice -n {nice}` beside other work" if nice else ""
     prefix = f"nice -n {nice} python " if nice else "python "
+    if "OMP_NUM_THREADS" in os.environ:
+        prefix = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} {prefix}"
     args.command = prefix + " ".join(["benchmarks/guard_truth.py", *sys.argv[1:]])
     names = args.workload or list(WORKLOAD_NAMES)
     section = "guard-truth" + "".join(f"-{n}" for n in args.workload or [])
-    section += "".join(f"-{c}" for c in args.candidate or [])
+    section += "".join(f"-{c}" for c in args.candidate or []).replace(":", "")
+    section += f"-x{args.repeats}" if args.repeats > 1 else ""
     start = time.monotonic()
     rows: list[Row] = []
     notes: list[str] = []
-    for name in names:
-        more, note = run_workload(name, args)
-        rows += more
-        notes += note
-        text = render(rows, notes, args, time.monotonic() - start)
-        print(text, flush=True)
+
+    def emit(more: list[Row], extra: list[str]) -> str:
+        text = render(rows + more, notes + extra, args, time.monotonic() - start)
         if not args.no_write:
             write_section(section, text)
+        return text
+
+    for name in names:
+        more, note = run_workload(name, args, emit)
+        text = emit(more, note)
+        rows += more
+        notes += note
+        print(text, flush=True)
     return 0
 
 
