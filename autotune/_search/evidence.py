@@ -166,12 +166,13 @@ def _first_look(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
         return result
     outcome, of_baseline = result
     stopped = of_baseline or (outcome.failure is FailureReason.TIMEOUT and bench.deadline.past())
+    whose = "the baseline's" if of_baseline else "its"
     return Confirmation(
         runs=(),
         verdict=Verdict.UNRESOLVED if stopped else Verdict.REJECTED,
         failure=(
-            f"{'the baseline' if of_baseline else 'its'}'s accuracy runs were stopped before "
-            f"they ended ({outcome.message}): no verdict on its accuracy"
+            f"{whose} accuracy runs were stopped before they ended ({outcome.message}): no "
+            "verdict on its accuracy"
             if stopped
             else outcome.message
         ),
