@@ -87,6 +87,7 @@ def find_best(
             val_fraction=options.val_fraction,
             seed=options.seed,
             eval_batch_size=baseline.batch_size,  # every candidate validates in the same batches
+            planned_samples=options.planned_samples,
         )
         return SearchStart(prepared, baseline)
 

@@ -40,6 +40,7 @@ from autotune._search.distributed import (
 )
 from autotune._search.storage import redact
 from autotune._space import builtin_spaces, load_space
+from autotune._stream import is_stream
 from autotune._trial.bounded import SetUpLimit, bounded, left_running
 from autotune._trial.data import is_datamodule
 from autotune._trial.direction import DIRECTION_FLAGS
@@ -133,10 +134,12 @@ def _model_and_data(args: argparse.Namespace, limit: SetUpLimit) -> tuple[Any, A
     if is_datamodule(train):
         return model, train, val  # its datasets and collate function are read by find_best
     for what, ds in (("dataset", train), ("validation dataset", val)):
-        if ds is not None and not (hasattr(ds, "__getitem__") and hasattr(ds, "__len__")):
+        map_style = hasattr(ds, "__getitem__") and hasattr(ds, "__len__")
+        if ds is not None and not (map_style or is_stream(ds)):
             raise CLIError(
-                f"--data: {args.data} must return a map-style dataset, a (train, val) pair or a "
-                f"LightningDataModule; its {what} is a {type(ds).__name__}."
+                f"--data: {args.data} must return a dataset (map-style or an IterableDataset), "
+                f"a (train, val) pair or a LightningDataModule; its {what} is a "
+                f"{type(ds).__name__}."
             )
     return model, train, val
 
@@ -162,6 +165,8 @@ def _default_study(args: argparse.Namespace) -> str:
     epochs = args.planned_epochs or PLANNED_EPOCHS
     if epochs != PLANNED_EPOCHS or args.keep_global_batch:
         parts += [f"epochs={epochs:g}", f"keep_global_batch={args.keep_global_batch}"]
+    if args.planned_samples is not None:
+        parts.append(f"samples={args.planned_samples}")  # a stream's run: another study
     key = "|".join(parts)
     short = hashlib.sha1(key.encode()).hexdigest()[:8]
     if args.trainer:

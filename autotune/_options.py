@@ -50,6 +50,9 @@ class SearchOptions:
     - ``planned_epochs``: the length of your real run; candidates are ranked by the projected
       time to train it, one-time costs (compilation) amortised over it. None: your trainer's
       ``max_epochs`` / ``num_train_epochs`` with ``tune``, else 10.
+    - ``planned_samples``: with a dataset that streams (an ``IterableDataset``), the samples
+      your real run reads from it, one pass from its start (None: its ``len()``; a stream with
+      neither is an error).
     - ``baseline``: your current settings (a :class:`TrainingConfig` or a dict of its fields),
       measured first; PyTorch's defaults when None.
     - ``storage``, ``study_name``: the Optuna storage (a URL: ``sqlite:///autotune.db``,
@@ -92,6 +95,13 @@ class SearchOptions:
         f"length of the real training run, for ranking ({PLANNED_EPOCHS:g} epochs; with "
         "--trainer: its max_epochs / num_train_epochs)",
         type=float,
+    )
+    planned_samples: int | None = _cli(
+        None,
+        "--planned-samples",
+        "samples the real run reads from a streaming dataset (an IterableDataset; default: "
+        "its length)",
+        type=int,
     )
     baseline: TrainingConfig | Mapping[str, Any] | None = None
     storage: str | optuna.storages.BaseStorage | None = None
@@ -161,6 +171,10 @@ class SearchOptions:
         check_number(
             "planned_epochs", self.planned_epochs, rule="> 0", ok=lambda v: v > 0, optional=True
         )
+        check_int(
+            "planned_samples", self.planned_samples, rule=">= 1", ok=lambda v: v >= 1,
+            optional=True,
+        )  # fmt: skip
         check_number("val_fraction", self.val_fraction, rule="in (0, 1)", ok=lambda v: 0 < v < 1)
         check_int(
             "accuracy_samples", self.accuracy_samples, rule=">= 1", ok=lambda v: v >= 1,

@@ -34,12 +34,14 @@ from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
 from autotune._search.storage import open_study, redact
 from autotune._space import Choice, SearchSpace, load_space
+from autotune._stream import Stream
 from autotune._task import TaskRefs
 from autotune._trial.bounded import ITEM_HINT, SetUpLimit, bounded, step
 from autotune._trial.executors import make_executor
 from autotune._trial.isolation import worker_env
 from autotune._trial.outcome import Budget
 from autotune._trial.runner import preserved_rng
+from autotune._trial.streaming import first_items
 from autotune._trial.task import holds_device_tensors
 from autotune._trial.workload import Prepared, SearchStart, Workload
 
@@ -125,6 +127,7 @@ def search(
         )
         if options.planned_epochs is None and start.planned_epochs is not None:
             options = options.replace(planned_epochs=start.planned_epochs)
+        options = stream_length(options, start.prepared.workload)
         return run_search(
             start.prepared,
             start.baseline,
@@ -138,6 +141,24 @@ def search(
         )
     finally:
         report.close()  # a live display stops; its lines stay
+
+
+def stream_length(options: SearchOptions, workload: Workload) -> SearchOptions:
+    """A stream's run is one pass of its planned samples (the training set's size to every
+    reader that plans by samples): ``planned_epochs`` 1, which a stream cannot be given."""
+    if not isinstance(workload.train, Stream):
+        if options.planned_samples is not None:
+            raise ArgumentError(
+                f"planned_samples={options.planned_samples} is the length of a stream's run; "
+                "the dataset is map-style: give planned_epochs= (--planned-epochs) instead."
+            )
+        return options
+    if options.planned_epochs not in (None, 1.0):
+        raise ArgumentError(
+            f"planned_epochs={options.planned_epochs:g} with a stream: a stream's run is one "
+            "pass of planned_samples (--planned-samples); give its length that way."
+        )
+    return options.replace(planned_epochs=1.0)
 
 
 def run_search(
@@ -219,6 +240,7 @@ def run_search(
         trainer=workload.trainer_kind,
         timed_seconds=options.timed_seconds,
         min_pairs=options.min_pairs or 0,
+        data_note=prepared.note,
     )
     search = Search(
         study=study,
@@ -340,8 +362,14 @@ def restrict_space(
     baseline's global batch."""
     model = workload.model
     impls = space.knobs.get("optimizer_impl")
-    step("`dataset[0]`, read to see whether the data already lives on the device", ITEM_HINT)
-    data_on_device = holds_device_tensors(workload.train[0])
+    train = workload.train
+    stream = train if isinstance(train, Stream) else None
+    if stream is not None:
+        first = first_items(stream.source, 1)[0]
+    else:
+        step("`dataset[0]`, read to see whether the data already lives on the device", ITEM_HINT)
+        first = train[0]
+    data_on_device = holds_device_tensors(first)
     step(
         "your optimizer factory, built on one parameter (which implementations it takes)",
         "Build the optimizer alone to see it return.",
@@ -363,6 +391,8 @@ def restrict_space(
         length_searchable=workload.loop is None,
         ranks=baseline.ranks,
         has_buffers=any(True for _ in model.buffers()),
+        stream_workers=None if stream is None else stream.workers,
+        stream_why="" if stream is None else stream.workers_why,
     )
     restricted = _restrict_workers(space.restrict(facts), workload)
     if workload.loop is not None:

@@ -489,6 +489,8 @@ def _own_workload(
         eval_batch_size=int(
             (data.get("validation") or {}).get("batch_size") or baseline.batch_size
         ),
+        planned_samples=(data.get("metrics") or {}).get("planned_samples"),  # a stream's run
+        search_workers=False,
     )
     if prepared.note:
         report(prepared.note)

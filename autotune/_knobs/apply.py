@@ -31,6 +31,7 @@ from torch.utils.data import (
 from autotune._choices import CompileMode, LRSchedule, OptimizerImpl, Precision, ScheduleKind
 from autotune._device import device_type
 from autotune._errors import ArgumentError, ConfigError
+from autotune._stream import is_stream, source_of
 
 if TYPE_CHECKING:
     from autotune._knobs.config import TrainingConfig
@@ -49,10 +50,12 @@ __all__ = [
     "grad_scaler",
     "lr_scheduler",
     "make_dataloader",
+    "make_item_loader",
     "make_optimizer",
     "optimizer_steps",
     "prepare_model",
     "set_epoch",
+    "split_by_node",
     "supported_optimizer_impls",
     "to_device",
     "unwrap_compiled",
@@ -192,6 +195,20 @@ def make_dataloader(
             kwargs["prefetch_factor"] = cfg.prefetch_factor
     # Pinning only means something when batches are copied to an accelerator.
     pin = cfg.pin_memory and device_type(cfg.device) != "cpu"
+    source = source_of(dataset)
+    if is_stream(source):
+        # A stream orders itself (its shards, its shuffle buffer): no sampler, no shuffle=.
+        # Micro-batches of gradient accumulation are its consecutive batches.
+        return DataLoader(
+            split_by_node(source) if shard else source,
+            batch_size=batch_size if batch_size is not None else cfg.batch_size,
+            num_workers=workers,
+            pin_memory=pin,
+            drop_last=drop_last,
+            collate_fn=collate_fn,
+            generator=generator,
+            **kwargs,
+        )
     k = cfg.gradient_accumulation_steps
     # The order of the samples: shuffled from ``generator`` (what DataLoader(shuffle=True)
     # builds), in order, or each rank its share (DistributedSampler).
@@ -221,6 +238,39 @@ def make_dataloader(
         generator=generator,
         **kwargs,
     )
+
+
+def make_item_loader(
+    cfg: TrainingConfig, stream: Dataset[Any], *, generator: torch.Generator | None = None
+) -> DataLoader[Any]:
+    """A stream's items one at a time, loaded by the config's workers (each prefetching a
+    batch's worth), unbatched: what an accuracy run batches itself, so that the order of the
+    items does not depend on the batch size (see the runner's accuracy runs)."""
+    kwargs: dict[str, Any] = {}
+    if cfg.num_workers > 0:
+        kwargs["persistent_workers"] = False
+        kwargs["prefetch_factor"] = (cfg.prefetch_factor or 2) * cfg.batch_size
+    source = source_of(stream)
+    return DataLoader(
+        split_by_node(source) if data_parallel(cfg) else source,
+        batch_size=None,
+        num_workers=cfg.num_workers,
+        generator=generator,
+        **kwargs,
+    )
+
+
+def split_by_node(stream: Dataset[Any]) -> Dataset[Any]:
+    """This rank's part of a stream: a Hugging Face stream through its own
+    ``split_dataset_by_node`` (its shards, or every world-th item, per rank); any other stream
+    as it is, splitting itself (WebDataset's ``split_by_node`` reads the process group)."""
+    if type(stream).__module__.startswith("datasets."):
+        from datasets.distributed import split_dataset_by_node  # a Hugging Face stream's own
+
+        return split_dataset_by_node(  # type: ignore[no-any-return]
+            stream, rank=dist.get_rank(), world_size=dist.get_world_size()
+        )
+    return stream
 
 
 class MicroBatchSampler(Sampler[list[int]]):

@@ -33,6 +33,10 @@ class Facts:
     length_searchable: bool = True
     ranks: int = 1  # data-parallel processes per trial (DDP where > 1)
     has_buffers: bool = True  # the model has buffers (batch-norm statistics) DDP broadcasts
+    # The most DataLoader workers the training stream can feed (its shards), and why; None: a
+    # map-style dataset, or a stream that sets no limit.
+    stream_workers: int | None = None
+    stream_why: str = ""
 
 
 # (values kept, or None when the knob cannot matter at all; why, for the space's notes)
@@ -120,7 +124,10 @@ def workers_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:
         # CUDA tensors cannot be made in (or sent from) forked DataLoader workers.
         return tuple(v for v in values if v == 0), "the dataset's items are already on the GPU"
     cores, why = _cores_per_rank(facts)
-    return tuple(v for v in values if v <= cores), why
+    kept = tuple(v for v in values if v <= cores)
+    if facts.stream_workers is not None and any(v > facts.stream_workers for v in kept):
+        return tuple(v for v in kept if v <= facts.stream_workers), facts.stream_why
+    return kept, why
 
 
 def pin_rule(values: tuple[Any, ...], facts: Facts) -> Restriction:

@@ -97,6 +97,8 @@ class SearchResult:
             "space": settings.space.name,
             "space_notes": list(settings.space.notes),
             "stratified_split": settings.stratified,
+            # What the data is where a search said (a stream; validation from its first items).
+            "data": settings.data_note,
             "seed": settings.seed,
             "val_fraction": settings.val_fraction,
             "n_trials": settings.n_trials,

@@ -268,7 +268,11 @@ def _validation_lines(data: dict[str, Any]) -> list[str]:
     batches = (
         f"; every config validated in batches of {v['batch_size']}" if v.get("batch_size") else ""
     )
-    return [f"  validation metric: {v.get('metric')}, {better} is better{why}{batches}"]
+    lines = [f"  validation metric: {v.get('metric')}, {better} is better{why}{batches}"]
+    data_note = (data.get("search") or {}).get("data")
+    if data_note:
+        lines.append(f"  {data_note}")
+    return lines
 
 
 def _search_lines(data: dict[str, Any]) -> list[str]:

@@ -217,6 +217,7 @@ def join_search(
         val_fraction=settings.val_fraction,
         seed=settings.seed,
         eval_batch_size=settings.validation_batch_size,
+        planned_samples=settings.planned_samples,  # a stream's run, as the search planned it
     )
     if prepared.note:
         report(prepared.note)

@@ -66,6 +66,9 @@ class SearchSettings:
     timed_seconds: float | None = None
     # Paired seeds a change of the numerics needs before it is confirmed (0: no minimum).
     min_pairs: int = 0
+    # What the data is, where the search said (a data module's parts, a stream and the
+    # validation items taken from one); None: plain datasets.
+    data_note: str | None = None
 
     @property
     def planned_samples(self) -> int:
@@ -136,6 +139,10 @@ def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
     pairs = {
         "trainer (tune / find_best)": (stored.trainer, asked.trainer),
         "planned epochs (--planned-epochs)": (stored.planned_epochs, asked.planned_epochs),
+        "planned samples (--planned-samples, or the training set's size)": (
+            stored.planned_samples,
+            asked.planned_samples,
+        ),
         "tolerance (--tolerance)": (stored.tolerance, asked.tolerance),
         "metric (--metric)": (stored.metric_name, asked.metric_name),
         "direction (--lower-is-better)": (

@@ -1,4 +1,5 @@
-"""The data as the user gives it: map-style datasets, or a Lightning ``LightningDataModule``.
+"""The data as the user gives it: datasets (map-style or streams), or a Lightning
+``LightningDataModule``.
 
 A data module is read the way Lightning's ``Trainer`` reads it: ``prepare_data()`` and
 ``setup("fit")`` where its loaders are not ready yet, then the datasets behind its
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 from torch.utils.data import DataLoader, default_collate
 
 from autotune._errors import DataError
+from autotune._stream import is_stream
 from autotune._trial.bounded import step
 
 __all__ = ["DataModuleLike", "UserData", "is_datamodule", "unpack_data"]
@@ -55,7 +57,9 @@ def _loader(module: Any, which: str) -> DataLoader[Any] | None:
     except Exception:
         return None
     dataset = getattr(loader, "dataset", None)
-    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+    if not (
+        is_stream(dataset) or (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"))
+    ):
         return None
     return loader  # type: ignore[no-any-return]
 
@@ -89,8 +93,8 @@ def unpack_data(
     if train is None:
         raise DataError(
             f"`{argument}` is a LightningDataModule ({name}), but its train_dataloader() gives "
-            "no map-style dataset (with __len__ and __getitem__), even after setup('fit'). "
-            "autotune needs one, so every trial sees the same samples."
+            "no DataLoader over a torch dataset (map-style, with __len__ and __getitem__, or an "
+            "IterableDataset), even after setup('fit')."
         )
     step(f"your {name}'s val_dataloader()", _HINT)
     val = _loader(module, "val")

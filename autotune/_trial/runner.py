@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import math
 import random
 import statistics
@@ -26,13 +27,14 @@ import numpy as np
 import torch
 from torch import nn
 from torch._dynamo.utils import counters as dynamo_counters
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 from autotune._choices import CompileMode, ScheduleKind
 from autotune._device import is_accelerator
 from autotune._errors import DataError
 from autotune._knobs import apply
 from autotune._knobs.config import TrainingConfig
+from autotune._stream import Stream
 from autotune._trial.failures import (
     Diverged,
     FailureReason,
@@ -564,15 +566,7 @@ def train_for_accuracy(
     start = time.perf_counter()
     with seeded(seed, cfg.device):
         trainer = Trainer(cfg, workload, steps)
-        drop_last = len(workload.train) >= cfg.global_batch_size  # type: ignore[arg-type]
-        loader = cfg.dataloader(
-            workload.train,
-            shuffle=True,
-            drop_last=drop_last,
-            collate_fn=workload.task.collate_fn,
-            generator=torch.Generator().manual_seed(seed),
-        )
-        batches = _endless(loader)
+        batches = _training_batches(cfg, workload, seed, steps)
         losses: list[torch.Tensor] = []
         phase = f"accuracy run, seed {seed}"
         for i in range(steps):
@@ -586,7 +580,8 @@ def train_for_accuracy(
                     halfway = validate(trainer.model, cfg, workload).metric
         trainer.check(losses)
         final_loss = float(losses[-1])
-        del batches, loader
+        batches.close()  # the loader's workers shut down before validation
+        del batches
         validation = validate(trainer.model, cfg, workload)
     metric = validation.metric
     if not math.isfinite(metric):
@@ -601,6 +596,51 @@ def train_for_accuracy(
         counts=None if all(c == 1.0 for c in validation.counts) else validation.counts,
         midpoint=halfway if halfway is not None and math.isfinite(halfway) else None,
     )
+
+
+def _training_batches(
+    cfg: TrainingConfig, workload: Workload, seed: int, steps: int
+) -> Generator[Any, None, None]:
+    """An accuracy run's ``steps`` micro-batches, in the order of data-order ``seed``: the
+    training set shuffled from the seed's generator (two configs of one seed see the same
+    samples in the same order, whatever their batch sizes), or a stream read from its start at
+    the seed's pass (:func:`_stream_batches`)."""
+    if isinstance(workload.train, Stream):
+        return _stream_batches(cfg, workload.train, workload, seed, steps)
+    drop_last = len(workload.train) >= cfg.global_batch_size  # type: ignore[arg-type]
+    loader = cfg.dataloader(
+        workload.train,
+        shuffle=True,
+        drop_last=drop_last,
+        collate_fn=workload.task.collate_fn,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    return _endless(loader)
+
+
+def _stream_batches(
+    cfg: TrainingConfig, stream: Stream, workload: Workload, seed: int, steps: int
+) -> Generator[Any, None, None]:
+    """A stream's first ``steps`` micro-batches at data-order ``seed``: its items loaded one by
+    one by the config's workers (each worker's items interleave item by item, so the order does
+    not depend on the batch size: two configs of one seed and one worker count see the same
+    samples in the same order), batched here. A stream that ends first is an error saying how
+    many items it gave."""
+    stream.at_epoch(seed)
+    items = iter(apply.make_item_loader(cfg, stream, generator=torch.Generator().manual_seed(seed)))
+    collate = workload.task.collate_fn or default_collate
+    needed = steps * cfg.batch_size
+    given = 0
+    for _ in range(steps):
+        batch = list(itertools.islice(items, cfg.batch_size))
+        given += len(batch)
+        if len(batch) < cfg.batch_size:
+            raise DataError(
+                f"The stream ({type(stream.source).__name__}) ended after {given:,} items: this "
+                f"run trains {needed:,} (the planned run reads {stream.samples:,}). Give a "
+                "planned_samples= it holds, or a longer stream."
+            )
+        yield collate(batch)
 
 
 def run_trial(

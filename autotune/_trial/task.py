@@ -20,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from sklearn.model_selection import train_test_split
 from torch import nn
-from torch.utils.data import Dataset, IterableDataset, Subset, default_collate
+from torch.utils.data import Dataset, Subset, default_collate
 
 from autotune._errors import DataError, ModelError
 from autotune._knobs.apply import to_device
+from autotune._stream import is_stream
 from autotune._task import ForwardFn, LossFn, MetricFn, Task
 from autotune._trial.bounded import ITEM_HINT, RUN_HINT, step
 from autotune._trial.direction import callable_direction
@@ -42,6 +43,7 @@ from autotune._trial.metrics import (
     own_loss,
     token_accuracy_rows,
 )
+from autotune._trial.streaming import first_items
 
 __all__ = [
     "METRIC_CHOICES",
@@ -205,43 +207,49 @@ def make_task(task: Task, *, causal_lm: bool = False) -> ResolvedTask:
 
 
 def check_dataset(dataset: Any, task: ResolvedTask, *, argument: str = "dataset") -> None:
-    """Fail fast, naming the problem, on a dataset that no trial could use."""
-    if isinstance(dataset, IterableDataset):
-        raise DataError(
-            f"`{argument}` is an IterableDataset; autotune needs a map-style dataset "
-            "(with __len__ and __getitem__) so every trial sees the same samples."
-        )
+    """Fail fast, naming the problem, on a dataset that no trial could use: a map-style dataset
+    (``__len__`` and ``__getitem__``) or a stream (an ``IterableDataset``), whose first item is
+    what a batch of the task is made of."""
+    if is_stream(dataset):
+        items = first_items(dataset, 1, argument=argument)
+        if not items:
+            raise DataError(f"`{argument}` is a stream that gave no items.")
+        if task.is_default_batch() and task.collate_fn is None:
+            _check_item(items[0], f"the first item of `{argument}`")
+        return
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
         raise DataError(
-            f"`{argument}` must be a map-style torch Dataset with __len__ and __getitem__, "
-            f"but got {type(dataset).__name__}."
+            f"`{argument}` must be a torch Dataset: map-style (with __len__ and __getitem__) or "
+            f"an IterableDataset, but got {type(dataset).__name__}."
         )
     n = len(dataset)
     if n == 0:
         raise DataError(f"`{argument}` is empty (len 0); give it at least a few batches of data.")
     if task.is_default_batch() and task.collate_fn is None:
         step(f"the first item, `{argument}[0]` ({_name(type(dataset))}.__getitem__)", ITEM_HINT)
-        item = dataset[0]
-        if isinstance(item, Mapping):
-            if "labels" not in item:
-                raise DataError(
-                    f"`{argument}[0]` is a dict with keys {sorted(item)} but no `labels`: "
-                    "autotune calls model(**batch) as Hugging Face's Trainer does and reads the "
-                    "targets from `labels`. Rename the key, or pass forward=lambda model, batch: "
-                    "(outputs, targets) (and a loss_fn/metric that understand them)."
-                )
-            return
-        if not (isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 2):
-            shown = type(item).__name__
-            if isinstance(item, Mapping):
-                shown = f"dict with keys {sorted(item)}"
-            elif isinstance(item, Sequence):
-                shown = f"{type(item).__name__} of length {len(item)}"
+        _check_item(dataset[0], f"`{argument}[0]`")
+
+
+def _check_item(item: Any, shown_as: str) -> None:
+    """An item the default batch takes: an (inputs, targets) pair, or a dict with labels."""
+    if isinstance(item, Mapping):
+        if "labels" not in item:
             raise DataError(
-                f"`{argument}[0]` must be an (inputs, targets) pair, but got a {shown}. "
-                "For other item structures pass forward=lambda model, batch: (outputs, targets) "
-                "(and a loss_fn/metric that understand them)."
+                f"{shown_as} is a dict with keys {sorted(item)} but no `labels`: "
+                "autotune calls model(**batch) as Hugging Face's Trainer does and reads the "
+                "targets from `labels`. Rename the key, or pass forward=lambda model, batch: "
+                "(outputs, targets) (and a loss_fn/metric that understand them)."
             )
+        return
+    if not (isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 2):
+        shown = type(item).__name__
+        if isinstance(item, Sequence):
+            shown = f"{type(item).__name__} of length {len(item)}"
+        raise DataError(
+            f"{shown_as} must be an (inputs, targets) pair, but got a {shown}. "
+            "For other item structures pass forward=lambda model, batch: (outputs, targets) "
+            "(and a loss_fn/metric that understand them)."
+        )
 
 
 def checked_task(
@@ -344,17 +352,22 @@ def check_model_consumes(
     """Run one tiny batch through a CPU copy of the model (wherever the model and the data
     are: a model already on the GPU is accepted); report shapes if it cannot consume it.
     Returns the metric the task guards (chosen from this batch for ``metric="auto"``)."""
-    n = min(2, len(dataset))  # type: ignore[arg-type]
     collate = task.collate_fn or default_collate
-    first = "item 0" if n == 1 else "items 0 and 1"
+    n, first = 2, "items 0 and 1"
     try:
-        items = []
-        for i in range(n):
-            step(
-                f"item {i} of the first batch, `dataset[{i}]` ({_name(type(dataset))}.__getitem__)",
-                ITEM_HINT,
-            )
-            items.append(dataset[i])
+        if is_stream(dataset):
+            items = first_items(dataset, 2)
+        else:
+            items = []
+            for i in range(min(2, len(dataset))):  # type: ignore[arg-type]
+                step(
+                    f"item {i} of the first batch, `dataset[{i}]` "
+                    f"({_name(type(dataset))}.__getitem__)",
+                    ITEM_HINT,
+                )
+                items.append(dataset[i])
+        n = len(items)
+        first = "item 0" if n == 1 else "items 0 and 1"
         step(
             f"the collate function {_name(collate)} on the first batch ({first})",
             "Call it alone on those items to see it return.",

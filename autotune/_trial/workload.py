@@ -12,10 +12,13 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, Subset
 
+from autotune._errors import DataError
+from autotune._stream import Stream, is_stream
 from autotune._task import OptimizerFactory, Task, TaskRefs
 from autotune._trial.bounded import ITEM_HINT, step
 from autotune._trial.data import DataModuleLike, unpack_data
 from autotune._trial.metrics import AUTO, MetricChoice
+from autotune._trial.streaming import make_stream, validation_items
 from autotune._trial.task import (
     ResolvedTask,
     cpu_copy,
@@ -144,17 +147,39 @@ def prepare_workload(
     val_fraction: float,
     seed: int,
     eval_batch_size: int = EVAL_BATCH_SIZE,
+    planned_samples: int | None = None,
+    search_workers: bool = True,
 ) -> Prepared:
     """The task resolved, the datasets checked (and split, without a validation set),
     the model checked against a batch (which chooses ``metric="auto"``) and copied once: the
     caller's is never touched again. ``dataset`` may be a LightningDataModule: its datasets and
     collate function are used. Every config validates in batches of ``eval_batch_size`` (a
-    search's baseline's batch size; the default baseline's where no search says)."""
+    search's baseline's batch size; the default baseline's where no search says).
+
+    ``dataset`` may stream (an ``IterableDataset``): each trial then reads it from its start
+    with its own loader settings; its planned run is ``planned_samples`` (else its length; a
+    map-style dataset's run is counted in epochs, and ignores it), and
+    it needs a ``val_dataset``, map-style or a stream whose first :data:`MAX_VAL_ITEMS` items
+    are kept as the validation set. ``search_workers``: find how many DataLoader workers the
+    stream can feed (a search over them)."""
     data = unpack_data(dataset, val_dataset, task.collate_fn)
     given: Dataset[Any] = data.train
     given_val: Dataset[Any] | None = data.val
+    notes = [data.note] if data.note else []
+    if is_stream(given) and given_val is None:
+        raise DataError(
+            "`dataset` is a stream (an IterableDataset): give val_dataset= too (map-style, or "
+            f"a stream whose first {MAX_VAL_ITEMS:,} items are kept as the validation set). A "
+            "stream cannot hold out a random split: every trial reads it from its start."
+        )
+    if given_val is not None and is_stream(given_val):
+        given_val = validation_items(given_val, MAX_VAL_ITEMS)
+        notes.append(f"validation: {given_val.source}, kept in memory")
     setup = set_up_task(model, given, given_val, task.replace(collate_fn=data.collate_fn))
     resolved = setup.resolved
+    if is_stream(given):
+        given = make_stream(given, planned_samples, workers=search_workers)
+        notes.append(_stream_note(given))
     if given_val is not None:
         train, val, stratified = given, given_val, False
     else:
@@ -172,7 +197,7 @@ def prepare_workload(
         val=val,
         task=resolved,
         optimizer=setup.task.optimizer or default_optimizer,
-        longest=longest_items(train, seed=seed),
+        longest=() if isinstance(train, Stream) else longest_items(train, seed=seed),
         eval_batch_size=eval_batch_size,
     )
     return Prepared(
@@ -180,8 +205,25 @@ def prepare_workload(
         stratified=stratified,
         refs=setup.task.references(),
         metric=setup.choice,
-        note=data.note,
+        note="; ".join(notes) or None,
     )
+
+
+def _stream_note(stream: Stream) -> str:
+    """What a search says of the stream it trains on."""
+    length = "" if stream.length is None else f" of {stream.length:,} items"
+    out = (
+        f"data: a stream{length} ({type(stream.source).__name__}); each trial reads it from its "
+        f"start with its own loader settings; the planned run reads {stream.samples:,} samples"
+    )
+    if not stream.replays:
+        out += (
+            "; it does not replay its order (two reads from its start at one seed gave different "
+            "first items), so the accuracy guard's pairs cannot see the same samples in the same "
+            "order: their differences carry the data order's noise too, and a check needs more "
+            "seeds to decide"
+        )
+    return out
 
 
 def _elements(item: Any) -> int:

@@ -1,0 +1,225 @@
+"""A stream read before the first trial: its first items, its planned length, the workers it can
+feed, whether it replays, and its first items as a validation set.
+
+Every call into the stream is a :func:`~autotune._trial.bounded.step` of the bounded set-up, so
+a stream whose first read hangs (a remote shard behind a dead mount) ends the command at its
+limit, naming the read.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from autotune._errors import DataError
+from autotune._stream import Stream
+from autotune._trial.bounded import ITEM_HINT, step
+
+__all__ = [
+    "REPLAY_ITEMS",
+    "Items",
+    "first_items",
+    "make_stream",
+    "planned_length",
+    "stream_length",
+    "validation_items",
+    "worker_limit",
+]
+
+REPLAY_ITEMS = 4  # items read twice to see whether the stream replays its order
+
+
+class Items(Dataset[Any]):
+    """Items read from a stream, kept in memory in the order it gave them (a validation set
+    taken from a stream's first items: every config is scored on exactly these)."""
+
+    def __init__(self, items: Sequence[Any], *, source: str) -> None:
+        self.items, self.source = list(items), source
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.items[index]
+
+
+def _name(stream: Any) -> str:
+    return type(stream).__qualname__
+
+
+def stream_length(stream: IterableDataset[Any]) -> int | None:
+    """``len(stream)`` where the stream has one (WebDataset's ``with_length``, a stream of your
+    own with ``__len__``); None for one that does not say."""
+    try:
+        n = len(stream)  # type: ignore[arg-type]
+    except (TypeError, NotImplementedError, AttributeError):
+        return None
+    return int(n) if isinstance(n, int) and n >= 0 else None
+
+
+def first_items(stream: IterableDataset[Any], n: int, *, argument: str = "dataset") -> list[Any]:
+    """The stream's first ``n`` items (fewer if it ends first), read in this process as an
+    iteration with no DataLoader worker reads it: the whole stream, in its own order."""
+    step(f"iter(`{argument}`) ({_name(stream)}.__iter__), the stream opened", ITEM_HINT)
+    iterator = iter(stream)
+    items = []
+    for i in range(n):
+        step(f"item {i} of the stream `{argument}` ({_name(stream)})", ITEM_HINT)
+        try:
+            items.append(next(iterator))
+        except StopIteration:
+            break
+    return items
+
+
+def planned_length(
+    stream: IterableDataset[Any], planned_samples: int | None, *, argument: str = "dataset"
+) -> tuple[int, int | None]:
+    """(the samples the planned run reads from the stream, the stream's own length where it
+    has one): ``planned_samples`` where given, else the stream's length. An endless stream
+    with neither, or a planned run longer than the stream, is an error naming both."""
+    length = stream_length(stream)
+    if planned_samples is None:
+        if length is None:
+            raise DataError(
+                f"`{argument}` is a stream ({_name(stream)}) with no length: say how many "
+                "samples your real run reads from it with planned_samples= "
+                "(SearchOptions(planned_samples=N), --planned-samples N; a Hugging Face "
+                "Trainer's max_steps says it), or give the stream a length (WebDataset's "
+                ".with_length(n))."
+            )
+        if length == 0:
+            raise DataError(f"`{argument}` is an empty stream (len 0).")
+        return length, length
+    if length is not None and planned_samples > length:
+        raise DataError(
+            f"planned_samples={planned_samples:,} is more than `{argument}` holds: the stream "
+            f"({_name(stream)}) has {length:,} items. A run reads one pass of a stream; give "
+            "planned_samples <= its length, or a longer stream."
+        )
+    return planned_samples, length
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two items read from a stream are the same item (tensors equal, element by
+    element; containers alike; anything else by ``==``)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(torch.equal(a, b))
+        )
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    try:
+        equal = a == b
+        return bool(equal.all()) if hasattr(equal, "all") else bool(equal)
+    except Exception:
+        return False
+
+
+def replays(stream: IterableDataset[Any], *, argument: str = "dataset") -> bool:
+    """Whether two reads of the stream from its start, at the same data-order seed, give the
+    same first items: what the accuracy guard's pairs need (both arms train on the same
+    samples in the same order). A stream that shuffles from a clock or an unseeded generator
+    does not."""
+    reads = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        set_epoch = getattr(stream, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(0)
+        reads.append(first_items(stream, REPLAY_ITEMS, argument=argument))
+    return len(reads[0]) == len(reads[1]) and all(
+        _same(a, b) for a, b in zip(reads[0], reads[1], strict=True)
+    )
+
+
+def _shards(stream: Any) -> int | None:
+    """The shards a stream says it has: a Hugging Face stream's ``n_shards``; a WebDataset
+    pipeline's shard list (its first stage's ``urls``)."""
+    n = getattr(stream, "n_shards", None)
+    if isinstance(n, int) and n > 0:
+        return n
+    stages = getattr(stream, "pipeline", None)
+    if isinstance(stages, list) and stages:
+        urls = getattr(stages[0], "urls", None)
+        if isinstance(urls, list | tuple) and urls:
+            return len(urls)
+    return None
+
+
+def _duplicated(stream: IterableDataset[Any], *, argument: str) -> bool:
+    """Whether two DataLoader workers read the same stream whole: each yields the same first
+    item (a stream that does not split itself with ``get_worker_info()`` gives every worker
+    all of it, so each item is trained once per worker)."""
+    step(
+        f"the stream `{argument}` ({_name(stream)}) read by two DataLoader workers (does each "
+        "worker get its own part?)",
+        ITEM_HINT,
+    )
+    loader = DataLoader(stream, batch_size=None, num_workers=2, timeout=60)
+    items = list(itertools.islice(iter(loader), 2))
+    return len(items) == 2 and _same(items[0], items[1])
+
+
+def worker_limit(
+    stream: IterableDataset[Any], *, argument: str = "dataset"
+) -> tuple[int | None, str]:
+    """(the most DataLoader workers the stream can feed, why): its shard count where it says
+    one (more workers than shards idle: Hugging Face only warns); 1 where two workers each
+    read the whole stream; None (no limit known) otherwise."""
+    shards = _shards(stream)
+    if shards is not None:
+        return shards, (
+            f"the stream {_name(stream)} has {shards} shard{'s' if shards != 1 else ''}: a "
+            "worker beyond them would idle"
+        )
+    if _duplicated(stream, argument=argument):
+        return 1, (
+            f"the stream {_name(stream)} gives every DataLoader worker all of itself (split it "
+            "with torch.utils.data.get_worker_info() to search more workers): two workers would "
+            "train each item twice"
+        )
+    return None, ""
+
+
+def make_stream(
+    stream: IterableDataset[Any],
+    planned_samples: int | None,
+    *,
+    workers: bool = True,
+    argument: str = "dataset",
+) -> Stream:
+    """The user's training stream with what its trials need to know of it. ``workers``: find
+    the most DataLoader workers it can feed (a search over them)."""
+    samples, length = planned_length(stream, planned_samples, argument=argument)
+    limit, why = worker_limit(stream, argument=argument) if workers else (None, "")
+    return Stream(
+        stream,
+        samples=samples,
+        length=length,
+        workers=limit,
+        workers_why=why,
+        replays=replays(stream, argument=argument),
+    )
+
+
+def validation_items(
+    stream: IterableDataset[Any], n: int, *, argument: str = "val_dataset"
+) -> Items:
+    """The stream's first ``n`` items as the validation set (every config scored on exactly
+    these, in this order); an error where the stream gives none."""
+    items = first_items(stream, n, argument=argument)
+    if not items:
+        raise DataError(f"`{argument}` is a stream that gave no items.")
+    shown = f"{len(items):,}" if len(items) < n else f"the first {n:,}"
+    return Items(items, source=f"{shown} items of the stream `{argument}` ({_name(stream)})")

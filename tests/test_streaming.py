@@ -1,0 +1,385 @@
+"""Data that streams: real WebDataset JPEG shards and a Hugging Face dataset loaded with
+``streaming=True`` from local files, searched as they load; the errors a stream can give before
+any trial; and the guarantees the accuracy guard needs of a stream (the same samples in the
+same order in both arms, whatever their batch sizes)."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+import autotune
+from autotune._errors import ArgumentError, DataError, ModelError
+from autotune._stream import Stream
+from autotune._trial import runner
+from autotune._trial.outcome import AccuracyCheck
+from autotune._trial.streaming import Items, make_stream, worker_limit
+from autotune._trial.workload import prepare_workload
+
+from conftest import FAST_BUDGET, find
+
+wds = pytest.importorskip("webdataset")
+datasets = pytest.importorskip("datasets")
+Image = pytest.importorskip("PIL.Image")
+
+COLORS = ((200, 40, 40), (40, 200, 40), (40, 40, 200))  # a class per dominant colour
+
+
+# -- streams of our own (picklable: trials run in worker processes) ----------------------------
+
+
+class Blobs(IterableDataset[Any]):
+    """``n`` (features, label) pairs of 4 Gaussian blobs, drawn from ``seed``; each DataLoader
+    worker yields its own items (every k-th), as a stream should."""
+
+    def __init__(self, n: int = 1024, seed: int = 0, *, length: bool = True, split: bool = True):
+        self.n, self.seed, self.has_length, self.split = n, seed, length, split
+
+    def __len__(self) -> int:
+        if not self.has_length:
+            raise TypeError("no length")
+        return self.n
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed)
+        centers = 3 * torch.randn(4, 8, generator=torch.Generator().manual_seed(99))
+        info = get_worker_info()
+        w, k = (0, 1) if info is None or not self.split else (info.id, info.num_workers)
+        for i in range(self.n):
+            y = int(torch.randint(0, 4, (), generator=g))
+            x = centers[y] + torch.randn(8, generator=g)
+            if i % k == w:
+                yield x, y
+
+
+class Endless(Blobs):
+    def __init__(self) -> None:
+        super().__init__(n=10**12, length=False)
+
+
+class Lying(Blobs):
+    """Says it holds 4,096 items; gives 100."""
+
+    def __init__(self) -> None:
+        super().__init__(n=100)
+
+    def __len__(self) -> int:
+        return 4096
+
+
+class Unseeded(Blobs):
+    """Shuffles from the operating system's entropy: no two reads alike."""
+
+    def __iter__(self):
+        items = list(super().__iter__())
+        random.SystemRandom().shuffle(items)
+        yield from items
+
+
+def blob_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+# -- WebDataset shards of JPEG files ---------------------------------------------------------
+
+
+def write_shards(folder: Path, shards: int, per_shard: int, seed: int = 0) -> list[str]:
+    """Tar shards of 16x16 JPEG images (a noisy dominant colour per class) with their class."""
+    rng = np.random.default_rng(seed)
+    urls = []
+    for s in range(shards):
+        path = folder / f"shard-{s:03d}.tar"
+        with wds.TarWriter(str(path)) as writer:
+            for i in range(per_shard):
+                label = int(rng.integers(0, 3))
+                pixels = np.clip(rng.normal(COLORS[label], 60, (16, 16, 3)), 0, 255)
+                buffer = io.BytesIO()
+                Image.fromarray(pixels.astype("uint8")).save(buffer, format="JPEG")
+                writer.write({"__key__": f"{s}_{i}", "jpg": buffer.getvalue(), "cls": label})
+        urls.append(str(path))
+    return urls
+
+
+def to_tensor(image: Any) -> torch.Tensor:
+    """A decoded PIL image as a float tensor, flipped at random (the per-item augmentation)."""
+    x = torch.from_numpy(np.asarray(image, dtype=np.float32) / 255).permute(2, 0, 1)
+    return x.flip(2) if torch.rand(()) < 0.5 else x
+
+
+def jpeg_stream(urls: list[str]) -> Any:
+    """The stream as WebDataset's docs build one: shards split across workers, JPEGs decoded
+    and augmented per item, (image, label) pairs."""
+    return (
+        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        .decode("pil")
+        .to_tuple("jpg", "cls")
+        .map_tuple(to_tensor, int)
+    )
+
+
+def small_cnn() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(128, 3),
+    )
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], list[str]]:
+    train = write_shards(tmp_path_factory.mktemp("train"), 4, 96, seed=0)
+    return train, write_shards(tmp_path_factory.mktemp("val"), 1, 128, seed=1)
+
+
+def test_a_search_over_webdataset_jpeg_shards_completes_and_its_loader_settings_reload(
+    shards, tmp_path
+) -> None:
+    train_urls, val_urls = shards
+    result = find(
+        small_cnn(),
+        jpeg_stream(train_urls),
+        val_dataset=jpeg_stream(val_urls),
+        planned_samples=384,
+        timeout=25,
+        budget=FAST_BUDGET,
+        device="cpu",
+        isolation="none",
+        space={
+            "knobs": {"batch_size": [16, 32], "num_workers": [0, 1, 2], "prefetch_factor": [2, 4]}
+        },
+    )
+    assert result.baseline is not None and result.trials
+    # Every trial read the stream: none failed on it.
+    assert not [t.message for t in result.trials if t.failure]
+    data = result.to_dict()
+    note = data["search"]["data"]
+    assert "a stream (WebDataset)" in note and "384 samples" in note
+    assert "validation: 128 items of the stream `val_dataset` (WebDataset)" in note
+    assert data["metrics"]["planned_samples"] == 384
+    path = result.save(tmp_path / "best.json")
+    cfg = autotune.load_config(path)
+    assert cfg == result.config
+    loader = cfg.dataloader(jpeg_stream(train_urls), collate_fn=None)
+    assert loader.num_workers == cfg.num_workers and loader.batch_size == cfg.batch_size
+    batches = list(loader)  # a stream's loader: no sampler, every item once
+    assert sum(len(b[1]) for b in batches) == 384
+    assert batches[0][0].shape[1:] == (3, 16, 16)
+
+
+def test_a_stream_with_fewer_shards_than_workers_searches_only_the_workers_it_can_feed(
+    shards,
+) -> None:
+    _, one_shard = shards
+    stream = make_stream(jpeg_stream(one_shard), 128)
+    assert stream.workers == 1
+    assert "has 1 shard: a worker beyond them would idle" in stream.workers_why
+    result = find(
+        small_cnn(),
+        jpeg_stream(one_shard),
+        val_dataset=jpeg_stream(one_shard),
+        planned_samples=128,
+        n_trials=1,
+        budget=FAST_BUDGET,
+        device="cpu",
+        isolation="none",
+        space={"knobs": {"num_workers": [0, 1, 2, 4]}},
+    )
+    notes = result.to_dict()["search"]["space_notes"]
+    assert any("has 1 shard" in n for n in notes), notes
+    assert {t.config.num_workers for t in result.trials} <= {0, 1}
+
+
+# -- a Hugging Face dataset streamed from local JSON files -----------------------------------
+
+
+def write_json_parts(folder: Path, parts: int, rows: int, seed: int) -> list[str]:
+    """Token sequences of a toy task (class = whether token 7 occurs) in JSON lines files."""
+    rng = random.Random(seed)
+    files = []
+    for p in range(parts):
+        path = folder / f"part-{seed}-{p}.jsonl"
+        with path.open("w") as f:
+            for _ in range(rows):
+                ids = [rng.randrange(8, 60) for _ in range(12)]
+                label = rng.randrange(2)
+                if label:
+                    ids[rng.randrange(12)] = 7
+                f.write(json.dumps({"input_ids": ids, "labels": label}) + "\n")
+        files.append(str(path))
+    return files
+
+
+def hf_stream(files: list[str]) -> Any:
+    ds = datasets.load_dataset("json", data_files=files, split="train", streaming=True)
+    return ds.with_format("torch")
+
+
+def tiny_bert() -> nn.Module:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        num_labels=2,
+    )
+    return transformers.BertForSequenceClassification(config)
+
+
+def test_a_search_over_a_hugging_face_stream_from_local_json_completes(tmp_path) -> None:
+    train = write_json_parts(tmp_path, 3, 128, seed=0)
+    val = write_json_parts(tmp_path, 1, 96, seed=1)
+    result = find(
+        tiny_bert(),
+        hf_stream(train),
+        val_dataset=hf_stream(val),
+        planned_samples=384,  # a Hugging Face stream says no length: the run's is given
+        n_trials=2,
+        budget=FAST_BUDGET,
+        accuracy_samples=256,
+        device="cpu",
+        isolation="none",
+        space={"knobs": {"batch_size": [16, 32], "num_workers": [0, 2, 4]}},
+    )
+    assert not [t.message for t in result.trials if t.failure]
+    data = result.to_dict()
+    assert "a stream (IterableDataset)" in data["search"]["data"]
+    assert "96 items of the stream `val_dataset`" in data["search"]["data"]
+    assert result.to_dict()["validation"]["metric"] == "accuracy"
+    cfg = autotune.TrainingConfig.from_json(result.config.to_json())
+    loader = cfg.dataloader(hf_stream(train))
+    assert sum(len(b["labels"]) for b in loader) == 384
+    # Three JSON files are three shards: a fourth worker would idle.
+    assert make_stream(hf_stream(train), 384).workers == 3
+
+
+# -- errors before any trial, each naming the problem ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dataset", "kwargs", "error", "words"),
+    [
+        (Endless(), {}, DataError, "with no length: say how many samples"),
+        (Blobs(512), {"planned_samples": 600}, DataError, "the stream (Blobs) has 512 items"),
+        (Blobs(512), {"planned_epochs": 3}, ArgumentError, "a stream's run is one pass"),
+        (Blobs(0), {}, DataError, "is a stream that gave no items"),
+    ],
+)
+def test_a_stream_that_cannot_plan_a_run_is_refused_before_any_trial(
+    dataset, kwargs, error, words
+) -> None:
+    with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
+        find(blob_model(), dataset, val_dataset=Blobs(64, seed=1), n_trials=1, **kwargs)
+
+
+def test_a_stream_needs_a_validation_set_and_a_map_style_set_no_planned_samples() -> None:
+    with pytest.raises(DataError, match="give val_dataset= too"):
+        find(blob_model(), Blobs(256), n_trials=1)
+    with pytest.raises(ArgumentError, match="the dataset is map-style: give planned_epochs="):
+        find(blob_model(), autotune.examples.tiny_data(), n_trials=1, planned_samples=100)
+
+
+def test_a_stream_whose_items_the_model_cannot_take_is_refused_naming_the_batch() -> None:
+    with pytest.raises(ModelError, match=r"on a batch of 2 items \(tensor\(2, 8\)"):
+        find(nn.Linear(5, 4), Blobs(256), val_dataset=Blobs(64, seed=1), n_trials=1)
+
+
+def test_an_accuracy_run_past_the_end_of_a_stream_says_how_many_items_it_gave() -> None:
+    prepared = prepare_workload(
+        blob_model(), Lying(), Blobs(64, seed=1), autotune.Task(), val_fraction=0.1, seed=0
+    )
+    cfg = autotune.TrainingConfig(batch_size=32)
+    outcome = runner.run_trial(
+        cfg,
+        prepared.workload,
+        FAST_BUDGET,
+        accuracy=AccuracyCheck(samples=1024, seeds=(0,)),
+    )
+    assert outcome.failure is not None
+    assert "The stream (Lying) ended after 100 items: this run trains 1,024" in outcome.message
+
+
+# -- what the guard needs of a stream --------------------------------------------------------
+
+
+def _items(cfg: autotune.TrainingConfig, workload: Any, seed: int, steps: int) -> torch.Tensor:
+    return torch.cat([b[0] for b in runner._training_batches(cfg, workload, seed, steps)])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_two_arms_of_one_seed_read_a_stream_in_the_same_order_whatever_their_batch_sizes(
+    workers,
+) -> None:
+    prepared = prepare_workload(
+        blob_model(), Blobs(512), Blobs(64, seed=1), autotune.Task(), val_fraction=0.1, seed=0
+    )
+    small = autotune.TrainingConfig(batch_size=8, num_workers=workers)
+    large = autotune.TrainingConfig(batch_size=32, num_workers=workers)
+    a = _items(small, prepared.workload, seed=3, steps=32)
+    b = _items(large, prepared.workload, seed=3, steps=8)
+    assert a.shape == b.shape == (256, 8)
+    assert torch.equal(a, b)
+    # ... and the first items are the stream's own first items, in its order.
+    first = torch.stack([x for x, _ in itertools.islice(iter(Blobs(512)), 8)])
+    if workers == 0:
+        assert torch.equal(a[:8], first)
+
+
+def test_a_stream_that_does_not_replay_its_order_is_said_to_weaken_the_pairs() -> None:
+    replaying = prepare_workload(
+        blob_model(), Blobs(256), Blobs(64, seed=1), autotune.Task(), val_fraction=0.1, seed=0
+    )
+    assert isinstance(replaying.workload.train, Stream) and replaying.workload.train.replays
+    assert "does not replay" not in (replaying.note or "")
+    shuffled = prepare_workload(
+        blob_model(), Unseeded(256), Blobs(64, seed=1), autotune.Task(), val_fraction=0.1, seed=0
+    )
+    assert not shuffled.workload.train.replays
+    assert "it does not replay its order" in shuffled.note
+    assert "the accuracy guard's pairs cannot see the same samples in the same order" in (
+        shuffled.note
+    )
+
+
+def test_a_stream_that_gives_every_worker_all_of_itself_is_searched_with_one_worker() -> None:
+    limit, why = worker_limit(Blobs(64, split=False))
+    assert limit == 1
+    assert "gives every DataLoader worker all of itself" in why
+    assert worker_limit(Blobs(64)) == (None, "")
+
+
+def test_validation_from_a_stream_is_its_first_items_in_order() -> None:
+    prepared = prepare_workload(
+        blob_model(), Blobs(256), Blobs(3000, seed=1), autotune.Task(), val_fraction=0.1, seed=0
+    )
+    val = prepared.workload.val
+    assert isinstance(val, Items) and len(val) == 2048
+    first = next(iter(Blobs(3000, seed=1)))
+    assert torch.equal(val[0][0], first[0]) and val[0][1] == first[1]
+    assert "validation: the first 2,048 items of the stream `val_dataset` (Blobs)" in (
+        prepared.note
+    )
+
+
+def test_a_loader_over_a_stream_has_no_sampler_and_keeps_the_tuned_settings() -> None:
+    cfg = autotune.TrainingConfig(
+        batch_size=16, num_workers=2, prefetch_factor=4, gradient_accumulation_steps=2
+    )
+    loader = cfg.dataloader(Blobs(256))
+    assert isinstance(loader, DataLoader)
+    assert loader.batch_size == 16 and loader.num_workers == 2 and loader.prefetch_factor == 4
+    assert sum(len(y) for _, y in loader) == 256  # each item once, split across the workers
