@@ -383,3 +383,81 @@ def test_a_loader_over_a_stream_has_no_sampler_and_keeps_the_tuned_settings() ->
     assert isinstance(loader, DataLoader)
     assert loader.batch_size == 16 and loader.num_workers == 2 and loader.prefetch_factor == 4
     assert sum(len(y) for _, y in loader) == 256  # each item once, split across the workers
+
+
+# -- the command line and verify -------------------------------------------------------------
+
+FACTORY = '''
+import torch
+from torch import nn
+from torch.utils.data import IterableDataset, get_worker_info
+
+
+class Blobs(IterableDataset):
+    def __init__(self, n, seed=0, length=True):
+        self.n, self.seed, self.length = n, seed, length
+
+    def __len__(self):
+        if not self.length:
+            raise TypeError("a stream with no length")
+        return self.n
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed)
+        centers = 3 * torch.randn(4, 8, generator=torch.Generator().manual_seed(99))
+        info = get_worker_info()
+        w, k = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(self.n):
+            y = int(torch.randint(0, 4, (), generator=g))
+            x = centers[y] + torch.randn(8, generator=g)
+            if i % k == w:
+                yield x, y
+
+
+def model():
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def data():
+    return Blobs(1024, length=False), Blobs(128, seed=1)
+'''
+
+
+def test_the_command_line_searches_a_stream_and_verify_remeasures_its_answer(
+    tmp_path, capsys
+) -> None:
+    from autotune._cli import main
+
+    factory = tmp_path / "streams.py"
+    factory.write_text(FACTORY)
+    out = tmp_path / "best.json"
+    args = [
+        "search",
+        "--model",
+        f"{factory}:model",
+        "--data",
+        f"{factory}:data",
+        "--trials",
+        "1",
+        "--space",
+        "quick",
+        "--timed-seconds",
+        "0.5",
+        "--accuracy-samples",
+        "256",
+        "--storage",
+        f"sqlite:///{tmp_path / 'a.db'}",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    # A stream with no length and no planned run: refused before any trial, naming the flag.
+    assert main(args) == 2
+    assert "--planned-samples N" in capsys.readouterr().err
+    assert main([*args, "--planned-samples", "768"]) == 0
+    result = json.loads(out.read_text())
+    assert result["metrics"]["planned_samples"] == 768
+    assert "the planned run reads 768 samples" in result["search"]["data"]
+    capsys.readouterr()
+    verify = ["verify", str(out), "--model", f"{factory}:model", "--data", f"{factory}:data"]
+    assert main([*verify, "--rounds", "1", "--timed-samples", "128", "--quiet"]) == 0
