@@ -535,3 +535,20 @@ def test_advice_for_seeds_says_where_the_validation_set_takes_most_of_the_tolera
     assert "a larger validation set would need far fewer" in text
     text, need = g._settle(drops, 1, 1, noise(0.001))
     assert need == 29 and "validation set" not in text
+
+
+def test_a_look_sized_to_reject_a_drop_says_so_not_that_it_would_confirm() -> None:
+    """The README's run with a core busy: a check whose pairs dropped +0.265 on average was
+    told "5 seeds would confirm a harmless change", the wording of a look sized by the spread,
+    while its size came from the seeds that would reject the drop seen. A look sized to reject
+    says that; one sized by the spread keeps its words."""
+    from autotune._search.guard import SampleNoise
+
+    g = guard([0.90, 0.93, 0.87], initial=0.5)
+    noise = SampleNoise(variance=1e-6, dof=2047.0)
+    far = g._settle([0.20, 0.40, 0.19], 1, 1, noise)
+    assert far[1] is not None
+    assert f"{far[1]} seeds would reject it if its drop holds" in far[0]
+    assert "confirm a harmless change" not in far[0]
+    harmless = g._settle([-0.005, 0.005, 0.004], 1, 1, noise)
+    assert "would confirm a harmless change" in harmless[0]

@@ -387,7 +387,7 @@ def test_a_loader_over_a_stream_has_no_sampler_and_keeps_the_tuned_settings() ->
 
 # -- the command line and verify -------------------------------------------------------------
 
-FACTORY = '''
+FACTORY = """
 import torch
 from torch import nn
 from torch.utils.data import IterableDataset, get_worker_info
@@ -420,7 +420,7 @@ def model():
 
 def data():
     return Blobs(1024, length=False), Blobs(128, seed=1)
-'''
+"""
 
 
 def test_the_command_line_searches_a_stream_and_verify_remeasures_its_answer(

@@ -870,13 +870,14 @@ def settle_advice(
     planned = seeds_to_settle(
         centred, guard.tolerance, looks + 1, order=order, noise=noise, power=LOOK_POWER
     )
+    rejecting = False  # the look is sized to reject the drop seen so far
     if mean > guard.tolerance:
         # Beyond the tolerance so far: the seeds that would reject it, where fewer. A size
         # chosen from a mean that looks bad can only bias the look towards rejecting,
         # which the error rate (of false accepts) does not count.
         reject = seeds_to_settle(drops, guard.tolerance, looks + 1, order=order, noise=noise)
         if reject is not None and (planned is None or reject < planned):
-            planned = reject
+            planned, rejecting = reject, True
     fixed = math.sqrt(noise.at(MAX_NEED))
     level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof)
     if planned is None:
@@ -893,10 +894,14 @@ def settle_advice(
             f"{guard.tolerance:g}; a longer accuracy budget might"
         ), None
     need = max(planned, len(drops) + 1)
+    would = (
+        f"{need} seeds would reject it if its drop holds"
+        if rejecting
+        else f"{need} seeds would confirm a harmless change at this spread"
+    )
     text = (
         f"the paired differences vary by ±{sd:.4f} (mean paired drop {mean:+.4f}): "
-        f"{need} seeds would confirm a harmless change at this spread "
-        f"(accuracy_repeats={need}), or a longer accuracy budget would settle it "
+        f"{would} (accuracy_repeats={need}), or a longer accuracy budget would settle it "
         f"against the tolerance {guard.tolerance:g}"
     )
     if level * fixed > guard.tolerance / 2:
