@@ -27,9 +27,11 @@ from autotune._errors import ArgumentError
 from autotune._knobs import apply
 from autotune._knobs.config import TrainingConfig
 from autotune._result.result import load_config
+from autotune._stream import is_stream
 from autotune._task import MetricFn, Task, as_task, check_model
 from autotune._trial.data import DataModuleLike, unpack_data
 from autotune._trial.runner import Trainer, evaluate, seeded
+from autotune._trial.streaming import stream_length
 from autotune._trial.task import default_optimizer, set_up_task
 from autotune._trial.workload import Workload
 
@@ -180,6 +182,12 @@ def train(
     data = unpack_data(dataset, val_dataset, task.collate_fn)
     train_set: Dataset[Any] = data.train
     val_set: Dataset[Any] | None = data.val
+    if is_stream(train_set) and stream_length(train_set) is None:
+        raise ArgumentError(
+            f"`dataset` is a stream ({type(train_set).__name__}) with no length: train() counts "
+            "its epochs' steps, so give it one (WebDataset's .with_length(n), __len__), or "
+            "train it in your own loop with cfg.dataloader(stream)."
+        )
     resolved = set_up_task(model, train_set, val_set, task.replace(collate_fn=data.collate_fn))
     workload = Workload(
         model=model,

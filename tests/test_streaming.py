@@ -461,3 +461,11 @@ def test_the_command_line_searches_a_stream_and_verify_remeasures_its_answer(
     capsys.readouterr()
     verify = ["verify", str(out), "--model", f"{factory}:model", "--data", f"{factory}:data"]
     assert main([*verify, "--rounds", "1", "--timed-samples", "128", "--quiet"]) == 0
+
+
+def test_train_runs_a_stream_with_a_length_and_refuses_one_without() -> None:
+    cfg = autotune.TrainingConfig(batch_size=32, num_workers=2)
+    report = autotune.train(blob_model(), Blobs(256), cfg, epochs=2, val_dataset=Blobs(64, 1))
+    assert [e.samples for e in report.epochs] == [256, 256]
+    with pytest.raises(ArgumentError, match=r"a stream \(Blobs\) with no length: train\(\)"):
+        autotune.train(blob_model(), Blobs(256, length=False), cfg)
