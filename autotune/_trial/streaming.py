@@ -132,12 +132,13 @@ def replays(stream: IterableDataset[Any], *, argument: str = "dataset") -> bool:
     samples in the same order). A stream that shuffles from a clock or an unseeded generator
     does not."""
     reads = []
-    for _ in range(2):
-        torch.manual_seed(0)
-        set_epoch = getattr(stream, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(0)
-        reads.append(first_items(stream, REPLAY_ITEMS, argument=argument))
+    with torch.random.fork_rng(devices=[]):  # the caller's RNG state is left as it was
+        for _ in range(2):
+            torch.manual_seed(0)
+            set_epoch = getattr(stream, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(0)
+            reads.append(first_items(stream, REPLAY_ITEMS, argument=argument))
     return len(reads[0]) == len(reads[1]) and all(
         _same(a, b) for a, b in zip(reads[0], reads[1], strict=True)
     )
@@ -167,7 +168,12 @@ def _duplicated(stream: IterableDataset[Any], *, argument: str) -> bool:
         ITEM_HINT,
     )
     loader = DataLoader(stream, batch_size=None, num_workers=2, timeout=60)
-    items = list(itertools.islice(iter(loader), 2))
+    try:
+        items = list(itertools.islice(iter(loader), 2))
+    except Exception:
+        # Workers that cannot start here (a stream that cannot be pickled for this start
+        # method): the workers rule of the search says why and searches workers=0 only.
+        return False
     return len(items) == 2 and _same(items[0], items[1])
 
 
