@@ -77,6 +77,15 @@ class Lying(Blobs):
         return 4096
 
 
+class PyRandomFlips(Blobs):
+    """Augments from Python's own generator (as many image pipelines do): replays wherever
+    ``random`` is seeded, as an accuracy run seeds it."""
+
+    def __iter__(self):
+        for x, y in super().__iter__():
+            yield (x.flip(0) if random.random() < 0.5 else x), y
+
+
 class Unseeded(Blobs):
     """Shuffles from the operating system's entropy: no two reads alike."""
 
@@ -345,6 +354,8 @@ def test_a_stream_that_does_not_replay_its_order_is_said_to_weaken_the_pairs() -
     )
     assert isinstance(replaying.workload.train, Stream) and replaying.workload.train.replays
     assert "does not replay" not in (replaying.note or "")
+    flips = make_stream(PyRandomFlips(256), None)
+    assert flips.replays  # random is seeded as an accuracy run seeds it: it replays
     shuffled = prepare_workload(
         blob_model(), Unseeded(256), Blobs(64, seed=1), autotune.Task(), val_fraction=0.1, seed=0
     )
@@ -469,3 +480,12 @@ def test_train_runs_a_stream_with_a_length_and_refuses_one_without() -> None:
     assert [e.samples for e in report.epochs] == [256, 256]
     with pytest.raises(ArgumentError, match=r"a stream \(Blobs\) with no length: train\(\)"):
         autotune.train(blob_model(), Blobs(256, length=False), cfg)
+
+
+def test_trials_that_differ_in_prefetching_read_differently() -> None:
+    """Configs that differ only in the loader's prefetching or persistence printed the same
+    line (``workers=2``) with different speed-ups: the line names them where they are set."""
+    cfg = autotune.TrainingConfig(num_workers=2)
+    assert "workers=2 " in cfg.describe() + " " and "prefetch" not in cfg.describe()
+    tuned = cfg.replace(prefetch_factor=8, persistent_workers=True)
+    assert "workers=2 persistent prefetch=8 " in tuned.describe()

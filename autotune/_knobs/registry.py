@@ -225,6 +225,10 @@ def _flag(field: str, words: str | None = None) -> Words:
     return read
 
 
+def _prefetch_words(cfg: TrainingConfig) -> str | None:
+    return None if cfg.prefetch_factor is None else f"prefetch={cfg.prefetch_factor}"
+
+
 def _optimizer_words(cfg: TrainingConfig) -> str | None:
     impl = cfg.optimizer_impl
     return None if impl is OptimizerImpl.DEFAULT else f"{impl.value} optimizer"
@@ -317,6 +321,8 @@ KNOBS: tuple[Knob, ...] = (
         field="persistent_workers",
         rule="true or false",
         exists=_WITH_WORKERS,
+        words=_flag("persistent_workers", "persistent"),
+        shown=2,
         transformers=ex.hf_persistent,
         lightning=ex.pl_persistent,
     ),
@@ -330,6 +336,8 @@ KNOBS: tuple[Knob, ...] = (
         check=lambda v: v >= 1,
         nullable=True,
         exists=_WITH_WORKERS,
+        words=_prefetch_words,
+        shown=3,
         transformers=ex.hf_prefetch,
         lightning=ex.pl_prefetch,
     ),
@@ -337,7 +345,7 @@ KNOBS: tuple[Knob, ...] = (
         name="pin_memory",
         where=Where.LOADER,
         words=_flag("pin_memory"),
-        shown=5,
+        shown=7,
         kind=ValueKind.BOOL,
         numerics=False,
         shared=True,
@@ -352,7 +360,7 @@ KNOBS: tuple[Knob, ...] = (
         name="precision",
         where=Where.STEP,
         words=lambda cfg: f"precision={cfg.precision.value}",
-        shown=2,
+        shown=4,
         kind=ValueKind.ENUM,
         numerics=True,
         field="precision",
@@ -366,7 +374,7 @@ KNOBS: tuple[Knob, ...] = (
         name="optimizer_impl",
         where=Where.OPTIMIZER,
         words=_optimizer_words,
-        shown=11,
+        shown=13,
         kind=ValueKind.ENUM,
         numerics=False,  # the same update, within float rounding (see README)
         shared=True,
@@ -382,7 +390,7 @@ KNOBS: tuple[Knob, ...] = (
         name="compile_mode",
         where=Where.MODEL,
         words=lambda cfg: f"compile={cfg.compile_mode.value}",
-        shown=3,
+        shown=5,
         kind=ValueKind.ENUM,
         numerics=False,
         field="compile_mode",
@@ -398,7 +406,7 @@ KNOBS: tuple[Knob, ...] = (
         name="compile_dynamic",
         where=Where.MODEL,
         words=_flag("compile_dynamic", "dynamic shapes"),
-        shown=8,
+        shown=10,
         kind=ValueKind.BOOL,
         numerics=False,
         field="compile_dynamic",
@@ -416,7 +424,7 @@ KNOBS: tuple[Knob, ...] = (
         name="cudnn_benchmark",
         where=Where.BACKENDS,
         words=_flag("cudnn_benchmark", "cudnn.benchmark"),
-        shown=6,
+        shown=8,
         kind=ValueKind.BOOL,
         numerics=False,
         field="cudnn_benchmark",
@@ -429,7 +437,7 @@ KNOBS: tuple[Knob, ...] = (
         name="checkpointing",
         where=Where.MODEL,
         words=lambda cfg: f"checkpoint every {cfg.checkpointing}" if cfg.checkpointing else None,
-        shown=9,
+        shown=11,
         kind=ValueKind.INT,
         numerics=False,
         field="checkpointing",
@@ -446,7 +454,7 @@ KNOBS: tuple[Knob, ...] = (
         name="channels_last",
         where=Where.MODEL,
         words=_flag("channels_last"),
-        shown=7,
+        shown=9,
         kind=ValueKind.BOOL,
         numerics=False,
         shared=True,
@@ -460,7 +468,7 @@ KNOBS: tuple[Knob, ...] = (
         name="intra_op_threads",
         where=Where.BACKENDS,
         words=_threads_words,
-        shown=10,
+        shown=12,
         kind=ValueKind.INT,
         numerics=False,
         shared=True,
@@ -554,7 +562,7 @@ KNOBS: tuple[Knob, ...] = (
         name="lr_schedule",
         where=Where.LR_SHAPE,
         words=_lr_words,
-        shown=4,
+        shown=6,
         kind=ValueKind.ENUM,
         numerics=True,
         field=None,
@@ -569,7 +577,7 @@ KNOBS: tuple[Knob, ...] = (
         name="train_fraction",
         where=Where.LENGTH,
         words=_length_words,
-        shown=12,
+        shown=14,
         kind=ValueKind.FLOAT,
         numerics=True,
         field="train_fraction",

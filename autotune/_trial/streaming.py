@@ -9,9 +9,11 @@ limit, naming the read.
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
@@ -132,13 +134,22 @@ def replays(stream: IterableDataset[Any], *, argument: str = "dataset") -> bool:
     samples in the same order). A stream that shuffles from a clock or an unseeded generator
     does not."""
     reads = []
-    with torch.random.fork_rng(devices=[]):  # the caller's RNG state is left as it was
-        for _ in range(2):
-            torch.manual_seed(0)
-            set_epoch = getattr(stream, "set_epoch", None)
-            if callable(set_epoch):
-                set_epoch(0)
-            reads.append(first_items(stream, REPLAY_ITEMS, argument=argument))
+    py_state, np_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            for _ in range(2):
+                # Seeded as an accuracy run seeds them (torch, random, numpy): a stream that
+                # augments from Python's or numpy's generator replays there too.
+                torch.manual_seed(0)
+                random.seed(0)
+                np.random.seed(0)
+                set_epoch = getattr(stream, "set_epoch", None)
+                if callable(set_epoch):
+                    set_epoch(0)
+                reads.append(first_items(stream, REPLAY_ITEMS, argument=argument))
+    finally:  # the caller's RNG states are left as they were
+        random.setstate(py_state)
+        np.random.set_state(np_state)
     return len(reads[0]) == len(reads[1]) and all(
         _same(a, b) for a, b in zip(reads[0], reads[1], strict=True)
     )
