@@ -41,6 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 
 import autotune
@@ -72,13 +73,19 @@ def search(args: argparse.Namespace, folder: Path) -> tuple[autotune.SearchResul
         train,
         val_dataset=val,
         timeout=args.timeout,
-        device="cpu",
+        device=args.device,
         progress=lambda line: print(f"  {time.monotonic() - start:6.1f}  {line}", flush=True),
         options=autotune.SearchOptions(
             planned_samples=args.planned_samples, storage=f"sqlite:///{folder}/study.db"
         ),
     )
     return result, time.monotonic() - start
+
+
+def sync(cfg: autotune.TrainingConfig) -> None:
+    """Wait for the device's queued work (a GPU's steps run ahead of the host)."""
+    if str(cfg.device).startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def loop_throughput(
@@ -111,11 +118,13 @@ def loop_throughput(
                 optimizer.zero_grad(set_to_none=True)
                 scheduler.step()
             if i == warmup_steps:
+                sync(cfg)
                 start = time.perf_counter()
             elif i > warmup_steps:
                 timed += len(targets)
                 if timed >= timed_samples:
                     break
+        sync(cfg)
         elapsed = time.perf_counter() - start
         del batches  # its workers shut down
     if i <= warmup_steps or timed == 0:
@@ -163,6 +172,14 @@ def alternate(
     return speed
 
 
+def loader_text(cfg: autotune.TrainingConfig) -> str:
+    """The loader settings ``describe()`` leaves out (prefetch, persistence, pinning)."""
+    return (
+        f"num_workers={cfg.num_workers}, prefetch_factor={cfg.prefetch_factor}, "
+        f"persistent_workers={cfg.persistent_workers}, pin_memory={cfg.pin_memory}"
+    )
+
+
 def render(
     result: dict[str, Any],
     wall: float,
@@ -190,7 +207,8 @@ def render(
     lines = [
         f"### Data that streams: WebDataset JPEG shards ({datetime.date.today().isoformat()})",
         "",
-        f"Machine: {cpu_model()}, {os.cpu_count()} cores (cpu), torch {env['torch']}, "
+        f"Machine: {cpu_model()}, {os.cpu_count()} cores; trained on {env['device_name']} "
+        f"({env['device']}), torch {env['torch']}, "
         f"Python {env['python']}. Command: `{command}` (code: {code_version()})",
         "",
         f"- Workload: {sw.SHARDS} WebDataset shards, {sw.SHARDS * sw.PER_SHARD:,} JPEG files "
@@ -199,7 +217,8 @@ def render(
         f"CNN; planned run {args.planned_samples:,} samples.",
         f"- Search: {search['trials']} trials in {wall:.0f} s of a {args.timeout:g} s timeout, "
         f"failures {search['failures'] or 'none'}. Data: {search.get('data', 'n/a')}",
-        f"- Answer ({result['answers']['chosen']}): `{answer.describe()}`; reported "
+        f"- Answer ({result['answers']['chosen']}): `{answer.describe()}` ({loader_text(answer)}); "
+        "reported "
         f"{reported:,.0f} samples/s ({how}), speedup {result['speedup']:.2f}x over the baseline "
         f"(`{autotune.TrainingConfig.from_dict(result['baseline']['config']).describe()}`, "
         f"reported {reported_base:,.0f} samples/s).",
@@ -245,6 +264,7 @@ def main() -> int:
     parser.add_argument("--timed-samples", type=int, default=2048)
     parser.add_argument("--workers", default="0,1,2,4", help="hand grid's num_workers")
     parser.add_argument("--prefetch", default="2,4,8", help="hand grid's prefetch_factor")
+    parser.add_argument("--device", default="cpu", help="where the model trains (cpu, cuda)")
     parser.add_argument("--write", action="store_true", help="write the section to RESULTS.md")
     parser.add_argument("--note", default="", help="a line added to the section (e.g. load)")
     args = parser.parse_args()
