@@ -69,6 +69,9 @@ class SearchSettings:
     # What the data is, where the search said (a data module's parts, a stream and the
     # validation items taken from one); None: plain datasets.
     data_note: str | None = None
+    # The training set streams: its run is one pass of planned_samples, which a trainer's
+    # export counts in optimizer steps (max_steps) rather than epochs.
+    streams: bool = False
 
     @property
     def planned_samples(self) -> int:
