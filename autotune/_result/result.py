@@ -95,22 +95,7 @@ class SearchResult:
         search: dict[str, Any] = {
             "study_name": study_name,
             "storage": storage,
-            "space": settings.space.name,
-            "space_notes": list(settings.space.notes),
-            "stratified_split": settings.stratified,
-            # What the data is where a search said (a stream; validation from its first items).
-            "data": settings.data_note,
-            "seed": settings.seed,
-            "val_fraction": settings.val_fraction,
-            "n_trials": settings.n_trials,
-            "timeout": settings.timeout,
-            "planned_epochs": settings.planned_epochs,
-            "accuracy_repeats": settings.accuracy_repeats,
-            "isolation": "process" if settings.isolated else "in-process",
-            # The user's limit per run; without one, 5x what a run is expected to take.
-            "trial_limit": settings.trial_timeout,
-            "guided": settings.guided,
-            "hooks": settings.hooks.to_dict(),
+            **settings.described(),
             "seconds": seconds,
             "candidates": len(ledger.candidates),
             "configs_measured": ledger.configs_measured(),
