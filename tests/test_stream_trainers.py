@@ -22,9 +22,15 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 import autotune
 from autotune._errors import DataError
 from autotune._knobs.trainer_args import trainer_settings
+from autotune._stream import Stream
+from autotune._trial.executors import make_executor
 from autotune._trial.hf_setup import prepare_hf
+from autotune._trial.isolation import worker_env
 from autotune._trial.lightning_setup import prepare_lightning
 from autotune._trial.runner import accuracy_data
+from autotune._trial.task import make_task
+from autotune._trial.workload import Workload
+from autotune.examples import tiny_model
 
 import lightning_tasks as lt
 from conftest import FAST_BUDGET
@@ -356,3 +362,31 @@ def test_two_ranks_read_disjoint_parts_of_a_hugging_face_stream(tmp_path, shards
         assert len(read[loader][0]) == len(rank0)  # no item twice on one rank
         assert not rank0 & rank1, f"{loader}: both ranks read {sorted(rank0 & rank1)[:5]}"
         assert rank0 | rank1 == everything  # together, the whole stream: each sample once
+
+
+class RankSplit(NoisyStream):
+    """A stream of our own that reads its rank's part (every world-th item) where a process
+    group is up."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        rank, world = 0, 1
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        for i, item in enumerate(super().__iter__()):
+            if i % world == rank:
+                yield item
+
+
+def _stream_workload(stream: IterableDataset[Any]) -> Workload:
+    task = make_task(autotune.Task(metric="accuracy"))
+    train = Stream(stream, samples=256, length=256)
+    return Workload(model=tiny_model(), train=train, val=lt.noisy_data(64, seed=1), task=task)
+
+
+@pytest.mark.slow  # two 2-rank jobs started: ~60 s here
+def test_a_stream_that_gives_every_rank_all_of_itself_is_refused_before_any_trial() -> None:
+    with pytest.raises(ValueError, match=r"gives every one of the 2 data-parallel ranks all of"):
+        make_executor(_stream_workload(NoisyStream(256)), "auto", env=worker_env(), ranks=2)
+    # One that splits itself by rank starts its ranks.
+    executor, _ = make_executor(_stream_workload(RankSplit(256)), "auto", env=worker_env(), ranks=2)
+    executor.close()
