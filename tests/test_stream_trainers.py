@@ -390,3 +390,21 @@ def test_a_stream_that_gives_every_rank_all_of_itself_is_refused_before_any_tria
     # One that splits itself by rank starts its ranks.
     executor, _ = make_executor(_stream_workload(RankSplit(256)), "auto", env=worker_env(), ranks=2)
     executor.close()
+
+
+def test_verify_reads_a_streams_tune_result_for_the_run_it_was_searched_for() -> None:
+    """A search given planned_samples (not the trainer's max_steps) is verified for the same
+    run: verify rebuilds the trainer's workload with the result's planned samples."""
+    from autotune._verify import _trainer_workload
+
+    data = {
+        "search": {"streams": True, "seed": 0},
+        "metrics": {"planned_samples": 384},  # the trainer's max_steps would say 512
+        "validation": {"metric": "val_acc", "higher_is_better": True},
+    }
+    trainer = lt.lightning_trainer(max_epochs=None, max_steps=16)
+    workload = _trainer_workload(data, "lightning", trainer, lt.SmoothedSGD(), StreamData(), None)
+    assert isinstance(workload.train, Stream) and len(workload.train) == 384
+    data["search"]["streams"] = False  # a map-style search's result: the trainer's own run
+    workload = _trainer_workload(data, "lightning", trainer, lt.SmoothedSGD(), StreamData(), None)
+    assert len(workload.train) == 512
