@@ -241,6 +241,7 @@ def run_search(
         timed_seconds=options.timed_seconds,
         min_pairs=options.min_pairs or 0,
         data_note=prepared.note,
+        streams=isinstance(workload.train, Stream),
     )
     search = Search(
         study=study,

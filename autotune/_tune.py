@@ -79,9 +79,18 @@ def tune(
     ``higher_is_better`` says the metric's direction where its name does not (a name with
     "loss" or "error" is lower-is-better, one with "acc" or "f1" higher). The run the
     candidates are ranked for is your trainer's (``max_epochs`` / ``num_train_epochs``) unless
-    ``options.planned_epochs`` says otherwise. ``tolerance``, ``timeout``, ``space``,
-    ``progress`` and ``options`` are :func:`autotune.find_best`'s. The result exports your
-    trainer's settings: ``result.trainer_settings()``.
+    ``options.planned_epochs`` says otherwise.
+
+    **Streams**: training data that streams (a torch ``IterableDataset``, such as a Hugging
+    Face dataset loaded with ``streaming=True``) is read by every trial from its start with the
+    trial's loader settings. Its run is one pass of its planned samples:
+    ``options.planned_samples`` where given, else your trainer's ``max_steps`` x its batch x
+    accumulation, else the stream's length (with one epoch). A validation stream's first
+    2,048 items are kept.
+
+    ``tolerance``, ``timeout``, ``space``, ``progress`` and ``options`` are
+    :func:`autotune.find_best`'s. The result exports your trainer's settings:
+    ``result.trainer_settings()``.
     """
     started = time.time()
     options = as_options(options)
@@ -111,6 +120,7 @@ def tune(
                 trainer, model, datamodule=datamodule, train_dataloaders=train_dataloaders,
                 val_dataloaders=val_dataloaders, metric=metric,
                 higher_is_better=higher_is_better, seed=options.seed,
+                planned_samples=options.planned_samples,
             )  # fmt: skip
         extra = [name for name, value in given.items() if value is not None]
         if extra:
@@ -121,8 +131,9 @@ def tune(
         from autotune._trial.hf_setup import prepare_hf
 
         return prepare_hf(
-            trainer, metric=metric, higher_is_better=higher_is_better, seed=options.seed
-        )
+            trainer, metric=metric, higher_is_better=higher_is_better, seed=options.seed,
+            planned_samples=options.planned_samples,
+        )  # fmt: skip
 
     return search(
         prepare, space=space, tolerance=tolerance, timeout=timeout, options=options,

@@ -546,7 +546,11 @@ def _trainer_workload(
         )
     validation = data.get("validation") or {}
     metric, higher = validation.get("metric"), validation.get("higher_is_better")
-    seed = int((data.get("search") or {}).get("seed") or 0)
+    search = data.get("search") or {}
+    seed = int(search.get("seed") or 0)
+    # A stream's run as it was searched (the trainer's max_steps, or the options' samples).
+    streamed = (data.get("metrics") or {}).get("planned_samples") if search.get("streams") else None
+    samples = None if streamed is None else int(streamed)
     if kind == "lightning":
         from autotune._trial.lightning_setup import prepare_lightning
 
@@ -555,6 +559,7 @@ def _trainer_workload(
             trainer, model, datamodule=datamodule,
             train_dataloaders=None if datamodule is not None else dataset,
             val_dataloaders=val_dataset, metric=metric, higher_is_better=higher, seed=seed,
+            planned_samples=samples,
         )  # fmt: skip
     else:
         if model is not None or dataset is not None:
@@ -564,7 +569,9 @@ def _trainer_workload(
             )
         from autotune._trial.hf_setup import prepare_hf
 
-        start = prepare_hf(trainer, metric=metric, higher_is_better=higher, seed=seed)
+        start = prepare_hf(
+            trainer, metric=metric, higher_is_better=higher, seed=seed, planned_samples=samples
+        )
     return start.prepared.workload
 
 

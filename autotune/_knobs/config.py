@@ -332,7 +332,11 @@ class TrainingConfig:
     # -- Other trainers -----------------------------------------------------------------------
 
     def to_transformers(
-        self, *, planned_epochs: float | None = None, train_size: int | None = None
+        self,
+        *,
+        planned_epochs: float | None = None,
+        train_size: int | None = None,
+        planned_samples: int | None = None,
     ) -> dict[str, Any]:
         """Keyword arguments for ``transformers.TrainingArguments``::
 
@@ -363,17 +367,29 @@ class TrainingConfig:
 
         ``planned_epochs`` (the ``num_train_epochs`` you train now) sets ``num_train_epochs``:
         this config's share of them (:meth:`epochs`); a config that trains a share needs it.
+        A run over a stream (an ``IterableDataset``, which Hugging Face's Trainer reads with no
+        epochs) is counted in samples: ``planned_samples`` (one pass of the stream) sets
+        ``max_steps``, the optimizer steps of this config's global batch that read its share.
         """
         return trainer_args.transformers_kwargs(
-            self, planned_epochs=planned_epochs, train_size=train_size
+            self,
+            planned_epochs=planned_epochs,
+            train_size=train_size,
+            planned_samples=planned_samples,
         )
 
-    def to_lightning(self, *, planned_epochs: float | None = None) -> LightningSettings:
+    def to_lightning(
+        self, *, planned_epochs: float | None = None, planned_samples: int | None = None
+    ) -> LightningSettings:
         """``lightning.pytorch.Trainer`` arguments (``.trainer``: accelerator, devices,
         precision such as ``"bf16-mixed"``, cuDNN ``benchmark``), the ``DataLoader`` arguments
         Lightning leaves to you (``.dataloader``), and ``.notes`` on applying the rest (model
         knobs through :meth:`prepare`, the LR schedule in ``configure_optimizers``, TF32 and
         threads through :meth:`backends`). See :class:`autotune.LightningSettings`. With
-        ``planned_epochs`` (your ``max_epochs`` now), ``max_epochs`` is this config's share.
+        ``planned_epochs`` (your ``max_epochs`` now), ``max_epochs`` is this config's share;
+        with ``planned_samples`` (a stream's run, one pass of its samples), ``max_steps``: the
+        optimizer steps of this config's global batch that read its share of them.
         """
-        return trainer_args.lightning_settings(self, planned_epochs=planned_epochs)
+        return trainer_args.lightning_settings(
+            self, planned_epochs=planned_epochs, planned_samples=planned_samples
+        )

@@ -24,7 +24,13 @@ from autotune._knobs import registry
 if TYPE_CHECKING:
     from autotune._knobs.config import TrainingConfig
 
-__all__ = ["LightningSettings", "lightning_settings", "trainer_settings", "transformers_kwargs"]
+__all__ = [
+    "LightningSettings",
+    "lightning_settings",
+    "stream_steps",
+    "trainer_settings",
+    "transformers_kwargs",
+]
 
 
 def _training_arguments_names() -> frozenset[str] | None:
@@ -59,6 +65,7 @@ def transformers_kwargs(
     *,
     planned_epochs: float | None = None,
     train_size: int | None = None,
+    planned_samples: int | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments of ``transformers.TrainingArguments`` for ``cfg``.
 
@@ -70,22 +77,36 @@ def transformers_kwargs(
     ``planned_epochs``, which it then needs. A warm-up / stable / decay schedule decays over a
     number of steps (``lr_scheduler_kwargs={"num_decay_steps": ...}``), counted as the Trainer
     counts its optimizer steps from ``planned_epochs`` and ``train_size``, which it then needs.
+
+    A run over a stream is counted in samples: ``planned_samples`` (one pass of the stream)
+    sets ``max_steps`` instead, the optimizer steps of the config's global batch that read the
+    config's share of them (:func:`stream_steps`); no epochs.
     """
     names = frozenset(accepted) if accepted is not None else _training_arguments_names()
     out: dict[str, Any] = {}
     for knob in registry.KNOBS:
         out.update(knob.transformers(cfg, names))
-    if cfg.train_fraction != 1.0:
+    if planned_samples is not None:
+        if planned_epochs is not None:
+            raise ConfigError(
+                "Pass planned_epochs= (a map-style dataset's run) or planned_samples= (a "
+                "stream's run, one pass of its samples), not both."
+            )
+        steps = stream_steps(cfg, planned_samples)
+        out["max_steps"] = steps
+        if cfg.lr_schedule.kind is ScheduleKind.WSD:
+            out["lr_scheduler_kwargs"] = {"num_decay_steps": wsd_decay_steps(steps)}
+    elif cfg.train_fraction != 1.0:
         if planned_epochs is None:
             raise ConfigError(
                 f"This config trains {cfg.train_fraction:.0%} of the epochs you planned: pass "
                 "planned_epochs= (the num_train_epochs you train now) so that "
-                "num_train_epochs can be set to its share."
+                "num_train_epochs can be set to its share (planned_samples= for a stream)."
             )
         out["num_train_epochs"] = cfg.epochs(planned_epochs)
     elif planned_epochs is not None:
         out["num_train_epochs"] = planned_epochs
-    if cfg.lr_schedule.kind is ScheduleKind.WSD:
+    if cfg.lr_schedule.kind is ScheduleKind.WSD and planned_samples is None:
         if planned_epochs is None or train_size is None:
             raise ConfigError(
                 "This config's LR schedule is warm-up / stable / decay, which Hugging Face's "
@@ -98,6 +119,15 @@ def transformers_kwargs(
     if not is_accelerator(cfg.device):
         out["use_cpu"] = True
     return out
+
+
+def stream_steps(cfg: TrainingConfig, planned_samples: int) -> int:
+    """The optimizer steps (a Hugging Face Trainer's or Lightning's ``max_steps``) in which
+    ``cfg`` reads its share (``train_fraction``) of a stream's ``planned_samples``: a stream
+    has no epochs, so a run over one is counted in steps of the config's global batch."""
+    if planned_samples < 1:
+        raise ConfigError(f"`planned_samples` must be >= 1, but got {planned_samples!r}.")
+    return max(1, math.ceil(cfg.train_fraction * planned_samples / cfg.global_batch_size))
 
 
 def _hf_optimizer_steps(cfg: TrainingConfig, epochs: float, train_size: int) -> int:
@@ -122,6 +152,9 @@ class LightningSettings:
         loader = DataLoader(train_set, shuffle=True, **s.dataloader)  # or cfg.dataloader(...)
         for note in s.notes:
             print(note)
+
+    A stream (an ``IterableDataset``) orders itself: ``DataLoader(stream, **s.dataloader)``,
+    no ``shuffle=`` or sampler, and ``cfg.to_lightning(planned_samples=n)`` sets ``max_steps``.
     """
 
     trainer: dict[str, Any]
@@ -137,18 +170,29 @@ class LightningSettings:
 
 
 def lightning_settings(
-    cfg: TrainingConfig, *, planned_epochs: float | None = None
+    cfg: TrainingConfig,
+    *,
+    planned_epochs: float | None = None,
+    planned_samples: int | None = None,
 ) -> LightningSettings:
     """The Trainer and DataLoader arguments for ``cfg``, and notes for the rest; with
     ``planned_epochs`` (the epochs you train now), ``max_epochs``: the config's share of them
-    (a whole number; otherwise a note says the steps to stop at)."""
+    (a whole number; otherwise a note says the steps to stop at); with ``planned_samples`` (a
+    stream's run, one pass of its samples), ``max_steps`` (:func:`stream_steps`)."""
     kind = device_type(cfg.device)
     trainer: dict[str, Any] = {
         "accelerator": kind,
         "devices": [int(cfg.device.partition(":")[2] or 0)] if kind == "cuda" else 1,
     }  # with ranks > 1, the DDP knob's part sets the devices and the strategy
     length: list[str] = []
-    if planned_epochs is not None:
+    if planned_samples is not None:
+        if planned_epochs is not None:
+            raise ConfigError(
+                "Pass planned_epochs= (a map-style dataset's run) or planned_samples= (a "
+                "stream's run, one pass of its samples), not both."
+            )
+        trainer["max_steps"] = stream_steps(cfg, planned_samples)
+    elif planned_epochs is not None:
         epochs = cfg.epochs(planned_epochs)
         if float(epochs).is_integer():
             trainer["max_epochs"] = int(epochs)
@@ -184,14 +228,18 @@ def lightning_settings(
     return LightningSettings(trainer=trainer, dataloader=loader, notes=(*notes, *own, *length))
 
 
-def trainer_settings(kind: str, cfg: TrainingConfig, baseline: TrainingConfig) -> dict[str, Any]:
+def trainer_settings(
+    kind: str, cfg: TrainingConfig, baseline: TrainingConfig, planned_samples: int | None = None
+) -> dict[str, Any]:
     """What to change in the trainer ``autotune.tune`` measured, to train as ``cfg`` did: for a
     Hugging Face ``Trainer`` the ``TrainingArguments`` that differ from the baseline's (your
     own), for Lightning the ``Trainer`` and ``DataLoader`` arguments and the notes, with the
     factor the trials multiplied your learning rates by. Both come from the mappings the trials
-    applied, so they reproduce what was measured."""
+    applied, so they reproduce what was measured. ``planned_samples``: the run over a stream,
+    whose ``max_steps`` then read those samples with ``cfg``'s batch (where it changes)."""
     if kind == "transformers":
-        tuned, yours = transformers_kwargs(cfg), transformers_kwargs(baseline)
+        tuned = transformers_kwargs(cfg, planned_samples=planned_samples)
+        yours = transformers_kwargs(baseline, planned_samples=planned_samples)
         # An argument of yours that the tuned config does not set (a prefetch factor where it
         # has no workers, a compile mode where it does not compile, a warm-up where it has
         # none) goes back to its default: left out, yours would stay, and a compile mode alone
@@ -204,7 +252,7 @@ def trainer_settings(kind: str, cfg: TrainingConfig, baseline: TrainingConfig) -
             },
             "backends": "with cfg.backends(): trainer.train()  # cuDNN benchmark, TF32, threads",
         }
-    settings = lightning_settings(cfg).to_dict()
+    settings = lightning_settings(cfg, planned_samples=planned_samples).to_dict()
     # Trials convert the module (cfg.prepare), never the batches a training_step receives.
     inputs = ex.pl_channels_last(cfg).notes
     settings["notes"] = [n for n in settings["notes"] if n not in inputs]

@@ -67,6 +67,7 @@ class SearchResult:
     metric_reason: str = ""  # why the guarded metric is the one it is
     eval_batch_size: int | None = None  # every config validated in batches of this size
     trainer: str | None = None  # the user's trainer whose loop ran the trials (tune)
+    streams: bool = False  # the training set streams: its run is planned_samples, one pass
 
     @classmethod
     def from_ledger(
@@ -94,22 +95,7 @@ class SearchResult:
         search: dict[str, Any] = {
             "study_name": study_name,
             "storage": storage,
-            "space": settings.space.name,
-            "space_notes": list(settings.space.notes),
-            "stratified_split": settings.stratified,
-            # What the data is where a search said (a stream; validation from its first items).
-            "data": settings.data_note,
-            "seed": settings.seed,
-            "val_fraction": settings.val_fraction,
-            "n_trials": settings.n_trials,
-            "timeout": settings.timeout,
-            "planned_epochs": settings.planned_epochs,
-            "accuracy_repeats": settings.accuracy_repeats,
-            "isolation": "process" if settings.isolated else "in-process",
-            # The user's limit per run; without one, 5x what a run is expected to take.
-            "trial_limit": settings.trial_timeout,
-            "guided": settings.guided,
-            "hooks": settings.hooks.to_dict(),
+            **settings.described(),
             "seconds": seconds,
             "candidates": len(ledger.candidates),
             "configs_measured": ledger.configs_measured(),
@@ -167,6 +153,7 @@ class SearchResult:
             metric_reason=settings.metric_reason,
             eval_batch_size=settings.eval_batch_size,
             trainer=settings.trainer,
+            streams=settings.streams,
         )
 
     @classmethod
@@ -313,13 +300,17 @@ class SearchResult:
     def trainer_settings(self) -> dict[str, Any]:
         """The settings of your own trainer that train as the chosen config did (``tune``):
         ``training_arguments`` for a Hugging Face Trainer; ``trainer``, ``dataloader`` and
-        ``notes`` for Lightning. See :func:`autotune._knobs.trainer_args.trainer_settings`."""
+        ``notes`` for Lightning; over a stream, ``max_steps`` that read its planned samples
+        with the chosen batch. See :func:`autotune._knobs.trainer_args.trainer_settings`."""
         if self.trainer is None:
             raise ConfigError(
                 "This result was searched with find_best, not through a trainer: use "
                 "result.config.to_lightning() / to_transformers()."
             )
-        return {"kind": self.trainer, **trainer_settings(self.trainer, self.config, self.baseline)}
+        # A stream's run is counted in samples: its trainer stops at max_steps of the batch.
+        samples = self.planned_samples if self.streams else None
+        settings = trainer_settings(self.trainer, self.config, self.baseline, samples)
+        return {"kind": self.trainer, **settings}
 
     def _answers(self) -> dict[str, Any]:
         def answer(t: TrialRecord | None) -> dict[str, Any] | None:

@@ -69,6 +69,9 @@ class SearchSettings:
     # What the data is, where the search said (a data module's parts, a stream and the
     # validation items taken from one); None: plain datasets.
     data_note: str | None = None
+    # The training set streams: its run is one pass of planned_samples, which a trainer's
+    # export counts in optimizer steps (max_steps) rather than epochs.
+    streams: bool = False
 
     @property
     def planned_samples(self) -> int:
@@ -90,6 +93,28 @@ class SearchSettings:
     @property
     def deadline(self) -> float | None:
         return None if self.timeout is None else self.started + self.timeout
+
+    def described(self) -> dict[str, Any]:
+        """The settings as a result's ``search`` section shows them."""
+        return {
+            "space": self.space.name,
+            "space_notes": list(self.space.notes),
+            "stratified_split": self.stratified,
+            # What the data is where a search said (a stream; validation from its first items).
+            "data": self.data_note,
+            "streams": self.streams,
+            "seed": self.seed,
+            "val_fraction": self.val_fraction,
+            "n_trials": self.n_trials,
+            "timeout": self.timeout,
+            "planned_epochs": self.planned_epochs,
+            "accuracy_repeats": self.accuracy_repeats,
+            "isolation": "process" if self.isolated else "in-process",
+            # The user's limit per run; without one, 5x what a run is expected to take.
+            "trial_limit": self.trial_timeout,
+            "guided": self.guided,
+            "hooks": self.hooks.to_dict(),
+        }
 
     def replace(self, **changes: Any) -> SearchSettings:
         return dataclasses.replace(self, **changes)

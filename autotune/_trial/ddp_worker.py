@@ -6,7 +6,8 @@ NCCL on GPUs, with a gloo group beside it for control messages), and runs each t
 0 receives from the search process over the Unix socket in ``DIR`` and hands to all ranks. A
 trial trains through the runner, as any trial does: the model in ``DistributedDataParallel``
 (``cfg.prepare``), each rank's share of the data through a ``DistributedSampler``
-(``cfg.dataloader``).
+(``cfg.dataloader``), or each rank's part of a stream (checked once, before any trial: a stream
+that gives every rank all of itself is an error naming it).
 
 Faults agree across ranks: a rank whose trial fails (an OOM, a NaN, any error) writes what
 failed, with its rank and the time, to ``DIR`` and exits at once; the launcher then stops every
@@ -35,11 +36,13 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from autotune._stream import Stream
 from autotune._trial.ddp import FAILURE_FILE, PID_FILE, SEARCH_PID, SOCKET_FILE, WORKLOAD_FILE
 from autotune._trial.failures import FailureReason, classify
 from autotune._trial.measure import Measurement
 from autotune._trial.outcome import AccuracyCheck, TrialOutcome
 from autotune._trial.runner import reporting_steps, run_trial
+from autotune._trial.streaming import check_rank_parts
 from autotune._trial.worker import _preload, _StepSender, _watch_parent, warm_up
 
 # A rank waits between trials (and for the slowest rank) as long as the search lasts; a rank
@@ -181,6 +184,8 @@ def main(directory: str) -> int:
         dist.init_process_group(backend=backend, timeout=IDLE_TIMEOUT)
         control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
         dist.barrier(group=control)
+        if isinstance(workload.train, Stream):
+            check_rank_parts(workload.train, control)  # each rank its own part of the stream
     except Exception as exc:
         if conn is not None:
             conn.send(("error", f"{type(exc).__name__}: {exc}"))

@@ -36,9 +36,10 @@ from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import Where
 from autotune._space import SearchSpace
+from autotune._stream import source_of
 from autotune._trial.measure import Measurement, MemoryTracker
 from autotune._trial.outcome import AccuracyRun, Budget
-from autotune._trial.runner import measured_data, seeded
+from autotune._trial.runner import accuracy_data, measured_data, seeded
 from autotune._trial.step_clock import LossCheck, StepClock
 from autotune._trial.workload import Workload
 
@@ -143,9 +144,9 @@ class HFLoop:
         start = time.perf_counter()
         with seeded(seed, cfg.device):
             checked = _Checked(LossCheck(cfg))
-            trainer = self.trainer(
-                cfg, workload, workload.train, checked, max_steps=steps, seed=seed
-            )
+            # A stream's items in the seed's order, loaded by the config's workers.
+            data, loading = accuracy_data(cfg, workload, seed, steps * cfg.global_batch_size)
+            trainer = self.trainer(loading, workload, data, checked, max_steps=steps, seed=seed)
             checked.watch(trainer)
             with _quiet():
                 out = trainer.train()
@@ -191,7 +192,7 @@ class HFLoop:
         with _quiet():
             trainer = self.trainer_class(
                 args=args,
-                train_dataset=data,
+                train_dataset=source_of(data),  # a stream as the user gave it
                 eval_dataset=workload.val,
                 callbacks=[*callbacks, *([callback] if callback is not None else [])],
                 **self.parts,

@@ -7,11 +7,9 @@ of their class on the CPU, so a broken collator or ``compute_metrics`` is an err
 from __future__ import annotations
 
 import dataclasses
-import random
 from typing import Any
 
 import torch
-from torch.utils.data import Subset
 from transformers import TrainingArguments
 
 from autotune._choices import CompileMode, LRSchedule, OptimizerImpl, Precision, ScheduleKind
@@ -19,18 +17,20 @@ from autotune._errors import ArgumentError, DataError, ModelError
 from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import Where
+from autotune._stream import is_stream
 from autotune._task import TaskRefs
 from autotune._trial.bounded import RUN_HINT, step
 from autotune._trial.direction import Said, choose_direction
 from autotune._trial.hf_loop import HFLoop
+from autotune._trial.streaming import stream_length
 from autotune._trial.task import cpu_copy, logged_task
 from autotune._trial.workload import (
-    MAX_VAL_ITEMS,
     Prepared,
     SearchStart,
     Workload,
     check_workload,
     longest_items,
+    trainer_data,
 )
 
 __all__ = ["prepare_hf"]
@@ -50,9 +50,15 @@ _OWN_CALLBACKS = ("DefaultFlowCallback", "ProgressCallback", "PrinterCallback")
 
 
 def prepare_hf(
-    trainer: Any, *, metric: str | None, higher_is_better: bool | None, seed: int = 0
+    trainer: Any,
+    *,
+    metric: str | None,
+    higher_is_better: bool | None,
+    seed: int = 0,
+    planned_samples: int | None = None,
 ) -> SearchStart:
-    """Read and check everything a Hugging Face search needs, before any trial runs."""
+    """Read and check everything a Hugging Face search needs, before any trial runs.
+    ``planned_samples``: a training stream's run (else its ``max_steps``, else its length)."""
     args: TrainingArguments = trainer.args
     if getattr(trainer, "optimizer", None) is not None:
         raise ArgumentError(
@@ -67,12 +73,13 @@ def prepare_hf(
                 f"Your Trainer has no {name}: tune trains on train_dataset and guards the "
                 "metric trainer.evaluate() gives on eval_dataset."
             )
-        if not (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
+        if not (is_stream(data) or (hasattr(data, "__getitem__") and hasattr(data, "__len__"))):
             raise DataError(
-                f"Your Trainer's {name} is a {type(data).__name__}, not a map-style dataset "
-                "(with __len__ and __getitem__): autotune needs one, so every trial sees the "
-                "same samples."
+                f"Your Trainer's {name} is a {type(data).__name__}, neither a map-style dataset "
+                "(with __len__ and __getitem__) nor a stream (a torch IterableDataset, as a "
+                "Hugging Face dataset loaded with streaming=True is)."
             )
+    samples = _planned_samples(args, train, planned_samples)
     name = _metric_name(metric or args.metric_for_best_model or "loss")
     choice = choose_direction(name, higher_is_better, said=_said(args, name))
     not_searched = _not_searched(trainer, args)
@@ -88,25 +95,26 @@ def prepare_hf(
     )
     model = cpu_copy(trainer.model)
     _check(loop, model, train, val)
-    val_set: Any = val
-    if len(val_set) > MAX_VAL_ITEMS:
-        picks = random.Random(seed).sample(range(len(val_set)), MAX_VAL_ITEMS)
-        val_set = Subset(val_set, sorted(picks))
+    train_set, val_set, notes = trainer_data(
+        train, val, planned_samples=samples, seed=seed, names=("train_dataset", "eval_dataset")
+    )
     workload = Workload(
         model=model,
-        train=train,
+        train=train_set,
         val=val_set,
         task=logged_task(name, choice.higher_is_better, loop.parts.get("data_collator")),
-        longest=longest_items(train, seed=seed),
+        longest=longest_items(train_set, seed=seed),
         eval_batch_size=int(args.per_device_eval_batch_size),
         loop=loop,
     )  # fmt: skip
     refs = TaskRefs.from_dict({"metric": name, "higher_is_better": choice.higher_is_better})
+    notes.insert(0, f"trainer: every trial runs your {type(trainer).__name__}'s own training loop")
     prepared = Prepared(
-        workload=workload, stratified=False, refs=refs, metric=choice,
-        note=f"trainer: every trial runs your {type(trainer).__name__}'s own training loop",
-    )  # fmt: skip
-    return SearchStart(prepared, _baseline(args, loop), _planned_epochs(args, len(train)))
+        workload=workload, stratified=False, refs=refs, metric=choice, note="; ".join(notes)
+    )
+    # A stream's run is one pass of its planned samples (see make_stream).
+    epochs = 1.0 if is_stream(train) else _planned_epochs(args, len(train))
+    return SearchStart(prepared, _baseline(args, loop), epochs)
 
 
 def _said(args: Any, name: str) -> Said | None:
@@ -209,6 +217,36 @@ def _planned_epochs(args: TrainingArguments, n_train: int) -> float:
         per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
         return float(args.max_steps * per_step) / max(1, n_train)
     return float(args.num_train_epochs)
+
+
+def _planned_samples(args: TrainingArguments, train: Any, given: int | None) -> int | None:
+    """The samples a run over a training stream reads: ``given`` (the options'), else the
+    arguments' ``max_steps`` optimizer steps of the baseline's global batch, else None (the
+    stream's length: one pass, where the arguments train one epoch). None for a map-style
+    set."""
+    if not is_stream(train):
+        return None
+    if given is not None:
+        return given
+    if args.max_steps and args.max_steps > 0:
+        per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        return int(args.max_steps * per_step)
+    length = stream_length(train)
+    if length is None:
+        raise DataError(
+            f"Your Trainer's train_dataset is a stream ({type(train).__name__}) with no length "
+            "and its TrainingArguments set no max_steps: set max_steps (the optimizer steps of "
+            "your run), or pass SearchOptions(planned_samples=N)."
+        )
+    if float(args.num_train_epochs) != 1.0:
+        raise DataError(
+            f"Your TrainingArguments train num_train_epochs={args.num_train_epochs:g} over a "
+            f"stream ({type(train).__name__}): autotune plans a stream's run as one pass of its "
+            "planned samples, and each epoch of a stream re-reads it from its start. Set "
+            "max_steps (the optimizer steps of your run), or pass "
+            "SearchOptions(planned_samples=N)."
+        )
+    return None
 
 
 def _check(loop: HFLoop, model: Any, train: Any, val: Any) -> None:

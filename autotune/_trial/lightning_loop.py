@@ -38,9 +38,10 @@ from autotune._knobs import apply, registry
 from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import Where
 from autotune._space import SearchSpace
+from autotune._stream import is_stream, source_of
 from autotune._trial.measure import Measurement, MemoryTracker
 from autotune._trial.outcome import AccuracyRun, Budget
-from autotune._trial.runner import measured_data, restart_seconds, seeded
+from autotune._trial.runner import accuracy_data, measured_data, restart_seconds, seeded
 from autotune._trial.step_clock import LossCheck, StepClock, loss_of
 from autotune._trial.workload import Workload
 
@@ -125,7 +126,9 @@ class LightningLoop:
         start = time.perf_counter()
         with seeded(seed, cfg.device):
             losses = LossCheck(cfg)
-            loader = self.train_loader(cfg, workload.train, shuffle=True, seed=seed)
+            # A stream's items in the seed's order, loaded by the config's workers.
+            data, loading = accuracy_data(cfg, workload, seed, steps * cfg.global_batch_size)
+            loader = self.train_loader(loading, data, shuffle=True, seed=seed)
             micro = steps * cfg.gradient_accumulation_steps
             trainer, module = self.fit(cfg, workload, loader, _Losses(losses), micro)
             losses.flush()
@@ -144,10 +147,15 @@ class LightningLoop:
         self, cfg: TrainingConfig, data: Dataset[Any], *, shuffle: bool, seed: int
     ) -> DataLoader[Any]:
         """``DataLoader(train_set, shuffle=..., **cfg.to_lightning().dataloader)``, with the
-        user's own collate function, worker function and last-batch rule."""
+        user's own collate function, worker function and last-batch rule; a stream as the user
+        gave it, which orders itself (no shuffle=)."""
+        source = source_of(data)
+        order: dict[str, Any] = (
+            {} if is_stream(source) else {"shuffle": shuffle and self.loaders.shuffle}
+        )
         return DataLoader(
-            data,
-            shuffle=shuffle and self.loaders.shuffle,
+            source,
+            **order,
             drop_last=self.loaders.drop_last,
             collate_fn=self.loaders.collate_fn,
             worker_init_fn=self.loaders.worker_init_fn,

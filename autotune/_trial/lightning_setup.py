@@ -7,31 +7,32 @@ through their code on the CPU, so a broken hook is an error naming it, not a fai
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, RandomSampler, Subset
+from torch.utils.data import DataLoader, RandomSampler
 
 from autotune._choices import CompileMode, LRSchedule, Precision, ScheduleKind
 from autotune._errors import ArgumentError, DataError, ModelError
 from autotune._knobs.config import TrainingConfig
 from autotune._options import PLANNED_EPOCHS
+from autotune._stream import is_stream
 from autotune._task import TaskRefs
 from autotune._trial.bounded import RUN_HINT, step
 from autotune._trial.direction import Said, choose_direction, direction_in_name
 from autotune._trial.lightning_loop import LEFT_OUT_CALLBACKS, LightningLoop, Loaders
 from autotune._trial.metrics import MetricChoice
+from autotune._trial.streaming import stream_length
 from autotune._trial.task import cpu_copy, logged_task
 from autotune._trial.workload import (
-    MAX_VAL_ITEMS,
     Prepared,
     SearchStart,
     Workload,
     check_workload,
     longest_items,
+    trainer_data,
 )
 
 __all__ = ["prepare_lightning"]
@@ -55,8 +56,11 @@ def prepare_lightning(
     metric: str | None = None,
     higher_is_better: bool | None = None,
     seed: int = 0,
+    planned_samples: int | None = None,
 ) -> SearchStart:
-    """Read and check everything a Lightning search needs, before any trial runs."""
+    """Read and check everything a Lightning search needs, before any trial runs.
+    ``planned_samples``: a training stream's run (else the Trainer's ``max_steps``, else the
+    stream's length)."""
     if not isinstance(module, pl.LightningModule):
         raise TypeError(
             f"`model` must be the LightningModule that `trainer.fit` trains, but got "
@@ -111,17 +115,21 @@ def prepare_lightning(
         )
         said = None
     choice = choose_direction(checked.metric, higher_is_better, said=said)
-    val_set: Any = val.dataset
-    if len(val_set) > MAX_VAL_ITEMS:
-        picks = random.Random(seed).sample(range(len(val_set)), MAX_VAL_ITEMS)
-        val_set = Subset(val_set, sorted(picks))
+    train_set, val_set, data_notes = trainer_data(
+        train.dataset,
+        val.dataset,
+        planned_samples=_planned_samples(trainer, train, planned_samples),
+        seed=seed,
+        names=("train_dataloaders", "val_dataloaders"),
+    )
+    notes += data_notes
     task = logged_task(choice.metric, choice.higher_is_better, loaders.collate_fn)
     workload = Workload(
         model=cpu_copy(module),
-        train=train.dataset,
+        train=train_set,
         val=val_set,
         task=task,
-        longest=longest_items(train.dataset, seed=seed),
+        longest=longest_items(train_set, seed=seed),
         eval_batch_size=loaders.val_batch_size,
         loop=loop,
     )
@@ -132,7 +140,9 @@ def prepare_lightning(
     prepared = Prepared(
         workload=workload, stratified=False, refs=refs, metric=choice, note="; ".join(notes) or None
     )
-    return SearchStart(prepared, baseline, _planned_epochs(trainer, train))
+    # A stream's run is one pass of its planned samples (see make_stream).
+    epochs = 1.0 if is_stream(train.dataset) else _planned_epochs(trainer, train)
+    return SearchStart(prepared, baseline, epochs)
 
 
 # -- The data ------------------------------------------------------------------------------
@@ -182,11 +192,12 @@ def _loaders(
     val = _one(val, "val_dataloaders")
     for name, loader in (("train_dataloaders", train), ("val_dataloaders", val)):
         dataset = loader.dataset
-        if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        if not (
+            is_stream(dataset) or (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"))
+        ):
             raise DataError(
-                f"`{name}` loads a {type(dataset).__name__}, not a map-style dataset (with "
-                "__len__ and __getitem__): autotune needs one, so every trial sees the same "
-                "samples."
+                f"`{name}` loads a {type(dataset).__name__}, neither a map-style dataset (with "
+                "__len__ and __getitem__) nor a stream (a torch IterableDataset)."
             )
     if train.batch_size is None:
         raise DataError(
@@ -275,6 +286,41 @@ def _planned_epochs(trainer: Any, train: DataLoader[Any]) -> float:
     if epochs and epochs > 0 and epochs != LIGHTNING_DEFAULT_EPOCHS:
         return float(epochs)
     return PLANNED_EPOCHS
+
+
+def _planned_samples(trainer: Any, train: DataLoader[Any], given: int | None) -> int | None:
+    """The samples a run over a training stream reads: ``given`` (the options'), else the
+    Trainer's ``max_steps`` optimizer steps of the loader's batch x accumulation, else one
+    epoch of its ``limit_train_batches`` batches (a whole number), else None (the stream's
+    length). A stream trained for several epochs re-reads its start each epoch: refused, as
+    one with no length and nothing that says its run. None for a map-style set."""
+    stream = train.dataset
+    if not is_stream(stream):
+        return None
+    if given is not None:
+        return given
+    per_step = int(train.batch_size or 1) * int(trainer.accumulate_grad_batches)
+    if trainer.max_steps and trainer.max_steps > 0:
+        return int(trainer.max_steps) * per_step
+    name = type(stream).__name__
+    epochs = trainer.max_epochs
+    if epochs not in (None, -1, 1, LIGHTNING_DEFAULT_EPOCHS):
+        raise DataError(
+            f"Your Trainer trains max_epochs={epochs} over a stream ({name}): autotune plans a "
+            "stream's run as one pass of its planned samples, and each epoch of a stream "
+            "re-reads it from its start. Set max_steps (the optimizer steps of your run), or "
+            "pass SearchOptions(planned_samples=N)."
+        )
+    limit = trainer.limit_train_batches
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        return limit * int(train.batch_size or 1)
+    if stream_length(stream) is None:
+        raise DataError(
+            f"`train_dataloaders` loads a stream ({name}) with no length, and your Trainer sets "
+            "no max_steps: set Trainer(max_steps=N) (the optimizer steps of your run), or pass "
+            "SearchOptions(planned_samples=N)."
+        )
+    return None
 
 
 # -- The check before any trial ----------------------------------------------------------

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch._dynamo.utils import counters as dynamo_counters
-from torch.utils.data import DataLoader, Dataset, default_collate
+from torch.utils.data import DataLoader, Dataset, IterableDataset, default_collate
 
 from autotune._choices import CompileMode, ScheduleKind
 from autotune._device import is_accelerator
@@ -47,9 +47,11 @@ from autotune._trial.outcome import AccuracyCheck, AccuracyRun, Budget, TrialOut
 from autotune._trial.workload import Workload
 
 __all__ = [
+    "InOrder",
     "StepListener",
     "Trainer",
     "Workload",
+    "accuracy_data",
     "cold_compile",
     "evaluate",
     "fitted_steps",
@@ -63,6 +65,7 @@ __all__ = [
     "run_samples",
     "run_trial",
     "seeded",
+    "stream_items",
     "tell",
     "train_for_accuracy",
 ]
@@ -621,26 +624,60 @@ def _training_batches(
 def _stream_batches(
     cfg: TrainingConfig, stream: Stream, workload: Workload, seed: int, steps: int
 ) -> Generator[Any, None, None]:
-    """A stream's first ``steps`` micro-batches at data-order ``seed``: its items loaded one by
-    one by the config's workers (each worker's items interleave item by item, so the order does
-    not depend on the batch size: two configs of one seed and one worker count see the same
-    samples in the same order), batched here. A stream that ends first is an error saying how
-    many items it gave."""
-    stream.at_epoch(seed)
-    items = iter(apply.make_item_loader(cfg, stream, generator=torch.Generator().manual_seed(seed)))
+    """A stream's first ``steps`` micro-batches at data-order ``seed`` (:func:`stream_items`),
+    batched here."""
+    items = stream_items(cfg, stream, seed, steps * cfg.batch_size)
     collate = workload.task.collate_fn or default_collate
-    needed = steps * cfg.batch_size
+    try:
+        for _ in range(steps):
+            yield collate(list(itertools.islice(items, cfg.batch_size)))
+    finally:
+        items.close()  # the loader's workers shut down
+
+
+def stream_items(
+    cfg: TrainingConfig, stream: Stream, seed: int, needed: int
+) -> Generator[Any, None, None]:
+    """A stream's first ``needed`` items at data-order ``seed``, loaded one by one by the
+    config's workers (each worker's items interleave item by item, so the order does not
+    depend on the batch size: two configs of one seed and one worker count see the same
+    samples in the same order). A stream that ends first is an error saying how many items
+    it gave."""
+    stream.at_epoch(seed)
+    loader = apply.make_item_loader(cfg, stream, generator=torch.Generator().manual_seed(seed))
     given = 0
-    for _ in range(steps):
-        batch = list(itertools.islice(items, cfg.batch_size))
-        given += len(batch)
-        if len(batch) < cfg.batch_size:
-            raise DataError(
-                f"The stream ({type(stream.source).__name__}) ended after {given:,} items: this "
-                f"run trains {needed:,} (the planned run reads {stream.samples:,}). Give a "
-                "planned_samples= it holds, or a longer stream."
-            )
-        yield collate(batch)
+    for item in itertools.islice(loader, needed):
+        given += 1
+        yield item
+    if given < needed:
+        raise DataError(
+            f"The stream ({type(stream.source).__name__}) ended after {given:,} items: this "
+            f"run trains {needed:,} (the planned run reads {stream.samples:,}). Give a "
+            "planned_samples= it holds, or a longer stream."
+        )
+
+
+class InOrder(IterableDataset[Any]):
+    """A stream's first items as an accuracy run reads them (:func:`stream_items`), for a
+    trainer's own loader to batch: that loader has no workers of its own (the config's load
+    the items), so both arms of a pair see the same samples in the same order."""
+
+    def __init__(self, cfg: TrainingConfig, stream: Stream, seed: int, needed: int) -> None:
+        self.cfg, self.stream, self.seed, self.needed = cfg, stream, seed, needed
+
+    def __iter__(self) -> Iterator[Any]:
+        return stream_items(self.cfg, self.stream, self.seed, self.needed)
+
+
+def accuracy_data(
+    cfg: TrainingConfig, workload: Workload, seed: int, samples: int
+) -> tuple[Dataset[Any], TrainingConfig]:
+    """(what a trainer's accuracy run of ``samples`` samples trains on, the config its loader
+    is built from): the training set and ``cfg``, or for a stream its items in the order of
+    data-order ``seed`` (:class:`InOrder`) and ``cfg`` with no loader workers."""
+    if not isinstance(workload.train, Stream):
+        return workload.train, cfg
+    return InOrder(cfg, workload.train, seed, samples), cfg.replace(num_workers=0)
 
 
 def run_trial(

@@ -15,15 +15,18 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from autotune._errors import DataError
+from autotune._knobs.apply import split_by_node
 from autotune._stream import Stream
 from autotune._trial.bounded import ITEM_HINT, step
 
 __all__ = [
     "REPLAY_ITEMS",
     "Items",
+    "check_rank_parts",
     "first_items",
     "make_stream",
     "planned_length",
@@ -228,6 +231,25 @@ def make_stream(
         workers_why=why,
         replays=replays(stream, argument=argument),
     )
+
+
+def check_rank_parts(stream: Stream, group: Any = None) -> None:
+    """Under data parallelism (a process group up), that each rank reads its own part of the
+    stream (:func:`~autotune._knobs.apply.split_by_node`): an error naming the stream where
+    every rank's part starts with the same item, as a stream that does not split itself by
+    rank gives each rank all of itself (each sample trained once per rank, and the global
+    samples per second counting it as many times). Every rank calls it, before any trial."""
+    world = dist.get_world_size(group)
+    first = first_items(split_by_node(stream.source), 1)  # type: ignore[arg-type]
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, first, group=group)
+    if all(len(g) == 1 for g in gathered) and all(_same(g[0], gathered[0][0]) for g in gathered):
+        raise DataError(
+            f"The stream ({_name(stream.source)}) gives every one of the {world} data-parallel "
+            "ranks all of itself (each rank's first item is the same): each sample would be "
+            "trained once per rank. Split it by rank: a Hugging Face stream, WebDataset's "
+            "split_by_node, or torch.distributed.get_rank() in its __iter__."
+        )
 
 
 def validation_items(

@@ -18,7 +18,7 @@ from autotune._task import OptimizerFactory, Task, TaskRefs
 from autotune._trial.bounded import ITEM_HINT, step
 from autotune._trial.data import DataModuleLike, unpack_data
 from autotune._trial.metrics import AUTO, MetricChoice
-from autotune._trial.streaming import make_stream, validation_items
+from autotune._trial.streaming import Items, first_items, make_stream, validation_items
 from autotune._trial.task import (
     ResolvedTask,
     cpu_copy,
@@ -41,6 +41,9 @@ __all__ = [
     "Workload",
     "check_workload",
     "prepare_workload",
+    "stream_note",
+    "trainer_data",
+    "validation_set",
 ]
 
 MAX_VAL_ITEMS = 2048  # a larger validation set is evaluated on a fixed subset of this size
@@ -131,11 +134,18 @@ def check_workload(model: nn.Module, train: Any, val: Any, loop: TrainerLoop) ->
     makes through the user's code before any trial."""
     return Workload(
         model=model,
-        train=Subset(train, range(min(2, len(train)))),
-        val=Subset(val, range(min(2, len(val)))),
+        train=_first_two(train, "train"),
+        val=_first_two(val, "validation"),
         task=logged_task("check", True),
         loop=loop,
     )
+
+
+def _first_two(data: Any, which: str) -> Dataset[Any]:
+    """A data set's first two items (a stream's as it gives them, kept in memory)."""
+    if is_stream(data):
+        return Items(first_items(data, 2, argument=which), source=f"the {which} stream")
+    return Subset(data, range(min(2, len(data))))
 
 
 def prepare_workload(
@@ -173,13 +183,13 @@ def prepare_workload(
             "stream cannot hold out a random split: every trial reads it from its start."
         )
     if given_val is not None and is_stream(given_val):
-        given_val = validation_items(given_val, MAX_VAL_ITEMS)
-        notes.append(f"validation: {given_val.source}, kept in memory")
+        given_val, note = validation_set(given_val, seed=seed)
+        notes.append(note)
     setup = set_up_task(model, given, given_val, task.replace(collate_fn=data.collate_fn))
     resolved = setup.resolved
     if is_stream(given):
         given = make_stream(given, planned_samples, workers=search_workers)
-        notes.append(_stream_note(given))
+        notes.append(stream_note(given))
     if given_val is not None:
         train, val, stratified = given, given_val, False
     else:
@@ -187,17 +197,14 @@ def prepare_workload(
             given, resolved, val_fraction=val_fraction, seed=seed
         )
     template = cpu_copy(model)  # a model on the GPU is not copied there first
-    if len(val) > MAX_VAL_ITEMS:  # type: ignore[arg-type]
-        # Paired accuracy checks compare configs on the same items: a fixed subset suffices.
-        picks = random.Random(seed).sample(range(len(val)), MAX_VAL_ITEMS)  # type: ignore[arg-type]
-        val = Subset(val, sorted(picks))
+    val, _ = validation_set(val, seed=seed)
     workload = Workload(
         model=template,
         train=train,
         val=val,
         task=resolved,
         optimizer=setup.task.optimizer or default_optimizer,
-        longest=() if isinstance(train, Stream) else longest_items(train, seed=seed),
+        longest=longest_items(train, seed=seed),
         eval_batch_size=eval_batch_size,
     )
     return Prepared(
@@ -209,7 +216,43 @@ def prepare_workload(
     )
 
 
-def _stream_note(stream: Stream) -> str:
+def validation_set(
+    val: Dataset[Any], *, seed: int, argument: str = "val_dataset"
+) -> tuple[Dataset[Any], str]:
+    """(the validation set every config is scored on, a note on it where it was cut): a
+    stream's first :data:`MAX_VAL_ITEMS` items, kept in memory; a fixed random subset of
+    that many items of a larger map-style set (paired accuracy checks compare configs on the
+    same items: a fixed subset suffices); else the set itself."""
+    if is_stream(val):
+        items = validation_items(val, MAX_VAL_ITEMS, argument=argument)
+        return items, f"validation: {items.source}, kept in memory"
+    n = len(val)  # type: ignore[arg-type]
+    if n <= MAX_VAL_ITEMS:
+        return val, ""
+    picks = random.Random(seed).sample(range(n), MAX_VAL_ITEMS)
+    return Subset(val, sorted(picks)), ""
+
+
+def trainer_data(
+    train: Dataset[Any],
+    val: Dataset[Any],
+    *,
+    planned_samples: int | None,
+    seed: int,
+    names: tuple[str, str],
+) -> tuple[Dataset[Any], Dataset[Any], list[str]]:
+    """(training set, validation set, notes) of a trainer's search (``names``: how the user
+    gave them): a training stream with its planned run (``planned_samples``, else its length)
+    and the workers it can feed; the validation set as :func:`validation_set` keeps it."""
+    val, note = validation_set(val, seed=seed, argument=names[1])
+    notes = [note] if note else []
+    if is_stream(train):
+        train = make_stream(train, planned_samples, argument=names[0])
+        notes.append(stream_note(train))
+    return train, val, notes
+
+
+def stream_note(stream: Stream) -> str:
     """What a search says of the stream it trains on."""
     length = "" if stream.length is None else f" of {stream.length:,} items"
     out = (
@@ -239,6 +282,8 @@ def _elements(item: Any) -> int:
 def longest_items(dataset: Dataset[Any], *, seed: int) -> tuple[int, ...]:
     """Indices of the largest items among up to :data:`SIZED_ITEMS` of them (read for at most
     :data:`SIZING_SECONDS`), largest first; empty when every item read has the same size."""
+    if is_stream(dataset):
+        return ()  # a stream's items are read in its order only: its batches are its own
     n = len(dataset)  # type: ignore[arg-type]
     order = list(range(n))
     if n > SIZED_ITEMS:
