@@ -194,6 +194,7 @@ def test_a_study_of_other_ranks_is_not_resumed() -> None:
     from autotune._search.settings import SearchSettings
 
     fields = {f: None for f in SearchSettings.__dataclass_fields__}
+    fields.update(n_train=1000, planned_epochs=10.0)  # the planned run, the same in both
     space = autotune.load_space("quick")
     one = SearchSettings(**{**fields, "space": space, "space_asked": None,  # type: ignore[arg-type]
                             "baseline": autotune.TrainingConfig()})  # fmt: skip
