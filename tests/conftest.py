@@ -22,6 +22,31 @@ torch.set_num_threads(1)
 
 FAST_BUDGET = autotune.Budget(warmup_steps=1, timed_samples=64, min_timed_steps=3, chunks=3)
 
+# Modules whose tests share one search (a module-scoped fixture): under pytest-xdist (the
+# README's `-n 2 --dist loadgroup`) each runs on one worker, so its search is made once.
+SHARED_SEARCH_MODULES = ("tests/test_report.py", "tests/test_verification.py")
+
+try:
+    from xdist.scheduler import LoadGroupScheduling
+except ImportError:  # pytest-xdist (a test extra) not installed: the suite runs serially
+    LoadGroupScheduling = None
+
+if LoadGroupScheduling is not None:
+
+    class _SharedSearchScheduling(LoadGroupScheduling):
+        """loadgroup, with each module of SHARED_SEARCH_MODULES one group. Not through
+        xdist_group marks: pytest-xdist 3.8 groups by rewriting node ids, which pytest 9.2 no
+        longer lets it do (pytest-xdist issue 1386), and the marks are silently ignored."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in SHARED_SEARCH_MODULES else super()._split_scope(nodeid)
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        if config.getoption("dist") != "loadgroup":
+            return None  # another --dist: xdist's own
+        return _SharedSearchScheduling(config, log)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():

@@ -23,10 +23,6 @@ from autotune.examples import tiny_data, tiny_model
 from conftest import FAST_BUDGET, find
 from steady import PerStepCost
 
-# Under pytest-xdist (the README's `-n 2 --dist loadgroup`) the module's tests run on one
-# worker, so the search its module-scoped fixture makes is made once, not once per worker.
-pytestmark = pytest.mark.xdist_group("report")
-
 SECTIONS = (
     "The answer against the baseline",
     "Throughput against validation metric",

@@ -17,10 +17,6 @@ from autotune.examples import tiny_data, tiny_model
 from conftest import FAST_BUDGET, find
 from steady import PerStepCost
 
-# Under pytest-xdist (the README's `-n 2 --dist loadgroup`) the module's tests run on one
-# worker, so the search its module-scoped fixture makes is made once, not once per worker.
-pytestmark = pytest.mark.xdist_group("verification")
-
 STEADY = ["--model", "steady:per_step_model", "--data", "autotune.examples:tiny_data"]
 
 
