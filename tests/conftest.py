@@ -42,6 +42,7 @@ if LoadGroupScheduling is not None:
             module = nodeid.split("::", 1)[0]
             return module if module in SHARED_SEARCH_MODULES else super()._split_scope(nodeid)
 
+    @pytest.hookimpl(optionalhook=True)  # -p no:xdist leaves the hook unknown
     def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         if config.getoption("dist") != "loadgroup":
             return None  # another --dist: xdist's own
