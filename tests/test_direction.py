@@ -90,6 +90,8 @@ def test_the_command_line_says_either_direction_and_asks_where_nothing_does(
         "search", "--model", "autotune.examples:tiny_model", "--data",
         "autotune.examples:tiny_data", "--storage", f"sqlite:///{tmp_path / 'a.db'}",
         "--trials", "1", "--space", "quick", "--timed-seconds", "0.5",
+        # Trials in this process: the flags are what is tested (test_cli runs the CLI's worker).
+        "--isolation", "none",
         "--accuracy-samples", "256", "--quiet", "--metric", f"{hooks}:agreement",
     ]  # fmt: skip
     out = tmp_path / "best.json"
