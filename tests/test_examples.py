@@ -37,7 +37,8 @@ def test_the_three_examples_train_the_same_config_to_the_same_place(tmp_path) ->
     # 2 micro-batches of 32 per optimizer step (Lightning's accumulate_grad_batches, Hugging
     # Face's gradient_accumulation_steps), the foreach optimizer where the trainer takes it.
     assert configs == {
-        "batch=32x2 workers=1 persistent precision=fp32 compile=none lr=cosine@0.01 foreach optimizer"
+        "batch=32x2 workers=1 persistent precision=fp32 compile=none lr=cosine@0.01 "
+        "foreach optimizer"
     }
     # A separable problem: each trainer, applying the same knobs, learns it.
     assert all(acc >= 0.95 for acc in accuracies.values()), accuracies
