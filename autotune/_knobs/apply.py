@@ -195,6 +195,8 @@ def make_dataloader(
             kwargs["prefetch_factor"] = cfg.prefetch_factor
     # Pinning only means something when batches are copied to an accelerator.
     pin = cfg.pin_memory and device_type(cfg.device) != "cpu"
+    # What every loader below shares: the workers, pinning, batching function and seed.
+    kwargs.update(num_workers=workers, pin_memory=pin, collate_fn=collate_fn, generator=generator)
     source = source_of(dataset)
     if is_stream(source):
         # A stream orders itself (its shards, its shuffle buffer): no sampler, no shuffle=.
@@ -202,11 +204,7 @@ def make_dataloader(
         return DataLoader(
             split_by_node(source) if shard else source,
             batch_size=batch_size if batch_size is not None else cfg.batch_size,
-            num_workers=workers,
-            pin_memory=pin,
             drop_last=drop_last,
-            collate_fn=collate_fn,
-            generator=generator,
             **kwargs,
         )
     k = cfg.gradient_accumulation_steps
@@ -221,21 +219,13 @@ def make_dataloader(
         return DataLoader(
             dataset,
             batch_sampler=MicroBatchSampler(sampler, cfg.batch_size, k, drop_last=drop_last),
-            num_workers=workers,
-            pin_memory=pin,
-            collate_fn=collate_fn,
-            generator=generator,
             **kwargs,
         )
     return DataLoader(
         dataset,
         batch_size=batch_size if batch_size is not None else cfg.batch_size,
         sampler=sampler,
-        num_workers=workers,
-        pin_memory=pin,
         drop_last=drop_last,
-        collate_fn=collate_fn,
-        generator=generator,
         **kwargs,
     )
 
