@@ -267,6 +267,37 @@ def test_both_arms_of_a_lightning_pair_read_the_stream_in_one_order() -> None:
     assert torch.equal(a, b)
 
 
+WORKER_LOG: list[Path] = []
+
+
+def log_worker(worker_id: int) -> None:
+    """A user's worker_init_fn: each worker that starts writes its id to the test's file."""
+    with WORKER_LOG[0].open("a") as f:
+        f.write(f"{worker_id}\n")
+
+
+class LoggedData(StreamData):
+    def train_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(NoisyStream(512), batch_size=32, worker_init_fn=log_worker)
+
+
+def test_a_lightning_accuracy_run_starts_the_stream_workers_with_the_users_worker_init_fn(
+    tmp_path, monkeypatch
+) -> None:
+    # An accuracy run loads a stream item by item through loader workers of autotune's own (so
+    # that both arms read one order); a user's worker_init_fn (seeding, opening a shard index)
+    # starts each of them, as it starts the workers of the user's loader and of timed trials.
+    monkeypatch.setattr(sys.modules[__name__], "WORKER_LOG", [tmp_path / "workers.txt"])
+    start = prepare_lightning(
+        lt.lightning_trainer(max_epochs=None, max_steps=16), lt.SmoothedSGD(),
+        datamodule=LoggedData(), metric="val_acc",
+    )  # fmt: skip
+    workload, loop = start.prepared.workload, start.prepared.workload.loop
+    run = loop.accuracy_run(start.baseline.replace(num_workers=2), workload, 64, seed=5)
+    assert run.samples == 64
+    assert sorted((tmp_path / "workers.txt").read_text().split()) == ["0", "1"]
+
+
 @pytest.mark.parametrize(
     ("trainer", "data", "options", "words"),
     [

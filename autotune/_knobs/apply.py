@@ -231,15 +231,21 @@ def make_dataloader(
 
 
 def make_item_loader(
-    cfg: TrainingConfig, stream: Dataset[Any], *, generator: torch.Generator | None = None
+    cfg: TrainingConfig,
+    stream: Dataset[Any],
+    *,
+    generator: torch.Generator | None = None,
+    worker_init_fn: Callable[[int], None] | None = None,
 ) -> DataLoader[Any]:
     """A stream's items one at a time, loaded by the config's workers (each prefetching a
-    batch's worth), unbatched: what an accuracy run batches itself, so that the order of the
-    items does not depend on the batch size (see the runner's accuracy runs)."""
+    batch's worth, each started by the user's ``worker_init_fn`` where their loader has one),
+    unbatched: what an accuracy run batches itself, so that the order of the items does not
+    depend on the batch size (see the runner's accuracy runs)."""
     kwargs: dict[str, Any] = {}
     if cfg.num_workers > 0:
         kwargs["persistent_workers"] = False
         kwargs["prefetch_factor"] = (cfg.prefetch_factor or 2) * cfg.batch_size
+        kwargs["worker_init_fn"] = worker_init_fn
     source = source_of(stream)
     return DataLoader(
         split_by_node(source) if data_parallel(cfg) else source,

@@ -127,7 +127,13 @@ class LightningLoop:
         with seeded(seed, cfg.device):
             losses = LossCheck(cfg)
             # A stream's items in the seed's order, loaded by the config's workers.
-            data, loading = accuracy_data(cfg, workload, seed, steps * cfg.global_batch_size)
+            data, loading = accuracy_data(
+                cfg,
+                workload,
+                seed,
+                steps * cfg.global_batch_size,
+                worker_init_fn=self.loaders.worker_init_fn,
+            )
             loader = self.train_loader(loading, data, shuffle=True, seed=seed)
             micro = steps * cfg.gradient_accumulation_steps
             trainer, module = self.fit(cfg, workload, loader, _Losses(losses), micro)

@@ -636,15 +636,21 @@ def _stream_batches(
 
 
 def stream_items(
-    cfg: TrainingConfig, stream: Stream, seed: int, needed: int
+    cfg: TrainingConfig,
+    stream: Stream,
+    seed: int,
+    needed: int,
+    worker_init_fn: Callable[[int], None] | None = None,
 ) -> Generator[Any, None, None]:
     """A stream's first ``needed`` items at data-order ``seed``, loaded one by one by the
     config's workers (each worker's items interleave item by item, so the order does not
     depend on the batch size: two configs of one seed and one worker count see the same
     samples in the same order). A stream that ends first is an error saying how many items
-    it gave."""
+    it gave. ``worker_init_fn``: the user's loader's, which starts each worker."""
     stream.at_epoch(seed)
-    loader = apply.make_item_loader(cfg, stream, generator=torch.Generator().manual_seed(seed))
+    loader = apply.make_item_loader(
+        cfg, stream, generator=torch.Generator().manual_seed(seed), worker_init_fn=worker_init_fn
+    )
     given = 0
     for item in itertools.islice(loader, needed):
         given += 1
@@ -662,22 +668,37 @@ class InOrder(IterableDataset[Any]):
     trainer's own loader to batch: that loader has no workers of its own (the config's load
     the items), so both arms of a pair see the same samples in the same order."""
 
-    def __init__(self, cfg: TrainingConfig, stream: Stream, seed: int, needed: int) -> None:
+    def __init__(
+        self,
+        cfg: TrainingConfig,
+        stream: Stream,
+        seed: int,
+        needed: int,
+        worker_init_fn: Callable[[int], None] | None = None,
+    ) -> None:
         self.cfg, self.stream, self.seed, self.needed = cfg, stream, seed, needed
+        self.worker_init_fn = worker_init_fn
 
     def __iter__(self) -> Iterator[Any]:
-        return stream_items(self.cfg, self.stream, self.seed, self.needed)
+        return stream_items(self.cfg, self.stream, self.seed, self.needed, self.worker_init_fn)
 
 
 def accuracy_data(
-    cfg: TrainingConfig, workload: Workload, seed: int, samples: int
+    cfg: TrainingConfig,
+    workload: Workload,
+    seed: int,
+    samples: int,
+    *,
+    worker_init_fn: Callable[[int], None] | None = None,
 ) -> tuple[Dataset[Any], TrainingConfig]:
     """(what a trainer's accuracy run of ``samples`` samples trains on, the config its loader
     is built from): the training set and ``cfg``, or for a stream its items in the order of
-    data-order ``seed`` (:class:`InOrder`) and ``cfg`` with no loader workers."""
+    data-order ``seed`` (:class:`InOrder`, its workers started by the user's
+    ``worker_init_fn``) and ``cfg`` with no loader workers."""
     if not isinstance(workload.train, Stream):
         return workload.train, cfg
-    return InOrder(cfg, workload.train, seed, samples), cfg.replace(num_workers=0)
+    items = InOrder(cfg, workload.train, seed, samples, worker_init_fn)
+    return items, cfg.replace(num_workers=0)
 
 
 def run_trial(
