@@ -31,6 +31,7 @@ class Stream(IterableDataset[Any]):
         workers: int | None = None,
         workers_why: str = "",
         replays: bool = True,
+        seeded: bool = True,
     ) -> None:
         self.source = source
         self.samples = samples  # the planned run's samples: one pass holds at least these
@@ -38,6 +39,7 @@ class Stream(IterableDataset[Any]):
         self.workers = workers  # the most workers it can feed (None: no limit known)
         self.workers_why = workers_why
         self.replays = replays  # two reads with the same seed give the same first items
+        self.seeded = seeded  # reads at two seeds give different first items
 
     def __len__(self) -> int:
         return self.samples

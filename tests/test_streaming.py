@@ -24,7 +24,7 @@ from autotune._stream import Stream
 from autotune._trial import runner
 from autotune._trial.outcome import AccuracyCheck
 from autotune._trial.streaming import Items, make_stream, worker_limit
-from autotune._trial.workload import prepare_workload
+from autotune._trial.workload import prepare_workload, stream_note
 
 from conftest import FAST_BUDGET, find
 
@@ -364,6 +364,24 @@ def test_a_stream_that_does_not_replay_its_order_is_said_to_weaken_the_pairs() -
     assert "the accuracy guard's pairs cannot see the same samples in the same order" in (
         shuffled.note
     )
+
+
+def test_a_stream_that_gives_every_seed_the_same_items_is_said_to_show_no_data_order_spread():
+    # Blobs yields one fixed sequence: accuracy runs of seeds 0, 1, 2 train on the same data.
+    fixed = prepare_workload(
+        blob_model(), Blobs(256), Blobs(64, seed=1), autotune.Task(), val_fraction=0.1, seed=0
+    )
+    assert isinstance(fixed.workload.train, Stream)
+    assert fixed.workload.train.replays and not fixed.workload.train.seeded
+    assert "the same items in the same order at every data-order seed" in fixed.note
+    assert "shows no effect of the data order" in fixed.note
+    # Flips drawn from the seeded generator: each seed's run sees other items.
+    flips = make_stream(PyRandomFlips(256), None)
+    assert flips.replays and flips.seeded
+    assert "at every data-order seed" not in stream_note(flips)
+    # A stream that does not replay is said to be that, not this.
+    unseeded = make_stream(Unseeded(256), None)
+    assert not unseeded.replays and "at every data-order seed" not in stream_note(unseeded)
 
 
 def test_a_stream_that_gives_every_worker_all_of_itself_is_searched_with_one_worker() -> None:

@@ -136,26 +136,39 @@ def replays(stream: IterableDataset[Any], *, argument: str = "dataset") -> bool:
     same first items: what the accuracy guard's pairs need (both arms train on the same
     samples in the same order). A stream that shuffles from a clock or an unseeded generator
     does not."""
-    reads = []
+    return _same_reads(_read_at(stream, 0, argument), _read_at(stream, 0, argument))
+
+
+def varies_with_seed(stream: IterableDataset[Any], *, argument: str = "dataset") -> bool:
+    """Whether the stream's first items change with the data-order seed (a ``set_epoch``, a
+    shuffle or an augmentation drawn from the seeded generators). One that gives the same
+    items at every seed gives the accuracy runs of every seed the same data: they differ only
+    where training itself draws randomness (dropout), so the spread between the baseline's
+    seeds is not what a new data order would change."""
+    return not _same_reads(_read_at(stream, 0, argument), _read_at(stream, 1, argument))
+
+
+def _read_at(stream: IterableDataset[Any], seed: int, argument: str) -> list[Any]:
+    """The stream's first items as an accuracy run of data-order ``seed`` reads them: torch,
+    ``random`` and numpy seeded (a stream that augments from Python's or numpy's generator
+    replays there too), a ``set_epoch`` told the seed. The caller's RNG states are kept."""
     py_state, np_state = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=[]):
-            for _ in range(2):
-                # Seeded as an accuracy run seeds them (torch, random, numpy): a stream that
-                # augments from Python's or numpy's generator replays there too.
-                torch.manual_seed(0)
-                random.seed(0)
-                np.random.seed(0)
-                set_epoch = getattr(stream, "set_epoch", None)
-                if callable(set_epoch):
-                    set_epoch(0)
-                reads.append(first_items(stream, REPLAY_ITEMS, argument=argument))
-    finally:  # the caller's RNG states are left as they were
+            torch.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed)
+            set_epoch = getattr(stream, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(seed)
+            return first_items(stream, REPLAY_ITEMS, argument=argument)
+    finally:
         random.setstate(py_state)
         np.random.set_state(np_state)
-    return len(reads[0]) == len(reads[1]) and all(
-        _same(a, b) for a, b in zip(reads[0], reads[1], strict=True)
-    )
+
+
+def _same_reads(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
 
 
 def _shards(stream: Any) -> int | None:
@@ -230,6 +243,7 @@ def make_stream(
         workers=limit,
         workers_why=why,
         replays=replays(stream, argument=argument),
+        seeded=varies_with_seed(stream, argument=argument),
     )
 
 
