@@ -123,26 +123,34 @@ def _headline(data: dict[str, Any]) -> str:
 
 
 def _judged(data: dict[str, Any], answer: dict[str, Any]) -> tuple[float, int, int] | None:
-    """(its share of the epochs, the guard's horizon, the planned run's samples) where
-    ``answer`` trains a share of the planned epochs; None where it trains them all, or the
-    result does not say."""
+    """(its share of the epochs, the guard's horizon, the planned run's samples) of
+    ``answer``; None where the result does not say."""
     trials = {t.get("number"): t for t in data.get("trials") or []}
     config = (trials.get(answer.get("trial")) or {}).get("config") or {}
     fraction = float(config.get("train_fraction", 1.0))
     horizon = (data.get("accuracy_guard") or {}).get("accuracy_samples")
     planned = data["metrics"].get("planned_samples")
-    if fraction == 1.0 or not horizon or not planned:
+    if not horizon or not planned:
         return None
     return fraction, int(horizon), int(planned)
 
 
 def _horizon(data: dict[str, Any], fast: dict[str, Any]) -> str | None:
-    """Where the fast answer trains a share of the epochs: whether its accuracy was judged on
-    the whole planned run, or at a horizon short of it (and how short)."""
+    """Where the fast answer's accuracy was judged: on the whole planned run, or at a horizon
+    short of it (how short, and what that cannot see)."""
     judged = _judged(data, fast)
     if judged is None:
         return None
     fraction, horizon, planned = judged
+    if fraction == 1.0:
+        if horizon >= planned:
+            return None
+        return (
+            f"  judged after {horizon:,} samples of training, {horizon / planned:.0%} of the "
+            f"planned run's {planned:,}: a drop that grows later in training (a change that "
+            "slows learning shows its cost late) is not measured there; `autotune verify "
+            "--full` trains both for the whole run and measures the accuracy each reaches"
+        )
     if horizon >= planned:
         return (
             f"  its {fraction:.0%}-length run was judged on the whole planned run "
@@ -163,7 +171,7 @@ def _whole_run_timeout(data: dict[str, Any], answer: dict[str, Any]) -> float | 
     None otherwise."""
     judged = _judged(data, answer)
     throughput = data["baseline"]["metrics"].get("throughput")
-    if judged is None or judged[1] >= judged[2] or not throughput:
+    if judged is None or judged[0] == 1.0 or judged[1] >= judged[2] or not throughput:
         return None
     repeats = int((data.get("search") or {}).get("accuracy_repeats") or 3)
     return float(repeats * judged[2] / throughput / ACCURACY_SHARE)

@@ -495,8 +495,9 @@ class Confirmation:
 def answer_claim() -> str:
     """The guarantee a confirmed answer carries, once, in the words a user reads."""
     return (
-        f"the answer is within the tolerance with {CONFIDENCE:.0%} confidence, one-sided, "
-        "across every check and look of the search, for drops whose modes its pairs show"
+        f"after the checks' length of training, the answer is within the tolerance with "
+        f"{CONFIDENCE:.0%} confidence, one-sided, across every check and look of the search, "
+        "for drops whose modes its pairs show"
     )
 
 
