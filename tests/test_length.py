@@ -263,7 +263,7 @@ def test_a_fast_answer_confirmed_short_of_the_planned_run_says_how_much_training
         speed=lambda cfg: 1.6 if cfg.precision.value == "bf16" else 1.0,
         metric_at=lambda cfg, seed, samples: 0.85 + noise(seed, 0.002),
     )
-    run, clock, lines = search(
+    run, _clock, lines = search(
         model,
         knobs={"precision": ["fp32", "bf16"]},
         timeout=240.0,
