@@ -199,10 +199,16 @@ class Search:
                     self._accuracy_check()  # the first candidate that changes the numerics
                     continue
             reserve = self._reserve(ledger)
-            if state.fast_first and state.step.stage is Stage.FAST and not ledger.confirmations:
+            if (
+                state.fast_first
+                and state.step.stage is Stage.FAST
+                and not ledger.confirmations
+                and self._first_check_fits(ledger, baseline)
+            ):
                 # The accuracy question's time, before its first check: that check comes before
                 # the rounds that measure answers (it may make one); only a pending
-                # confirmation is kept from it. Later candidates leave the rounds their time.
+                # confirmation is kept from it. Later candidates leave the rounds their time,
+                # and so do these once no first check fits any more.
                 reserve = self.question.confirm_reserve(ledger)
             cheapest = expected_seconds(
                 state.settings.baseline, ledger, baseline, state.settings.budget
@@ -327,6 +333,17 @@ class Search:
         if leader is not None:
             reserve += baseline.confirm_seconds(leader.record)
         return reserve
+
+    def _first_check_fits(self, ledger: Ledger, baseline: Baseline) -> bool:
+        """Whether the search's first check can still come (before the rounds, whose time it
+        may take): a leader waits for it, or the question has not been asked yet (its plan
+        keeps its own time), or a candidate screened now (its screening run, then a check's
+        first look, priced at the baseline's runs) would still fit in the time left. Once none
+        fits, screening alone cannot make an answer that changes the numerics, and the rounds
+        keep their time."""
+        if ledger.pending() is not None or baseline.accuracy is None:
+            return True
+        return self.bench.deadline.fits(baseline.run_seconds() + baseline.confirm_seconds())
 
     def _accuracy_check(self) -> None:
         """The baseline's accuracy runs, now (see :class:`AccuracyQuestion`)."""
