@@ -29,13 +29,14 @@ __all__ = [
     "check_rank_parts",
     "first_items",
     "make_stream",
+    "order_facts",
     "planned_length",
     "stream_length",
     "validation_items",
     "worker_limit",
 ]
 
-REPLAY_ITEMS = 4  # items read twice to see whether the stream replays its order
+REPLAY_ITEMS = 4  # items read to see whether the stream replays its order and follows the seed
 
 
 class Items(Dataset[Any]):
@@ -131,21 +132,18 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def replays(stream: IterableDataset[Any], *, argument: str = "dataset") -> bool:
-    """Whether two reads of the stream from its start, at the same data-order seed, give the
-    same first items: what the accuracy guard's pairs need (both arms train on the same
-    samples in the same order). A stream that shuffles from a clock or an unseeded generator
-    does not."""
-    return _same_reads(_read_at(stream, 0, argument), _read_at(stream, 0, argument))
-
-
-def varies_with_seed(stream: IterableDataset[Any], *, argument: str = "dataset") -> bool:
-    """Whether the stream's first items change with the data-order seed (a ``set_epoch``, a
-    shuffle or an augmentation drawn from the seeded generators). One that gives the same
-    items at every seed gives the accuracy runs of every seed the same data: they differ only
-    where training itself draws randomness (dropout), so the spread between the baseline's
-    seeds is not what a new data order would change."""
-    return not _same_reads(_read_at(stream, 0, argument), _read_at(stream, 1, argument))
+def order_facts(stream: IterableDataset[Any], *, argument: str = "dataset") -> tuple[bool, bool]:
+    """(whether it replays, whether it follows the seed), from three reads of the stream's
+    first items. It replays where two reads at one data-order seed give the same items: what
+    the accuracy guard's pairs need (both arms train on the same samples in the same order; a
+    stream that shuffles from a clock or an unseeded generator does not). It follows the seed
+    where a read at another seed gives other items (a ``set_epoch``, a shuffle or an
+    augmentation drawn from the seeded generators): one that does not gives the accuracy runs
+    of every seed the same data, so they differ only where training itself draws randomness
+    (dropout), and the spread between the baseline's seeds shows no data order's effect."""
+    first = _read_at(stream, 0, argument)
+    replays = _same_reads(first, _read_at(stream, 0, argument))
+    return replays, not _same_reads(first, _read_at(stream, 1, argument))
 
 
 def _read_at(stream: IterableDataset[Any], seed: int, argument: str) -> list[Any]:
@@ -236,14 +234,15 @@ def make_stream(
     the most DataLoader workers it can feed (a search over them)."""
     samples, length = planned_length(stream, planned_samples, argument=argument)
     limit, why = worker_limit(stream, argument=argument) if workers else (None, "")
+    replays, seeded = order_facts(stream, argument=argument)
     return Stream(
         stream,
         samples=samples,
         length=length,
         workers=limit,
         workers_why=why,
-        replays=replays(stream, argument=argument),
-        seeded=varies_with_seed(stream, argument=argument),
+        replays=replays,
+        seeded=seeded,
     )
 
 

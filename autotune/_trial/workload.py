@@ -270,10 +270,10 @@ def stream_note(stream: Stream) -> str:
         out += (
             "; it gives the same items in the same order at every data-order seed (nothing in "
             "it follows the seed: no shuffle that set_epoch reseeds, no shuffle or augmentation "
-            "drawn from torch, random or numpy), so "
-            "the accuracy runs of different seeds train on the same data and differ only where "
-            "training draws randomness itself: the spread between the baseline's seeds shows "
-            "no effect of the data order (your own runs over this stream see one order too)"
+            "drawn from torch, random or numpy), so the accuracy runs of different seeds "
+            "train on the same data and differ only where training draws randomness itself: "
+            "the spread between the baseline's seeds shows no effect of the data order (your "
+            "own runs over this stream see one order too)"
         )
     return out
 
