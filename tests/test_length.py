@@ -281,3 +281,52 @@ def test_a_fast_answer_confirmed_short_of_the_planned_run_says_how_much_training
         assert "judged after" not in summary, summary
     else:
         assert judged in summary, summary
+
+
+def needs_most_of_the_horizon(spread: float):
+    """Accuracy after ``samples``: a constant rate reaches 0.85 at 12,000 samples, an annealed
+    schedule at 9,000 (three quarters); short of it, up to 0.10 lower; seeds vary by
+    ``spread``."""
+
+    def metric(cfg: TrainingConfig, seed: int, samples: int) -> float:
+        need = 12_000 if cfg.lr_schedule.kind is ScheduleKind.CONSTANT else 9_000
+        return 0.85 - 0.10 * max(0.0, 1.0 - samples / need) + noise(seed, spread)
+
+    return metric
+
+
+@pytest.mark.parametrize(
+    ("spread", "half"),
+    [(0.005, "outside tolerance"), (0.02, "passed screening")],  # its check then rejects it
+)
+def test_a_shorter_run_that_fails_at_the_horizon_is_retried_at_a_milder_cut(
+    spread: float, half: str
+) -> None:
+    """Half the epochs trains 6,000 of the horizon's 12,000 samples and fails there (0.82
+    against 0.85: its screening, or with seeds that vary more its check); 80% of them (9,600)
+    holds. The next candidate given an accuracy run is the same config at 80%, not another
+    cut as deep, and it is the confirmed answer, 1.25x faster to the same accuracy."""
+    from autotune._result.result import SearchResult
+    from autotune._search.ledger import Ledger
+
+    model = Model(throughput=1000.0, overhead=0.5, metric_at=needs_most_of_the_horizon(spread))
+    knobs = {"lr_schedule": ["constant", "one_cycle"], "train_fraction": [1.0, 0.8, 0.6, 0.5]}
+    run, clock, lines = search(model, knobs=knobs, timeout=240.0)
+    ledger = Ledger.read(run.bench.study, run.settings)
+    accuracy = [
+        (e.config.train_fraction, e.config.lr_schedule.kind.value)
+        for e in ledger.candidates
+        if e.record.metric is not None and not e.record.reused
+    ]
+    assert accuracy[:2] == [(0.5, "one_cycle"), (0.8, "one_cycle")], lines
+    assert any("50% of the epochs: 2.00x screening, val accuracy" in line and half in line
+               for line in lines), lines  # fmt: skip
+    result = SearchResult.from_ledger(
+        ledger, run.settings, study_name="s", storage=None, seconds=240.0, interrupted=False,
+        memory=None, skipped=(),
+    )  # fmt: skip
+    cfg = result.config
+    assert (cfg.train_fraction, cfg.lr_schedule.kind) == (0.8, ScheduleKind.ONE_CYCLE), lines
+    assert result.winner.confirmed is True
+    assert result.speedup == pytest.approx(1.25, rel=0.05)
+    assert clock.now - run.settings.started <= 240 * 1.05

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 from test_ledger import _base, _candidate, _study_with, measurement, settings
@@ -281,3 +282,41 @@ def test_the_time_kept_for_the_question_makes_its_first_check_past_the_fast_shar
     assert step.stage is Stage.FAST and step.needs_checks
     fast = policy.next(_ledger(_base(), accuracy=True), used=0.8, checks=True, fast_first=True)
     assert fast.stage is Stage.FAST and _configs(fast)[0] == BASE.replace(precision="bf16")
+
+
+def test_a_cut_in_the_epochs_that_fails_at_the_horizon_is_tried_next_at_a_milder_one() -> None:
+    """Half the epochs failed its screening (0.80 against 0.90): the next candidate is the same
+    config at 80% of them (the listed share nearest halfway to the whole run), not the
+    sampler's; once a shorter run holds, the sampler goes on from there."""
+    from test_ledger import runs
+
+    from autotune._search import storage
+    from autotune._search.record import BaselineAccuracy
+
+    space = load_space(
+        {"knobs": {"lr_schedule": ["constant", "one_cycle"], "train_fraction": [1, 0.8, 0.6, 0.5]}}
+    )
+    half = space.build({"train_fraction": 0.5, "lr_schedule": "one_cycle"}, BASE)
+
+    def ledger(*records: Record) -> Ledger:
+        study = _study_with([_base(), *records])
+        storage.write_baseline_accuracy(
+            study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+        )
+        return Ledger.read(study, settings(space=space))
+
+    def screened(cfg: TrainingConfig, metric: float) -> Record:
+        return dataclasses.replace(
+            _candidate(cfg, 100.0 * cfg.train_fraction), accuracy=runs(metric)
+        )
+
+    policy = StagePolicy(space, BASE, guided=True, cpus=2)
+    policy.tried.add(half)  # the first guesses were made
+    step = policy.next(ledger(screened(half, 0.80)), used=0.3, checks=True)
+    assert step is not None and step.stage is Stage.FAST
+    assert [space.build(p, BASE) for p in step.enqueue] == [half.replace(train_fraction=0.8)]
+    # 80% held at the horizon: nothing more is retried.
+    held = ledger(screened(half, 0.80), screened(half.replace(train_fraction=0.8), 0.90))
+    step = StagePolicy(space, BASE, guided=True, cpus=2)
+    step.tried.add(half)
+    assert not step.next(held, used=0.4, checks=True).enqueue
