@@ -167,6 +167,8 @@ def _default_study(args: argparse.Namespace) -> str:
         parts += [f"epochs={epochs:g}", f"keep_global_batch={args.keep_global_batch}"]
     if args.planned_samples is not None:
         parts.append(f"samples={args.planned_samples}")  # a stream's run: another study
+    if args.baseline is not None:  # another baseline: another study (parsed by cmd_search)
+        parts.append(f"baseline={json.dumps(args.baseline.to_dict(), sort_keys=True)}")
     key = "|".join(parts)
     short = hashlib.sha1(key.encode()).hexdigest()[:8]
     if args.trainer:
@@ -176,9 +178,30 @@ def _default_study(args: argparse.Namespace) -> str:
     return f"{model_name}-{data_name}-{short}"
 
 
+def _baseline(text: str | None) -> autotune.TrainingConfig | None:
+    """--baseline: a config JSON file (a result ``--out`` wrote, or a bare config), or a JSON
+    object of the config's fields given inline (the rest PyTorch's defaults)."""
+    if text is None:
+        return None
+    if not text.lstrip().startswith("{"):
+        try:
+            return autotune.load_config(text)
+        except AutotuneError as exc:
+            raise CLIError(f"--baseline: {exc}") from None
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"--baseline: not a JSON object of the config's fields: {exc}.") from None
+    try:
+        return autotune.TrainingConfig.from_dict(fields)
+    except AutotuneError as exc:
+        raise CLIError(f"--baseline: {exc}") from None
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise CLIError(f"--workers must be >= 1, but got {args.workers}.")
+    args.baseline = _baseline(args.baseline)  # a clear error before anything is loaded
     run = _trainer_search(args) if args.trainer else _model_search(args)
     storage = args.storage or DEFAULT_STORAGE
     study = args.study or _default_study(args)
@@ -341,7 +364,9 @@ def _options(
 ) -> autotune.SearchOptions:
     """The search's options: those given as flags, the storage, the study, the launcher."""
     given = {f.name: getattr(args, f.name) for f in autotune.SearchOptions.command_line()}
-    return autotune.SearchOptions(**given, storage=storage, study_name=study, launcher=launcher)
+    return autotune.SearchOptions(
+        **given, baseline=args.baseline, storage=storage, study_name=study, launcher=launcher
+    )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -530,6 +555,14 @@ def _search_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: best available)")
     s.add_argument("--storage", default=None, help=f"Optuna storage URL ({DEFAULT_STORAGE})")
     s.add_argument("--study", default=None, help="study name (default: derived from the command)")
+    s.add_argument(
+        "--baseline",
+        default=None,
+        help="your current training settings, measured first and guarded against: a config "
+        "JSON file (a result --out wrote, or a bare config), or its fields as inline JSON, "
+        'e.g. \'{"lr_schedule": {"kind": "cosine"}}\' (default: PyTorch\'s defaults, a '
+        "constant learning rate)",
+    )
     for f in autotune.SearchOptions.command_line():
         meta = f.metadata
         s.add_argument(meta["cli"], dest=f.name, default=f.default, help=meta["help"],

@@ -220,6 +220,7 @@ def run_search(
         space=restricted,
         space_asked=restricted,
         baseline=baseline,
+        baseline_asked=baseline,
         budget=options.budget or Budget(),
         calibrate=options.budget is None,
         accuracy_repeats=options.accuracy_repeats,

@@ -246,6 +246,61 @@ def test_nproc_per_node_makes_data_parallel_trials_in_a_study_of_their_own(
     assert seen["options"].study_name != two  # per-rank batches: another study
 
 
+def test_the_baseline_is_given_inline_or_as_a_config_file_and_makes_its_own_study(
+    tmp_path, monkeypatch
+) -> None:
+    """--baseline states the user's recipe (a cosine schedule at a higher rate), inline or as
+    the JSON a search wrote; the search measures it first, in a study of its own."""
+    import autotune
+
+    seen: dict = {}
+
+    def record(*args, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(autotune, "find_best", record)
+    argv = ["search", *TINY, "--out", str(tmp_path / "x.json"), "--storage", "sqlite:///:memory:"]
+    assert main(argv) == 130
+    default_study = seen["options"].study_name
+    assert seen["options"].baseline is None
+    inline = '{"lr_schedule": {"kind": "cosine", "peak_lr": 0.003}, "batch_size": 64}'
+    assert main([*argv, "--baseline", inline]) == 130
+    given = seen["options"].baseline
+    assert (given.lr_schedule.kind.value, given.lr_schedule.peak_lr, given.batch_size) == (
+        "cosine",
+        0.003,
+        64,
+    )
+    assert seen["options"].study_name != default_study
+    saved = tmp_path / "mine.json"
+    saved.write_text(json.dumps({"schema_version": 1, "config": given.to_dict()}))
+    assert main([*argv, "--baseline", str(saved)]) == 130
+    assert seen["options"].baseline == given
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ('{"lr_schedul": {"kind": "cosine"}}', "--baseline: Unknown key(s) 'lr_schedul' in"),
+        ('{"batch_size": 64', "--baseline: not a JSON object of the config's fields:"),
+        ("no_such_file.json", "--baseline: Cannot read config file 'no_such_file.json'"),
+        ('{"lr_schedule": {"kind": "linear"}}', "--baseline: "),
+    ],
+)
+def test_a_bad_baseline_is_a_clear_error_before_anything_loads(
+    tmp_path, capsys, monkeypatch, value, message
+) -> None:
+    import autotune
+
+    monkeypatch.setattr(autotune, "find_best", lambda *a, **k: pytest.fail("searched"))
+    out = tmp_path / "x.json"
+    argv = ["search", *TINY, "--out", str(out), "--storage", "sqlite:///:memory:"]
+    assert main([*argv, "--baseline", value]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_the_cli_states_no_default_of_its_own(tmp_path, monkeypatch) -> None:
     """Left out, every option is the library's default: the options object's, find_best's
     tolerance and verify's rounds (the CLI reads them instead of restating them)."""

@@ -34,6 +34,10 @@ from conftest import find
         ({"tolerance": 0.05}, "tolerance (--tolerance): 0.01 stored, 0.05 asked"),
         ({"metric": "loss"}, "metric (--metric): 'accuracy' stored, 'loss' asked"),
         ({"space": "default"}, "space (--space), "),
+        (
+            {"baseline": {"lr_schedule": {"kind": "cosine"}}},
+            "baseline (--baseline), lr_schedule: {'kind': 'constant'",
+        ),
     ],
 )
 def test_a_study_is_not_resumed_under_settings_that_change_its_facts(

@@ -59,6 +59,10 @@ class SearchSettings:
     # the memory probe and the calibration narrowed it): what a resumed search is compared to.
     # None in a study written before it was stored.
     space_asked: SearchSpace | None = None
+    # The baseline as the search was asked for it (before a split of its batch that fits in
+    # memory): what a resumed search is compared to. None in a study written before it was
+    # stored.
+    baseline_asked: TrainingConfig | None = None
     # The kind of the user's trainer whose loop ran the trials ("lightning", "transformers");
     # None: autotune's own loop over the task's hooks.
     trainer: str | None = None
@@ -142,6 +146,8 @@ class SearchSettings:
         if values.get("space_asked") is not None:
             values["space_asked"] = _space_from(values["space_asked"])
         values["baseline"] = TrainingConfig.from_dict(values["baseline"])
+        if values.get("baseline_asked") is not None:
+            values["baseline_asked"] = TrainingConfig.from_dict(values["baseline_asked"])
         values["budget"] = Budget(**values["budget"])
         return cls(**values)
 
@@ -158,9 +164,9 @@ def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
     """The settings that change what a study's stored facts mean, where a resumed search asks
     for other values than the study was measured under: "planned epochs: 10 stored, 100
     asked". Projected times are ranked for the planned run, accuracy runs are of one metric in
-    one direction, verdicts are judged at one tolerance, the global batch is kept or not, and
-    the space says what was searched: mixing them would rank and judge trials under different
-    rules."""
+    one direction, verdicts are judged at one tolerance against one baseline, the global batch
+    is kept or not, and the space says what was searched: mixing them would rank and judge
+    trials under different rules."""
     pairs = {
         "trainer (tune / find_best)": (stored.trainer, asked.trainer),
         "planned epochs (--planned-epochs)": (stored.planned_epochs, asked.planned_epochs),
@@ -181,6 +187,13 @@ def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
         ),
     }
     out = [f"{name}: {a!r} stored, {b!r} asked" for name, (a, b) in pairs.items() if a != b]
+    if stored.baseline_asked is not None and asked.baseline_asked is not None:
+        before, now = stored.baseline_asked.to_dict(), asked.baseline_asked.to_dict()
+        changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+        out += [
+            f"baseline (--baseline), {k}: {before.get(k)!r} stored, {now.get(k)!r} asked"
+            for k in changed
+        ]
     if stored.space_asked is not None:
         before = stored.space_asked.to_dict()["knobs"]
         now = (asked.space_asked or asked.space).to_dict()["knobs"]
