@@ -248,7 +248,7 @@ def _trainer_search(args: argparse.Namespace) -> Run:
     train_loader, val_loader) tuple, or a dict of tune's arguments."""
     given = [
         option for option, value in (("--model", args.model), ("--data", args.data),
-        ("--device", args.device), ("--devices", args.devices))
+        ("--device", args.device), ("--devices", args.devices), ("--baseline", args.baseline))
         if value
     ]  # fmt: skip
     given += [

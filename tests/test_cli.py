@@ -301,6 +301,14 @@ def test_a_bad_baseline_is_a_clear_error_before_anything_loads(
     assert not out.exists()
 
 
+def test_a_trainers_baseline_is_its_own_settings(tmp_path, capsys) -> None:
+    """With --trainer the baseline is the trainer's: --baseline is refused before its factory
+    is called."""
+    argv = ["search", "--trainer", "no_such_module_xyz:make", "--out", str(tmp_path / "x.json")]
+    assert main([*argv, "--baseline", '{"batch_size": 64}']) == 2
+    assert "--trainer: --baseline do not apply" in capsys.readouterr().err
+
+
 def test_the_cli_states_no_default_of_its_own(tmp_path, monkeypatch) -> None:
     """Left out, every option is the library's default: the options object's, find_best's
     tolerance and verify's rounds (the CLI reads them instead of restating them)."""

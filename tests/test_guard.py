@@ -552,3 +552,27 @@ def test_a_look_sized_to_reject_a_drop_says_so_not_that_it_would_confirm() -> No
     assert "confirm a harmless change" not in far[0]
     harmless = g._settle([-0.005, 0.005, 0.004], 1, 1, noise)
     assert "would confirm a harmless change" in harmless[0]
+
+
+@pytest.mark.parametrize(
+    ("runs", "higher", "lagging"),
+    [
+        # The README's CNN at a constant rate: seeds 0-2 at 0.98-0.99, seed 3 at 0.76.
+        ((0.9893, 0.9844, 0.9941, 0.7598), True, (3, 0.7598, [0.9844, 0.9941])),
+        # A noisy baseline whose worst run is within its others' spread: none lags.
+        ((0.87, 0.92, 0.97, 0.93), True, None),
+        # Close runs a little apart: not 5 tolerances behind.
+        ((0.990, 0.991, 0.962), True, None),
+        # A loss: the lagging run is the highest.
+        ((2.01, 2.02, 2.60), False, (2, 2.60, [2.01, 2.02])),
+        ((0.99, 0.50), True, None),  # two runs: neither is the odd one
+    ],
+)
+def test_a_baseline_run_far_behind_its_others_is_named(runs, higher, lagging) -> None:
+    from autotune._search.guard import lagging_run
+
+    lag = lagging_run(runs, higher_is_better=higher, tolerance=0.01)
+    if lagging is None:
+        assert lag is None
+    else:
+        assert (lag["seed"], lag["metric"], lag["others"]) == lagging

@@ -330,3 +330,30 @@ def test_a_shorter_run_that_fails_at_the_horizon_is_retried_at_a_milder_cut(
     assert result.winner.confirmed is True
     assert result.speedup == pytest.approx(1.25, rel=0.05)
     assert clock.now - run.settings.started <= 240 * 1.05
+
+
+def test_a_baseline_whose_own_runs_lag_says_so_with_what_the_user_can_do() -> None:
+    """At a constant rate, the baseline's seed 2 ends far below its others (0.60 against
+    0.85): every pair carries that spread. The summary names the run, and, the baseline's
+    rate being constant, says how to give the schedule the user really trains with."""
+    from autotune._result.result import SearchResult
+    from autotune._search.ledger import Ledger
+
+    def lagging_seed(cfg: TrainingConfig, seed: int, samples: int) -> float:
+        constant = cfg.lr_schedule.kind is ScheduleKind.CONSTANT
+        return (0.60 if constant and seed == 2 else 0.85) + noise(seed, 0.002)
+
+    model = Model(throughput=1000.0, overhead=0.5, metric_at=lagging_seed)
+    knobs = {"lr_schedule": ["constant", "one_cycle"], "train_fraction": [1.0, 0.5]}
+    run, _, lines = search(model, knobs=knobs, timeout=240.0)
+    ledger = Ledger.read(run.bench.study, run.settings)
+    result = SearchResult.from_ledger(
+        ledger, run.settings, study_name="s", storage=None, seconds=240.0, interrupted=False,
+        memory=None, skipped=(),
+    )  # fmt: skip
+    lag = result.to_dict()["accuracy_guard"]["lagging_run"]
+    assert lag is not None and lag["seed"] == 2, lines
+    summary = result.summary()
+    assert f"the baseline's run of seed 2 reached accuracy {lag['metric']:.4f} where" in summary
+    assert "a constant learning rate ends on a noisy last iterate" in summary
+    assert "--baseline or SearchOptions(baseline=...)" in summary

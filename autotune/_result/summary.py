@@ -8,7 +8,7 @@ from typing import Any
 from autotune._errors import ConfigError
 from autotune._knobs.config import TrainingConfig
 from autotune._search.derived import format_speedup
-from autotune._search.guard import ACCURACY_SHARE, answer_claim, unseen_note
+from autotune._search.guard import ACCURACY_SHARE, answer_claim, lag_words, unseen_note
 
 __all__ = ["render_summary", "summary_parts"]
 
@@ -260,6 +260,17 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
         )
         if guard.get("advice"):
             lines.append(f"  ! {guard['advice']}")
+        lag = guard.get("lagging_run")
+        if lag:
+            schedule = (data["baseline"]["config"].get("lr_schedule") or {}).get("kind")
+            hint = (
+                " (a constant learning rate ends on a noisy last iterate: if your run anneals "
+                "its rate, give that schedule as the baseline, --baseline or "
+                "SearchOptions(baseline=...))"
+                if schedule == "constant"
+                else ""
+            )
+            lines.append(f"  ! {lag_words(lag, name)}{hint}")
     note = (data.get("search") or {}).get("accuracy_note")
     if note:
         lines.append(f"  ! {note}")
