@@ -457,3 +457,35 @@ def test_the_rounds_keep_their_time_when_no_change_of_the_numerics_passes_its_sc
     assert best is not None and ledger.safe(best) and best.config.num_workers > 0
     assert len(ledger.rounds) >= 2, "\n".join(lines)  # measured side by side
     assert not any("no time left to measure the answers again" in line for line in lines)
+
+
+def test_a_leader_whose_check_does_not_fit_now_is_told_when_it_will_be_made(
+    monkeypatch,
+) -> None:
+    """A candidate that passed screening and leads, with no room for its check beside the
+    time kept for pending work: the line says its check waits for what the last rounds leave
+    (the README's run printed "no time to confirm its accuracy", then confirmed it there)."""
+    import types
+
+    from autotune._search import candidate
+
+    lines: list[str] = []
+    leader = types.SimpleNamespace(number=12, record=object())
+    bench = types.SimpleNamespace(
+        ledger=lambda: types.SimpleNamespace(pending=lambda: leader),
+        deadline=types.SimpleNamespace(fits=lambda seconds: seconds <= 60.0),
+        report=lines.append,
+    )
+    baseline = types.SimpleNamespace(
+        guard=types.SimpleNamespace(repeats=3), confirm_seconds=lambda record: 30.0
+    )
+    confirmed: list[int] = []
+    monkeypatch.setattr(candidate, "confirm", lambda *a, **k: confirmed.append(12))
+    candidate._confirm_if_leading(bench, baseline, 12, reserve=40.0)  # 30 + 40 > 60
+    assert lines == [
+        "trial #12 passed screening; its check (~30 s) does not fit now beside the 40 s kept "
+        "for pending work: it is made at the end if the side-by-side rounds leave the time"
+    ]
+    assert not confirmed
+    candidate._confirm_if_leading(bench, baseline, 12, reserve=20.0)  # 30 + 20 fits
+    assert confirmed == [12] and len(lines) == 1

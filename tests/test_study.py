@@ -36,7 +36,7 @@ from conftest import find
         ({"space": "default"}, "space (--space), "),
         (
             {"baseline": {"lr_schedule": {"kind": "cosine"}}},
-            "baseline (--baseline), lr_schedule: {'kind': 'constant'",
+            "baseline (--baseline; with tune, your trainer's settings), lr_schedule: {'kind'",
         ),
     ],
 )

@@ -191,7 +191,8 @@ def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
         before, now = stored.baseline_asked.to_dict(), asked.baseline_asked.to_dict()
         changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
         out += [
-            f"baseline (--baseline), {k}: {before.get(k)!r} stored, {now.get(k)!r} asked"
+            f"baseline (--baseline; with tune, your trainer's settings), {k}: "
+            f"{before.get(k)!r} stored, {now.get(k)!r} asked"
             for k in changed
         ]
     if stored.space_asked is not None:
