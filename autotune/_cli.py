@@ -183,17 +183,10 @@ def _baseline(text: str | None) -> autotune.TrainingConfig | None:
     object of the config's fields given inline (the rest PyTorch's defaults)."""
     if text is None:
         return None
-    if not text.lstrip().startswith("{"):
-        try:
-            return autotune.load_config(text)
-        except AutotuneError as exc:
-            raise CLIError(f"--baseline: {exc}") from None
     try:
-        fields = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CLIError(f"--baseline: not a JSON object of the config's fields: {exc}.") from None
-    try:
-        return autotune.TrainingConfig.from_dict(fields)
+        if text.lstrip().startswith("{"):
+            return autotune.TrainingConfig.from_json(text)
+        return autotune.load_config(text)
     except AutotuneError as exc:
         raise CLIError(f"--baseline: {exc}") from None
 

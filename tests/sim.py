@@ -9,6 +9,7 @@ import dataclasses
 import math
 import random
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import optuna
 from test_space import CPU
@@ -23,6 +24,9 @@ from autotune._trial.measure import Measurement
 from autotune._trial.outcome import AccuracyCheck, AccuracyRun, Budget, TrialOutcome
 from autotune._trial.runner import fitted_steps as _runner_fitted
 from autotune._trial.runner import halfway_is_a_shorter_run, run_samples
+
+if TYPE_CHECKING:
+    from autotune._result.result import SearchResult
 
 
 class Clock:
@@ -239,3 +243,15 @@ def noise(seed: int, scale: float) -> float:
 
 
 __all__ = ["Clock", "Model", "SimulatedExecutor", "noise", "search"]
+
+
+def result_of(run: Search, seconds: float = 240.0) -> SearchResult:
+    """The result a simulated search ``run`` reports, from its study (budget ``seconds``)."""
+    from autotune._result.result import SearchResult
+    from autotune._search.ledger import Ledger
+
+    ledger = Ledger.read(run.bench.study, run.settings)
+    return SearchResult.from_ledger(
+        ledger, run.settings, study_name="s", storage=None, seconds=seconds, interrupted=False,
+        memory=None, skipped=(),
+    )  # fmt: skip

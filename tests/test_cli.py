@@ -208,16 +208,24 @@ def test_console_script_is_installed() -> None:
     assert "search" in proc.stdout and "show" in proc.stdout and "verify" in proc.stdout
 
 
-def test_keep_global_batch_reaches_the_search(tmp_path, monkeypatch) -> None:
+def searched_with(monkeypatch) -> dict:
+    """The keywords ``autotune.find_best`` is called with, filled in as the CLI calls it; the
+    call stops there (KeyboardInterrupt: exit 130) before any trial: only the arguments
+    matter."""
     import autotune
 
     seen: dict = {}
 
     def record(*args, **kwargs):
         seen.update(kwargs)
-        raise KeyboardInterrupt  # stop before any trial: only the arguments matter here
+        raise KeyboardInterrupt
 
     monkeypatch.setattr(autotune, "find_best", record)
+    return seen
+
+
+def test_keep_global_batch_reaches_the_search(tmp_path, monkeypatch) -> None:
+    seen = searched_with(monkeypatch)
     argv = ["search", *TINY, "--out", str(tmp_path / "x.json"), "--storage", "sqlite:///:memory:"]
     assert main([*argv, "--keep-global-batch"]) == 130
     assert seen["options"].keep_global_batch is True
@@ -228,15 +236,7 @@ def test_keep_global_batch_reaches_the_search(tmp_path, monkeypatch) -> None:
 def test_nproc_per_node_makes_data_parallel_trials_in_a_study_of_their_own(
     tmp_path, monkeypatch
 ) -> None:
-    import autotune
-
-    seen: dict = {}
-
-    def record(*args, **kwargs):
-        seen.update(kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(autotune, "find_best", record)
+    seen = searched_with(monkeypatch)
     argv = ["search", *TINY, "--out", str(tmp_path / "x.json"), "--storage", "sqlite:///:memory:"]
     assert main([*argv, "--nproc-per-node", "2"]) == 130
     assert seen["options"].ranks == 2
@@ -251,15 +251,7 @@ def test_the_baseline_is_given_inline_or_as_a_config_file_and_makes_its_own_stud
 ) -> None:
     """--baseline states the user's recipe (a cosine schedule at a higher rate), inline or as
     the JSON a search wrote; the search measures it first, in a study of its own."""
-    import autotune
-
-    seen: dict = {}
-
-    def record(*args, **kwargs):
-        seen.update(kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(autotune, "find_best", record)
+    seen = searched_with(monkeypatch)
     argv = ["search", *TINY, "--out", str(tmp_path / "x.json"), "--storage", "sqlite:///:memory:"]
     assert main(argv) == 130
     default_study = seen["options"].study_name
@@ -283,7 +275,7 @@ def test_the_baseline_is_given_inline_or_as_a_config_file_and_makes_its_own_stud
     ("value", "message"),
     [
         ('{"lr_schedul": {"kind": "cosine"}}', "--baseline: Unknown key(s) 'lr_schedul' in"),
-        ('{"batch_size": 64', "--baseline: not a JSON object of the config's fields:"),
+        ('{"batch_size": 64', "--baseline: The config is not valid JSON:"),
         ("no_such_file.json", "--baseline: Cannot read config file 'no_such_file.json'"),
         ('{"lr_schedule": {"kind": "linear"}}', "--baseline: "),
     ],
@@ -316,14 +308,8 @@ def test_the_cli_states_no_default_of_its_own(tmp_path, monkeypatch) -> None:
 
     import autotune
 
-    seen: dict = {}
     signature = inspect.signature(autotune.find_best).parameters
-
-    def record(*args, **kwargs):
-        seen.update(kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(autotune, "find_best", record)
+    seen = searched_with(monkeypatch)
     storage = f"sqlite:///{tmp_path / 'd.db'}"
     assert main(["search", *TINY, "--out", str(tmp_path / "x.json"), "--storage", storage]) == 130
     options = seen["options"]

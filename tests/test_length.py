@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from sim import Model, noise, search
+from sim import Model, noise, result_of, search
 from test_space import CPU
 
 from autotune import TrainingConfig
@@ -115,17 +115,11 @@ def test_a_search_buys_time_to_accuracy_with_a_shorter_annealed_run(
     half the epochs. The answer trains half of them, its accuracy confirmed against the
     baseline's run; it is 2x faster to the same accuracy, and the result says how much of
     that is the shorter run, and where its accuracy was judged."""
-    from autotune._result.result import SearchResult
-    from autotune._search.ledger import Ledger
 
     model = Model(throughput=throughput, overhead=0.5, metric_at=annealed_learns_faster)
     knobs = {"lr_schedule": ["constant", "one_cycle"], "train_fraction": [1.0, 0.5]}
     run, clock, lines = search(model, knobs=knobs, timeout=240.0)
-    ledger = Ledger.read(run.bench.study, run.settings)
-    result = SearchResult.from_ledger(
-        ledger, run.settings, study_name="s", storage=None, seconds=240.0, interrupted=False,
-        memory=None, skipped=(),
-    )  # fmt: skip
+    result = result_of(run)
     cfg = result.config
     assert (cfg.train_fraction, cfg.lr_schedule.kind) == (0.5, ScheduleKind.ONE_CYCLE), lines
     assert result.winner.confirmed is True
@@ -254,8 +248,6 @@ def test_a_fast_answer_confirmed_short_of_the_planned_run_says_how_much_training
     claim about runs of the checks' length, which the summary states where that is short of
     the planned run (a GPT-2 at LR x0.9 was 0.0014 nats worse after 2,224 sequences and 0.014
     after 8,896: a drop can grow later in training)."""
-    from autotune._result.result import SearchResult
-    from autotune._search.ledger import Ledger
 
     model = Model(
         throughput=4000.0,
@@ -269,11 +261,7 @@ def test_a_fast_answer_confirmed_short_of_the_planned_run_says_how_much_training
         timeout=240.0,
         accuracy_samples=accuracy_samples,
     )
-    ledger = Ledger.read(run.bench.study, run.settings)
-    result = SearchResult.from_ledger(
-        ledger, run.settings, study_name="s", storage=None, seconds=240.0, interrupted=False,
-        memory=None, skipped=(),
-    )  # fmt: skip
+    result = result_of(run)
     assert result.config.precision.value == "bf16" and result.winner.confirmed is True, lines
     summary = result.summary()
     assert "after the checks' length of training, the answer is within the tolerance" in summary
@@ -306,7 +294,6 @@ def test_a_shorter_run_that_fails_at_the_horizon_is_retried_at_a_milder_cut(
     against 0.85: its screening, or with seeds that vary more its check); 80% of them (9,600)
     holds. The next candidate given an accuracy run is the same config at 80%, not another
     cut as deep, and it is the confirmed answer, 1.25x faster to the same accuracy."""
-    from autotune._result.result import SearchResult
     from autotune._search.ledger import Ledger
 
     model = Model(throughput=1000.0, overhead=0.5, metric_at=needs_most_of_the_horizon(spread))
@@ -321,10 +308,7 @@ def test_a_shorter_run_that_fails_at_the_horizon_is_retried_at_a_milder_cut(
     assert accuracy[:2] == [(0.5, "one_cycle"), (0.8, "one_cycle")], lines
     assert any("50% of the epochs: 2.00x screening, val accuracy" in line and half in line
                for line in lines), lines  # fmt: skip
-    result = SearchResult.from_ledger(
-        ledger, run.settings, study_name="s", storage=None, seconds=240.0, interrupted=False,
-        memory=None, skipped=(),
-    )  # fmt: skip
+    result = result_of(run)
     cfg = result.config
     assert (cfg.train_fraction, cfg.lr_schedule.kind) == (0.8, ScheduleKind.ONE_CYCLE), lines
     assert result.winner.confirmed is True
@@ -336,8 +320,6 @@ def test_a_baseline_whose_own_runs_lag_says_so_with_what_the_user_can_do() -> No
     """At a constant rate, the baseline's seed 2 ends far below its others (0.60 against
     0.85): every pair carries that spread. The summary names the run, and, the baseline's
     rate being constant, says how to give the schedule the user really trains with."""
-    from autotune._result.result import SearchResult
-    from autotune._search.ledger import Ledger
 
     def lagging_seed(cfg: TrainingConfig, seed: int, samples: int) -> float:
         constant = cfg.lr_schedule.kind is ScheduleKind.CONSTANT
@@ -346,11 +328,7 @@ def test_a_baseline_whose_own_runs_lag_says_so_with_what_the_user_can_do() -> No
     model = Model(throughput=1000.0, overhead=0.5, metric_at=lagging_seed)
     knobs = {"lr_schedule": ["constant", "one_cycle"], "train_fraction": [1.0, 0.5]}
     run, _, lines = search(model, knobs=knobs, timeout=240.0)
-    ledger = Ledger.read(run.bench.study, run.settings)
-    result = SearchResult.from_ledger(
-        ledger, run.settings, study_name="s", storage=None, seconds=240.0, interrupted=False,
-        memory=None, skipped=(),
-    )  # fmt: skip
+    result = result_of(run)
     lag = result.to_dict()["accuracy_guard"]["lagging_run"]
     assert lag is not None and lag["seed"] == 2, lines
     summary = result.summary()
