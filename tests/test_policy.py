@@ -317,6 +317,6 @@ def test_a_cut_in_the_epochs_that_fails_at_the_horizon_is_tried_next_at_a_milder
     assert [space.build(p, BASE) for p in step.enqueue] == [half.replace(train_fraction=0.8)]
     # 80% held at the horizon: nothing more is retried.
     held = ledger(screened(half, 0.80), screened(half.replace(train_fraction=0.8), 0.90))
-    step = StagePolicy(space, BASE, guided=True, cpus=2)
-    step.tried.add(half)
-    assert not step.next(held, used=0.4, checks=True).enqueue
+    fresh = StagePolicy(space, BASE, guided=True, cpus=2)
+    fresh.tried.add(half)
+    assert not fresh.next(held, used=0.4, checks=True).enqueue
