@@ -227,6 +227,7 @@ def test_a_compile_longer_than_the_budget_runs_with_what_is_left_and_says_why() 
     missing = result.to_dict()["search"]["unmeasured"]
     assert [(u["knob"], u["value"]) for u in missing] == [("compile_mode", "default")]
     assert missing[0]["why"].startswith(f"trial #{compiled[0].number}: timeout")
+    assert "; the search's time left set that limit (the run's own: " in missing[0]["why"]
     assert "not measured: compile_mode=default (trial #" in result.summary()
     assert any("nothing left to try; not measured: compile_mode=default" in x for x in lines)
 

@@ -270,6 +270,41 @@ def test_a_compiled_run_gets_a_compile_allowance_beyond_its_steady_state_limit()
     assert executor.limits == [100.0, 100.0 + 300.0, 100.0 + 1200.0]
 
 
+def test_a_run_stopped_at_the_searchs_time_left_says_that_set_its_limit() -> None:
+    """A compile started with 10 s left is stopped there: its failure says the search's time
+    left set the limit (the run's own was 400 s), so it does not read as a hang; a run stopped
+    at its own limit says nothing more."""
+    from autotune._trial.failures import FailureReason
+
+    class _TimesOut(_Limits):
+        def run(self, cfg, budget, *, accuracy=None, measured=None, time_limit=None, progress=None):
+            self.limits.append(time_limit)
+            return TrialOutcome(
+                config=cfg,
+                failure=FailureReason.TIMEOUT,
+                message=f"timeout: the trial ran past its {time_limit:.0f} s limit and was stopped",
+            )
+
+    executor = _TimesOut()
+    clock = Clock(1000.0)
+    state = LoopState(
+        settings=types.SimpleNamespace(trial_timeout=None, budget=Budget()),
+        deadline=Deadline(start=0.0, end=1010.0, clock=clock),  # 10 s left of 1,010
+    )
+    bench = Bench(
+        study=None, state=state, executor=executor, report=lambda line: None, fingerprint=""
+    )
+    compiled = bench.execute(BASE.replace(compile_mode="default"), expected=20.0)
+    assert executor.limits[0] < 400.0
+    assert compiled.message == (
+        f"timeout: the trial ran past its {executor.limits[0]:.0f} s limit and was stopped; "
+        "the search's time left set that limit (the run's own: 400 s)"
+    )
+    own = bench.execute(BASE, expected=20.0, limit=5.0)
+    assert executor.limits[1] == 5.0
+    assert own.message == "timeout: the trial ran past its 5 s limit and was stopped"
+
+
 def test_the_time_kept_for_the_question_makes_its_first_check_past_the_fast_share() -> None:
     """Past the fast stage's share of the budget the policy hands over to the late stage; but
     where the time kept for the accuracy question has only just come (a long safe stage, cheap

@@ -4,6 +4,7 @@ re-measuring, confirming)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -20,6 +21,7 @@ from autotune._search.ledger import Ledger
 from autotune._search.record import Record, Role
 from autotune._search.settings import SearchSettings
 from autotune._search.state import LoopState
+from autotune._trial.failures import FailureReason
 from autotune._trial.isolation import TrialExecutor
 from autotune._trial.measure import Measurement
 from autotune._trial.outcome import AccuracyCheck, Budget, TrialOutcome
@@ -103,16 +105,31 @@ class Bench:
             seeds = ", ".join(str(seed) for seed in accuracy.seeds)
             what = f"accuracy run{'s' if len(accuracy.seeds) > 1 else ''} (seed {seeds})"
         self.report.run(f"{what} of {cfg.describe()}", expected)
-        return self.executor.run(
+        cut = _at_least(self.deadline.trial_limit(limit, keep), floor)
+        outcome = self.executor.run(
             cfg,
             budget or self.settings.budget,
             accuracy=accuracy,
             measured=measured,
-            time_limit=_at_least(self.deadline.trial_limit(limit, keep), floor),
+            time_limit=cut,
             # Steps from an isolated worker made a fault test's baseline time out (unexplained,
             # see issue 12's closing note): the panel shows only their elapsed time for now.
             progress=None if self.executor.isolated else self.report.step,
         )
+        if (
+            outcome.failure is FailureReason.TIMEOUT
+            and cut is not None
+            and (limit is None or cut < limit)
+        ):
+            # Stopped at what the search had left, not at a limit of the run's own: a compile
+            # started near the end read as a hang ("ran past its 10 s limit").
+            own = "none" if limit is None else f"{limit:.0f} s"
+            outcome = dataclasses.replace(
+                outcome,
+                message=f"{outcome.message}; the search's time left set that limit (the "
+                f"run's own: {own})",
+            )
+        return outcome
 
     def ask(self) -> optuna.Trial:
         with warnings.catch_warnings():
