@@ -126,8 +126,8 @@ class Bench:
             own = "none" if limit is None else f"{limit:.0f} s"
             outcome = dataclasses.replace(
                 outcome,
-                message=f"{outcome.message}; the search's time left set that limit (the "
-                f"run's own: {own})",
+                message=f"{outcome.message or 'timeout'}; the search's time left set that "
+                f"limit (the run's own: {own})",
             )
         return outcome
 
