@@ -5,14 +5,12 @@ same order in both arms, whatever their batch sizes)."""
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -28,12 +26,11 @@ from autotune._trial.workload import prepare_workload, stream_note
 
 from conftest import FAST_BUDGET, find
 
-wds = pytest.importorskip("webdataset")
+pytest.importorskip("webdataset")
 datasets = pytest.importorskip("datasets")
-Image = pytest.importorskip("PIL.Image")
+pytest.importorskip("PIL.Image")
 
-COLORS = ((200, 40, 40), (40, 200, 40), (40, 40, 200))  # a class per dominant colour
-
+from jpeg_shards import jpeg_stream, small_cnn, write_shards  # noqa: E402
 
 # -- streams of our own (picklable: trials run in worker processes) ----------------------------
 
@@ -97,53 +94,6 @@ class Unseeded(Blobs):
 
 def blob_model() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
-
-
-# -- WebDataset shards of JPEG files ---------------------------------------------------------
-
-
-def write_shards(folder: Path, shards: int, per_shard: int, seed: int = 0) -> list[str]:
-    """Tar shards of 16x16 JPEG images (a noisy dominant colour per class) with their class."""
-    rng = np.random.default_rng(seed)
-    urls = []
-    for s in range(shards):
-        path = folder / f"shard-{s:03d}.tar"
-        with wds.TarWriter(str(path)) as writer:
-            for i in range(per_shard):
-                label = int(rng.integers(0, 3))
-                pixels = np.clip(rng.normal(COLORS[label], 60, (16, 16, 3)), 0, 255)
-                buffer = io.BytesIO()
-                Image.fromarray(pixels.astype("uint8")).save(buffer, format="JPEG")
-                writer.write({"__key__": f"{s}_{i}", "jpg": buffer.getvalue(), "cls": label})
-        urls.append(str(path))
-    return urls
-
-
-def to_tensor(image: Any) -> torch.Tensor:
-    """A decoded PIL image as a float tensor, flipped at random (the per-item augmentation)."""
-    x = torch.from_numpy(np.asarray(image, dtype=np.float32) / 255).permute(2, 0, 1)
-    return x.flip(2) if torch.rand(()) < 0.5 else x
-
-
-def jpeg_stream(urls: list[str]) -> Any:
-    """The stream as WebDataset's docs build one: shards split across workers, JPEGs decoded
-    and augmented per item, (image, label) pairs."""
-    return (
-        wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-        .decode("pil")
-        .to_tuple("jpg", "cls")
-        .map_tuple(to_tensor, int)
-    )
-
-
-def small_cnn() -> nn.Module:
-    return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(4),
-        nn.Flatten(),
-        nn.Linear(128, 3),
-    )
 
 
 @pytest.fixture(scope="module")
