@@ -504,8 +504,8 @@ def test_a_stream_of_jpeg_shards_is_searched_on_the_gpu_and_its_loader_pins_batc
     )  # fmt: skip
     assert result.environment["device"] == CUDA
     assert not [t.message for t in result.trials if t.failure]
-    tried = [t.config for t in result.trials if t.number != result.baseline_trial.number]
-    assert tried and all(c.pin_memory and c.num_workers in (2, 4) for c in tried)
+    # The space is widened to hold the baseline (no workers, no pinning): some trials pin.
+    assert any(t.config.pin_memory and t.config.num_workers for t in result.trials)
     assert "a stream (WebDataset)" in result.to_dict()["search"]["data"]
     cfg = autotune.load_config(result.save(tmp_path / "best.json"))
     assert cfg == result.config
