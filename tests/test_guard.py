@@ -600,3 +600,16 @@ def test_a_baseline_run_far_behind_its_others_no_longer_widens_the_bound_of_a_ca
     worse = check(g, [0.945, 0.950, 0.942, 0.940, 0.948, 0.944])  # 0.04 worse but on seed 3
     assert worse.verdict is Verdict.UNRESOLVED and worse.bound is not None
     assert worse.bound > 0.01 and worse.lower is not None and worse.lower < 0.01
+
+
+def test_a_lagging_baseline_run_does_not_widen_screening() -> None:
+    """The README run at a44d228: the half-length schedule screened 0.9248 against seed 0's
+    0.9893 and was rejected (margin 0.022 from seeds 0-2); once the baseline's seed 3 was
+    bought for another check and ended at 0.7627, the margin from all four seeds was 0.38, the
+    half-length schedule passed and took a check it could not pass. The lagging run is left
+    out of the spread that screening allows."""
+    steady = guard([0.9893, 0.9844, 0.9941], initial=0.0947)
+    lagged = guard([0.9893, 0.9844, 0.9941, 0.7627], initial=0.0947)
+    assert lagged.screening_margin == pytest.approx(steady.screening_margin)
+    assert steady.violation(0.9248) > 0 and lagged.violation(0.9248) > 0
+    assert lagged.violation(0.9850) < 0  # a harmless screening run still passes
