@@ -321,11 +321,7 @@ def _satterthwaite(seed: float, n: int, sample: float, sample_dof: float) -> flo
 
 
 def paired_bounds(
-    drops: Sequence[float],
-    look: int,
-    *,
-    order: int = 1,
-    noise: SampleNoise | None = None,
+    drops: Sequence[float], look: int, *, order: int = 1, noise: SampleNoise | None = None
 ) -> tuple[float, float, float]:
     """(mean, lower, upper): the mean paired drop and its one-sided confidence bounds at the
     level of the ``look``-th look of the ``order``-th check (infinite where there is no
@@ -997,7 +993,9 @@ def settle_advice(
         # which the error rate (of false accepts) does not count.
         reject = seeds_to_settle(drops, guard.tolerance, looks + 1, order=order, noise=noise)
         if reject is not None and (planned is None or reject < planned):
+            # Sized on the plain drops, as the lower bound that rejects takes them.
             planned, rejecting = reject, True
+            sd, counting = statistics.stdev(drops), ""
     fixed = math.sqrt(noise.at(MAX_NEED))
     level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof)
     if planned is None:
