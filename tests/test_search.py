@@ -287,6 +287,22 @@ def test_a_win_verified_by_an_earlier_run_of_the_study_is_not_a_negative_time(
     assert "first verified win after 12 s;" in render_summary(data)
 
 
+def test_a_pending_candidate_never_checked_is_said_to_be_unchecked_not_out_of_time(
+    fast_kwargs,
+) -> None:
+    """The README run with a core busy: #21 passed screening at 3.67x, was not checked while
+    it screened slower than the answer then leading (3.74x), and was listed after the rounds
+    measured the answer at 3.17x with "its check could not be made in the time left", a
+    reason the result does not know. It now says what it knows: no check was made."""
+    result = find(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
+    data = result.to_dict()
+    data["answers"]["pending"] = {"trial": 21, "speedup": 3.67, "confirmation": None}
+    text = render_summary(data)
+    assert "! trial #21 (3.67x) changes the numerics and passed screening, but its accuracy" in text
+    assert "is not settled: no check of it was made before the search ended" in text
+    assert "could not be made in the time left" not in text
+
+
 @pytest.mark.slow
 def test_a_candidate_that_collapses_on_one_seed_in_two_is_rejected_once_seeds_show_it(
     fast_kwargs, bf16_capable

@@ -221,7 +221,10 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
     lines.append(f"  chosen: the {answers.get('chosen', 'safe')} answer")
     if pending is not None:
         c = pending.get("confirmation") or {}
-        why = c.get("settle") or "its check could not be made in the time left"
+        # With no check made, say only that: the time left at the end is one reason, a
+        # candidate no faster than the answer while checks were weighed (the rounds then
+        # measuring the answer slower) another, and the result does not know which.
+        why = c.get("settle") or "no check of it was made before the search ended"
         whole = _whole_run_timeout(data, pending)
         if whole is not None:
             why += (
