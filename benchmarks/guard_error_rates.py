@@ -24,7 +24,12 @@ not), so accuracies are discrete and the subset's own sampling error is in every
   lowers the candidate's accuracy: most runs a little better, a few much worse), each with
   mean zero and the normal's standard deviation, so the true drop is unchanged;
 - the ``pairs-N`` rows make the first look over ``N`` seeds (the check sizes searches use: the
-  baseline's seeds, ``accuracy_repeats``, ``min_pairs``).
+  baseline's seeds, ``accuracy_repeats``, ``min_pairs``);
+- in the ``lagging`` rows a baseline run ends far behind its others (each example right
+  :data:`LAG` less often: a constant rate's noisy last iterate) 15% of the time, the
+  candidate's never (``lagging-both``: as often, independently); the true drop is against the
+  baseline's expectation, its lagging runs included, and a harmless candidate there is one as
+  good as the baseline's runs that do not lag.
 
 The true drop of a candidate is its expected drop on the *population* (examples drawn afresh,
 failures included). Under H0 the candidates sit exactly at the tolerance (the worst case a
