@@ -20,12 +20,7 @@ from collections.abc import Sequence
 from autotune._search import storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
-from autotune._search.guard import (
-    Confirmation,
-    SampleNoise,
-    Verdict,
-    confirming_bound,
-)
+from autotune._search.guard import Confirmation, SampleNoise, Verdict, confirming_bound
 from autotune._search.ledger import Entry
 from autotune._trial.failures import FailureReason
 from autotune._trial.outcome import AccuracyCheck, AccuracyRun, TrialOutcome
@@ -81,7 +76,7 @@ def p_within(
     chance before any runs)."""
     if confirmation is None or len(drops) < 2:
         return 0.5
-    return max(0.0, 1.0 - confirming_bound(drops, tolerance, 1, noise=noise).p)
+    return 1.0 - confirming_bound(drops, tolerance, 1, noise=noise).p
 
 
 def seed_seconds(baseline: Baseline, entry: Entry, seed: int) -> float:
