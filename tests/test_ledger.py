@@ -235,6 +235,29 @@ def test_a_change_of_the_numerics_wins_only_once_confirmed() -> None:
     assert ledger.trial_records()[1].confirmed is False
 
 
+def test_a_change_screened_as_fast_as_the_safe_answer_within_a_tie_is_still_checked() -> None:
+    """A busy run's 80% schedule screened 3.67x beside the safe answer's 3.74x (one draw each),
+    passed screening, and was never checked: its check is pending, as its screening said it
+    could win. One slower beyond the tie is not."""
+    safe = _candidate(BASE.replace(channels_last=True), 100.0)
+    shorter = dataclasses.replace(
+        _candidate(BASE.replace(batch_size=128), 102.0), accuracy=runs(0.905), accuracy_samples=256
+    )
+    study = _study_with([_base(), safe, shorter])
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+    )
+    ledger = Ledger.read(study, settings())
+    assert ledger.best().number == 1 and ledger.screened(ledger.entries[2]) is True
+    assert ledger.pending().number == 2
+    slower = dataclasses.replace(shorter, projected_time=104.0)
+    study = _study_with([_base(), safe, slower])
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+    )
+    assert Ledger.read(study, settings()).pending() is None
+
+
 def test_the_pareto_front_keeps_what_nothing_beats_on_both() -> None:
     """Safe configs sit at the baseline's metric; bf16 is faster and as good; batch 64 is
     faster still but worse; trial 3 is slower and no better than the baseline's model."""
