@@ -166,3 +166,64 @@ def test_the_screening_run_that_chose_a_candidate_is_not_one_of_its_pairs() -> N
     pairs = [base[1 + i] - run for i, run in enumerate(c.runs)]  # seed 1, 2, ...
     assert c.drop == pytest.approx(sum(pairs) / len(pairs), abs=1e-12)
     assert c.drop == pytest.approx(0.004, abs=0.002), "\n".join(lines)
+
+
+def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monkeypatch) -> None:
+    """At the end of a search, a candidate that passed screening and would beat the safe answer
+    is checked where its first look fits beside the fewest side-by-side rounds (two) of the
+    answers; a second pass of rounds only sharpens a figure, a check may make an answer. A fresh
+    clone's README run left its 80% schedule (1.47x at screening, the safe answer 1.10x)
+    unchecked for want of ~82 s, then spent them on six rounds."""
+    import types
+
+    from test_ledger import BASE, _base, _candidate, _study_with, runs, settings
+
+    from autotune._search import finish, storage
+    from autotune._search.baseline import Baseline
+    from autotune._search.ledger import Ledger
+    from autotune._search.record import BaselineAccuracy
+
+    def timed(record, seconds: float = 5.0):
+        return dataclasses.replace(record, measure_seconds=seconds)
+
+    safe = [  # three safe configs faster than the baseline: a second pass would be kept
+        timed(_candidate(BASE.replace(channels_last=True), 150.0)),
+        timed(_candidate(BASE.replace(optimizer_impl="foreach"), 160.0)),
+        timed(_candidate(BASE.replace(num_workers=1), 170.0)),
+    ]
+    shorter = dataclasses.replace(
+        timed(_candidate(BASE.replace(batch_size=128), 110.0)),
+        accuracy=runs(0.905),
+        accuracy_samples=256,
+    )
+    study = _study_with([timed(_base()), *safe, shorter])
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+    )
+    ledger = Ledger.read(study, settings())
+    entry = ledger.pending()
+    assert entry is not None and entry.number == 4
+    baseline = Baseline.of(ledger)
+    cost = baseline.confirm_seconds(entry.record)
+    least = finish.least_rounds_seconds(ledger, baseline)
+    before = finish.MIN_ROUNDS / finish.ROUNDS * finish.side_by_side_seconds(ledger, baseline)
+    assert least < before  # the second pass's share, which the check no longer waits for
+    checked: list[int] = []
+    monkeypatch.setattr(finish, "confirm", lambda bench, base, e, **kw: checked.append(e.number))
+
+    def bench(left: float):
+        lines: list[str] = []
+        return types.SimpleNamespace(
+            ledger=lambda: ledger,
+            deadline=types.SimpleNamespace(past=lambda seconds: seconds > left),
+            report=lines.append,
+            lines=lines,
+        )
+
+    finish.confirm_pending(bench(cost + (least + before) / 2), baseline)
+    assert checked == [4]
+    short = bench(cost + least / 2)
+    finish.confirm_pending(short, baseline)
+    assert checked == [4] and short.lines == [
+        f"no time left to check trial #4's accuracy (~{cost:.0f} s)"
+    ]
