@@ -530,7 +530,8 @@ def budget_note(plan: HorizonPlan, timeout: float | None) -> str | None:
         f"a check of a change that moves training (its pairs varying as the baseline's seeds "
         f"do) needs {cost} of accuracy runs here, and ~{plan.left:.0f} s are left for checks: "
         "in this budget only a change whose pairs vary much less (reduced precision's often "
-        f"do) can be confirmed; {need}"
+        "do), or one better than the baseline by more than the tolerance in most of its "
+        f"pairs, can be confirmed; {need}"
     )
 
 
