@@ -305,18 +305,29 @@ def check(
     n, look = repeats, 1
     while True:
         runs = cand.runs_for(first + n)[first : first + n]
-        units, squares = None, None
+        units, squares, capped = None, None, None
+        g = guard_of(task, first + n)
+        metrics = [float(r.mean()) for r in runs]
         if task.sc.units:
             units = tuple(np.sum(runs, axis=0))
             base = task.baseline(first + n)[first:]
             squares = float(sum(((b - r) ** 2).sum() for b, r in zip(base, runs, strict=True)))
-        c = guard_of(task, first + n).confirm(
-            [float(r.mean()) for r in runs],
+            # The seeds whose pair the candidate won by more than the tolerance, with their
+            # per-example values, as the search keeps them (evidence.won_by_far).
+            drops = g.paired_drops(metrics, first)
+            capped = [
+                (first + i, tuple(float(x) for x in r))
+                for i, (r, d) in enumerate(zip(runs, drops, strict=True))
+                if d < -TOLERANCE
+            ]
+        c = g.confirm(
+            metrics,
             units=units,
             squares=squares,
             looks=look,
             order=order,
             first=first,
+            capped=capped,
         )
         if c.verdict is not Verdict.UNRESOLVED:
             return c

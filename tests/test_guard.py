@@ -613,3 +613,87 @@ def test_a_lagging_baseline_run_does_not_widen_screening() -> None:
     assert lagged.screening_margin == pytest.approx(steady.screening_margin)
     assert steady.violation(0.9248) > 0 and lagged.violation(0.9248) > 0
     assert lagged.violation(0.9850) < 0  # a harmless screening run still passes
+
+
+def _flipped(base, lose: int, gain: int, seed: int) -> tuple[float, ...]:
+    """``base``'s per-example outcomes with ``lose`` right answers made wrong and ``gain`` wrong
+    ones made right (a candidate that disagrees with its pair both ways)."""
+    import random
+
+    rng = random.Random(seed)
+    out = list(base)
+    right = [i for i, x in enumerate(out) if x == 1.0]
+    wrong = [i for i, x in enumerate(out) if x == 0.0]
+    for i in rng.sample(right, lose):
+        out[i] = 0.0
+    for i in rng.sample(wrong, gain):
+        out[i] = 1.0
+    return tuple(out)
+
+
+def _look(g, cands, first: int, *, keep_won: bool):
+    """``g.confirm`` of the candidate's per-example outcomes ``cands`` (seeds ``first``, ...),
+    with the seeds it won by more than the tolerance kept as the search keeps them."""
+    from autotune._search.evidence import won_by_far
+
+    runs = [
+        AccuracyRun(seed=first + i, metric=sum(u) / len(u), final_loss=0.0, samples=1,
+                    seconds=0.0, units=u)
+        for i, u in enumerate(cands)
+    ]  # fmt: skip
+    return g.confirm(
+        [r.metric for r in runs],
+        units=tuple(float(sum(col)) for col in zip(*cands, strict=True)),
+        squares=g.pair_squares(runs),
+        first=first,
+        capped=won_by_far(g, runs) if keep_won else None,
+    )
+
+
+def test_a_pair_won_by_far_leaves_the_counted_bounds_validation_noise() -> None:
+    """The README's CNN: the constant-rate baseline's seed-3 run lagged at 0.76, and the
+    candidate was right on the quarter of the examples that run got wrong. That pair counts as
+    better by the tolerance whatever the sample says, so its disagreements cannot move the
+    counted mean; they made the validation sample's part of the bound several times larger,
+    and the next look's size with it. Without them: the same verdict at this look, a smaller
+    validation part, fewer seeds asked; the pair stays in the plain drops' noise (rejection),
+    and the check keeps what it needs to be judged again from the study."""
+    g = guard([0.9893, 0.9854, 0.9800, 0.7607], initial=0.0947)
+    base = g.baseline_units
+    lag = _flipped(base[3], 2, 462, 3)  # 0.7607 -> 0.9907
+    cands = [_flipped(base[1], 40, 24, 1), _flipped(base[2], 20, 28, 2), lag]
+    before = _look(g, cands, 1, keep_won=False)
+    after = _look(g, cands, 1, keep_won=True)
+    assert before.verdict is after.verdict is Verdict.UNRESOLVED and after.counted == 1
+    assert after.sample_error is not None and before.sample_error is not None
+    assert after.sample_error < 0.6 * before.sample_error
+    assert after.need is not None and before.need is not None and after.need < before.need
+    assert after.lower == before.lower  # the rejecting bound keeps every pair's noise
+    assert after.capped_units is not None and [s for s, _ in after.capped_units] == [3]
+    stored = Confirmation.from_dict(after.to_dict())
+    assert stored.capped_units == after.capped_units
+    assert "capped_units" not in after.summary()  # per-example values stay in the study
+    (again,) = rejudged({"n": stored}, g).values()
+    assert (again.bound, again.need, again.sample_error) == (
+        after.bound,
+        after.need,
+        after.sample_error,
+    )
+
+
+def test_a_pair_won_by_little_more_than_the_tolerance_keeps_its_noise() -> None:
+    """A pair won by just over the tolerance might have been counted as it is (within a few of
+    its own sample errors of the cap), so its noise stays; where every pair was won by far,
+    the noise is the plain drops' (nothing would be left to measure it with)."""
+    g = guard([0.9893, 0.9854, 0.9800, 0.9700], initial=0.0947)
+    base = g.baseline_units
+    near = _flipped(base[3], 30, 52, 3)  # won by 0.011, its own sample error ~0.0045
+    cands = [_flipped(base[1], 40, 24, 1), _flipped(base[2], 20, 28, 2), near]
+    assert _look(g, cands, 1, keep_won=True).sample_error == pytest.approx(
+        _look(g, cands, 1, keep_won=False).sample_error
+    )
+    lagged = guard([0.7893, 0.7854, 0.7800, 0.7607], initial=0.0947)
+    won = [_flipped(lagged.baseline_units[s], 2, 402, s) for s in (1, 2, 3)]
+    assert _look(lagged, won, 1, keep_won=True).sample_error == pytest.approx(
+        _look(lagged, won, 1, keep_won=False).sample_error
+    )

@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from autotune._search import storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
-from autotune._search.guard import Confirmation, SampleNoise, Verdict, confirming_bound
+from autotune._search.guard import (
+    AccuracyGuard,
+    Confirmation,
+    SampleNoise,
+    Verdict,
+    confirming_bound,
+)
 from autotune._search.ledger import Entry
 from autotune._trial.failures import FailureReason
 from autotune._trial.outcome import AccuracyCheck, AccuracyRun, TrialOutcome
@@ -244,11 +250,12 @@ def _look(
     extended = Baseline.of(bench.ledger())
     if not outcome.ok or extended is None or extended.guard is None:
         return outcome, False
-    more_squares = extended.guard.pair_squares(outcome.accuracy)
+    guard = extended.guard
+    more_squares = guard.pair_squares(outcome.accuracy)
     squares = None
     if more_squares is not None and (last.squares is not None or not last.runs):
         squares = (last.squares or 0.0) + more_squares
-    return extended.guard.confirm(
+    return guard.confirm(
         [*last.runs, *(r.metric for r in outcome.accuracy)],
         units=unit_sums(outcome.accuracy, last.units if last.runs else ()),
         squares=squares,
@@ -257,4 +264,21 @@ def _look(
         trial=entry.number,
         at=bench.deadline.now(),
         first=first,
+        capped=[*(last.capped_units or ()), *won_by_far(guard, outcome.accuracy)],
     )
+
+
+def won_by_far(
+    guard: AccuracyGuard, runs: Sequence[AccuracyRun]
+) -> list[tuple[int, tuple[float, ...]]]:
+    """(seed, per-unit values) of the candidate's ``runs`` that beat the baseline's run of
+    their seed by more than the tolerance: kept with the check, as what takes such a pair out
+    of the counted bound's validation noise (:meth:`AccuracyGuard.counted_noise`)."""
+    out = []
+    for run in runs:
+        if run.units is None or run.seed >= guard.repeats:
+            continue
+        (drop,) = guard.paired_drops([run.metric], run.seed)
+        if drop < -guard.tolerance:
+            out.append((run.seed, tuple(run.units)))
+    return out

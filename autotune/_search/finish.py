@@ -64,7 +64,7 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
             )
             drops = guard.paired_drops(c.runs, c.first_seed) if c is not None else []
             noise = (
-                guard.sample_noise(c.units, drops, c.squares, c.first_seed)
+                guard.counted_noise(c.units, drops, c.squares, c.first_seed, c.capped_units)
                 if c is not None
                 else None
             )

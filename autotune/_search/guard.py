@@ -43,9 +43,12 @@ The guard decides in two steps:
   the tolerance counts as better by the tolerance. ``E[max(d, -tol)] >= E[d]``, so a bound on
   the counted mean bounds the drop too (conservatively), and a baseline run far behind its
   others (a constant rate's noisy last iterate: one pair better by 0.23) no longer widens the
-  bound of a candidate that beats it; the validation sample's part is the plain drops'
-  (capping moves no pair's drop further than the sample moves it: conservative). The lower
-  bound, which rejects, is the plain drops'.
+  bound of a candidate that beats it. The validation sample's part is the counted drops':
+  a pair won by more than the tolerance by several of its own sample errors counts as
+  ``-tolerance`` whatever the sample says, so its disagreements leave that part
+  (:meth:`AccuracyGuard.counted_noise`; the candidate's per-example values of such seeds are
+  kept with the check); every other pair keeps its noise. The lower bound, which rejects, is
+  the plain drops', with every pair's noise.
   **The error rate is held for the
   answer**: the study's ``j``-th check may spend ``α_j = α w_j`` and its ``k``-th look ``α_j
   w_k``, with ``w_1 = 3/4`` and ``w_k =
@@ -480,6 +483,10 @@ class Confirmation:
     no_bound: str | None = None  # why the pairs give no confidence bound
     sample_error: float | None = None  # the validation sample's part of the standard error
     counted: int | None = None  # pairs better by more than the tolerance, counted at it
+    # The candidate's per-unit values of each seed whose pair it won by more than the
+    # tolerance (seed, units): what takes such a pair out of the counted bound's validation
+    # noise (see :meth:`AccuracyGuard.counted_noise`).
+    capped_units: tuple[tuple[int, tuple[float, ...]], ...] | None = None
 
     @property
     def passed(self) -> bool:
@@ -501,6 +508,10 @@ class Confirmation:
             "first_seed": self.first_seed,
             "units": None if self.units is None else [_compact(u) for u in self.units],
         }
+        if self.capped_units:
+            out["capped_units"] = {
+                str(seed): [_compact(u) for u in units] for seed, units in self.capped_units
+            }
         for key in _OPTIONAL:
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -515,12 +526,21 @@ class Confirmation:
         out = self.to_dict()
         out.pop("units", None)
         out.pop("squares", None)
+        out.pop("capped_units", None)
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Confirmation:
         units = data.get("units")
+        capped = data.get("capped_units")
         return cls(
+            capped_units=None
+            if not capped
+            else tuple(
+                sorted(
+                    (int(seed), tuple(float(u) for u in values)) for seed, values in capped.items()
+                )
+            ),
             runs=tuple(float(r) for r in data.get("runs") or ()),
             verdict=Verdict(data["verdict"]),
             looks=int(data.get("looks") or 1),
@@ -565,6 +585,9 @@ def answer_claim() -> str:
 # A baseline run lags where it trails the median of its others by more than this many
 # tolerances and this many times their range: one data order whose training ended somewhere
 # else (a constant rate's noisy last iterate, a run that had not taken off yet).
+# A pair the candidate won by more than the tolerance leaves the counted bound's validation
+# noise where it won by this many of its own sample errors more (see counted_noise).
+CAPPED_MARGIN = 3.0
 LAG_TOLERANCES = 5.0
 LAG_RANGES = 4.0
 
@@ -747,9 +770,20 @@ class AccuracyGuard:
         candidate's per-unit sums over their seeds (``units``), the baseline's per-unit sums of
         the same seeds and the pairs' ``squares`` (see :meth:`pair_squares`); None where the
         units were not recorded."""
-        pairs = len(drops)
-        base = self.baseline_units[first : first + pairs]
-        if units is None or pairs < 1 or len(base) < pairs or any(b is None for b in base):
+        return self._noise_over(range(first, first + len(drops)), units, drops, squares)
+
+    def _noise_over(
+        self,
+        seeds: Sequence[int],
+        units: Sequence[float] | None,
+        drops: Sequence[float],
+        squares: float | None,
+    ) -> SampleNoise | None:
+        """:meth:`sample_noise` of the pairs of ``seeds`` (``units``: the candidate's sums over
+        them, ``drops`` and ``squares`` theirs)."""
+        pairs = len(seeds)
+        base = [self.baseline_units[s] if s < len(self.baseline_units) else None for s in seeds]
+        if units is None or pairs < 1 or any(b is None for b in base):
             return None
         if any(len(b) != len(units) for b in base if b is not None):
             return None
@@ -764,6 +798,71 @@ class AccuracyGuard:
             for v, n in zip(b, counts, strict=True)
         )
         return sample_noise(differences, counts, counting=counting, drops=drops, squares=squares)
+
+    def counted_noise(
+        self,
+        units: Sequence[float] | None,
+        drops: Sequence[float],
+        squares: float | None = None,
+        first: int = 0,
+        capped: Sequence[tuple[int, Sequence[float]]] | None = None,
+    ) -> SampleNoise | None:
+        """The validation sample's noise in the mean of the *counted* drops
+        (:func:`counted_drops`): :meth:`sample_noise`'s, less the pairs the candidate won by
+        more than the tolerance by more than :data:`CAPPED_MARGIN` of that pair's own sample
+        error (``capped``: the candidate's per-unit values of such seeds). Such a pair counts
+        as ``-tolerance`` whatever the sample says, so its disagreements move the counted mean
+        by nothing; the rest is the kept pairs' noise in their mean, scaled by their share
+        of the pairs. The README's CNN, a constant-rate baseline whose seed-3 run lagged at
+        0.76: the candidate was right on a quarter of the examples that run got wrong, which
+        made the validation sample's part ±0.0071 at the next look's level and the next
+        look 157 seeds, while that pair's counted value could not move. A pair within the
+        margin keeps its noise (it might have been counted as it is), and where every pair
+        would leave, none does."""
+        noise = self.sample_noise(units, drops, squares, first)
+        if noise is None or units is None or not capped:
+            return noise
+        n = len(drops)
+        sign = 1.0 if self.higher_is_better else -1.0
+        counts = self.unit_counts or (1.0,) * len(units)
+        total = math.fsum(counts)
+        out: dict[int, Sequence[float]] = {}
+        for seed, values in capped:
+            i = seed - first
+            base = self.baseline_units[seed] if 0 <= seed < len(self.baseline_units) else None
+            if not 0 <= i < n or base is None or not len(base) == len(values) == len(units):
+                continue
+            diffs = [sign * (b - c) for b, c in zip(base, values, strict=True)]
+            mean = math.fsum(diffs) / total
+            spread = math.fsum((x - mean * m) ** 2 for x, m in zip(diffs, counts, strict=True))
+            error = math.sqrt(len(diffs) / max(len(diffs) - 1, 1) * spread) / total
+            if drops[i] < -self.tolerance - CAPPED_MARGIN * error:
+                out[seed] = values
+        if not out or len(out) >= n:
+            return noise
+        seeds = [s for s in range(first, first + n) if s not in out]
+        kept_units = [
+            u - math.fsum(values[j] for values in out.values()) for j, u in enumerate(units)
+        ]
+        kept_squares = None
+        if squares is not None:
+            removed = math.fsum(
+                (b - c) ** 2
+                for seed, values in out.items()
+                for b, c in zip(self.baseline_units[seed] or (), values, strict=True)
+            )
+            kept_squares = max(0.0, squares - removed)
+        kept = self._noise_over(seeds, kept_units, [drops[s - first] for s in seeds], kept_squares)
+        if kept is None:
+            return noise
+        share = (len(seeds) / n) ** 2
+        return dataclasses.replace(
+            kept,
+            variance=kept.variance * share,
+            shrinks=kept.shrinks * share,
+            floor=kept.floor * share,
+            pairs=n,
+        )
 
     @property
     def screening_margin(self) -> float:
@@ -818,10 +917,12 @@ class AccuracyGuard:
         trial: int | None = None,
         at: float | None = None,
         first: int = 0,
+        capped: Sequence[tuple[int, Sequence[float]]] | None = None,
     ) -> Confirmation:
         """The ``looks``-th look of the study's ``order``-th check at ``runs`` (the
         candidate's metric for seeds ``first``, ``first + 1``, ...; ``units``, its per-unit
-        sums over those seeds), paired with the baseline's runs of the same seeds: the
+        sums over those seeds; ``capped``, its per-unit values of the seeds whose pair it won
+        by more than the tolerance), paired with the baseline's runs of the same seeds: the
         sequential non-inferiority test of the module's docstring."""
         drops = self.paired_drops(runs, first)
         pairs = len(drops)
@@ -830,6 +931,9 @@ class AccuracyGuard:
             first_seed=first,
             mean=statistics.fmean(runs), trial=trial, at=at, order=order,
             units=None if units is None else tuple(units), squares=squares,
+            capped_units=None if not capped else tuple(
+                sorted((seed, tuple(values)) for seed, values in capped)
+            ),
         )  # fmt: skip
         if not drops:
             return dataclasses.replace(
@@ -839,9 +943,13 @@ class AccuracyGuard:
             return dataclasses.replace(base, drop=math.inf, failure="a run's metric is not finite")
         # Units summed over seeds the baseline lacks would not match its sums: no pairs there.
         noise = self.sample_noise(units, drops, squares, first) if pairs == len(runs) else None
+        # The counted drops' own: without the pairs won by far more than the tolerance.
+        counted = (
+            self.counted_noise(units, drops, squares, first, capped) if noise is not None else None
+        )
         tol = self.tolerance
         drop, lower, _ = paired_bounds(drops, looks, order=order, noise=noise)
-        judged = confirming_bound(drops, tol, looks, order=order, noise=noise)
+        judged = confirming_bound(drops, tol, looks, order=order, noise=counted)
         upper = judged.bound
         confidence = None
         if lower > tol:
@@ -856,7 +964,7 @@ class AccuracyGuard:
             more = f"{self.min_pairs} pairs before a confirmation: {self.min_pairs - pairs} more"
             settle, need = f"min_pairs={self.min_pairs} asks for {more}", self.min_pairs
         elif verdict is Verdict.UNRESOLVED:
-            settle, need = self._settle(drops, looks, order, noise)
+            settle, need = settle_advice(self, drops, looks, order, noise, counted)
             need = None if need is None else max(need, self.min_pairs)
         finite = math.isfinite(upper)
         no_bound = None
@@ -878,7 +986,7 @@ class AccuracyGuard:
             settle=settle,
             need=need,
             no_bound=no_bound,
-            sample_error=None if noise is None else math.sqrt(noise.variance),
+            sample_error=None if counted is None else math.sqrt(counted.variance),
             counted=judged.counted or None,
         )
 
@@ -950,9 +1058,14 @@ def settle_advice(
     looks: int,
     order: int = 1,
     noise: SampleNoise | None = None,
+    counted_noise: SampleNoise | None = None,
 ) -> tuple[str, int | None]:
     """What would settle ``guard``'s unresolved check, and how many seeds at the next look
-    (None: more seeds would not do it)."""
+    (None: more seeds would not do it). ``noise``: the validation sample's in the plain drops
+    (a rejection's); ``counted_noise``: in the counted ones (a confirmation's; ``noise`` where
+    not given)."""
+    if counted_noise is None:
+        counted_noise = noise
     if guard.wrong_way:
         return guard._wrong_way_advice(), None
     if not guard.learned:
@@ -982,8 +1095,9 @@ def settle_advice(
     sd = statistics.stdev(counted)
     centred = [d - statistics.fmean(counted) for d in counted]
     planned = seeds_to_settle(
-        centred, guard.tolerance, looks + 1, order=order, noise=noise, power=LOOK_POWER
+        centred, guard.tolerance, looks + 1, order=order, noise=counted_noise, power=LOOK_POWER
     )
+    sizing = counted_noise  # the noise the planned look is sized with
     capped = sum(1 for d, c in zip(drops, counted, strict=True) if c != d)
     counting = f", {capped} better by more than the tolerance counted at it" if capped else ""
     rejecting = False  # the look is sized to reject the drop seen so far
@@ -995,9 +1109,10 @@ def settle_advice(
         if reject is not None and (planned is None or reject < planned):
             # Sized on the plain drops, as the lower bound that rejects takes them.
             planned, rejecting = reject, True
-            sd, counting = statistics.stdev(drops), ""
-    fixed = math.sqrt(noise.at(MAX_NEED))
-    level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof)
+            sd, counting, sizing = statistics.stdev(drops), "", noise
+    assert sizing is not None
+    fixed = math.sqrt(sizing.at(MAX_NEED))
+    level = t_quantile(1.0 - look_alpha(looks + 1, order), sizing.dof)
     if planned is None:
         if level * fixed >= guard.tolerance:
             return (

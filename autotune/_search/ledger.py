@@ -182,6 +182,7 @@ def rejudged(
                 trial=c.trial,
                 at=c.at,
                 first=c.first_seed,
+                capped=c.capped_units,
             )
         out[key] = c
     return out
