@@ -493,8 +493,9 @@ def test_a_leader_whose_check_does_not_fit_now_is_told_when_it_will_be_made(
     monkeypatch,
 ) -> None:
     """A candidate that passed screening and leads, with no room for its check beside the
-    time kept for pending work: the line says its check waits for what the last rounds leave
-    (the README's run printed "no time to confirm its accuracy", then confirmed it there)."""
+    time kept for pending work: the line says its check is made at the end if the time then
+    holds it (the README's run printed "no time to confirm its accuracy", then confirmed it
+    there)."""
     import types
 
     from autotune._search import candidate
@@ -514,7 +515,7 @@ def test_a_leader_whose_check_does_not_fit_now_is_told_when_it_will_be_made(
     candidate._confirm_if_leading(bench, baseline, 12, reserve=40.0)  # 30 + 40 > 60
     assert lines == [
         "trial #12 passed screening; its check (~30 s) does not fit now beside the 40 s kept "
-        "for pending work: it is made at the end if the side-by-side rounds leave the time"
+        "for pending work: it is made at the end if the time left then holds it"
     ]
     assert not confirmed
     candidate._confirm_if_leading(bench, baseline, 12, reserve=20.0)  # 30 + 20 fits

@@ -173,7 +173,9 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
     is checked where its first look fits beside the fewest side-by-side rounds (two) of the
     answers; a second pass of rounds only sharpens a figure, a check may make an answer. A fresh
     clone's README run left its 80% schedule (1.47x at screening, the safe answer 1.10x)
-    unchecked for want of ~82 s, then spent them on six rounds."""
+    unchecked for want of ~82 s, then spent them on six rounds. Where it fits only without
+    those rounds, it still comes first (an idle README run refused a ~106-s check with 107 s
+    left, and ended 35 s early); where it does not fit at all, it is said."""
     import types
 
     from test_ledger import BASE, _base, _candidate, _study_with, runs, settings
@@ -204,12 +206,15 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
     entry = ledger.pending()
     assert entry is not None and entry.number == 4
     baseline = Baseline.of(ledger)
+    assert baseline is not None
     cost = baseline.confirm_seconds(entry.record)
     least = finish.least_rounds_seconds(ledger, baseline)
     before = finish.MIN_ROUNDS / finish.ROUNDS * finish.side_by_side_seconds(ledger, baseline)
     assert least < before  # the second pass's share, which the check no longer waits for
-    checked: list[int] = []
-    monkeypatch.setattr(finish, "confirm", lambda bench, base, e, **kw: checked.append(e.number))
+    checked: list[tuple[int, float]] = []
+    monkeypatch.setattr(
+        finish, "confirm", lambda bench, base, e, **kw: checked.append((e.number, kw["keep"]))
+    )
 
     def bench(left: float):
         lines: list[str] = []
@@ -221,9 +226,18 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
         )
 
     finish.confirm_pending(bench(cost + (least + before) / 2), baseline)
-    assert checked == [4]
-    short = bench(cost + least / 2)
+    after = finish.least_rounds_seconds(ledger, baseline, entry)
+    assert checked == [(4, after)]  # the fewest rounds, with it among them, kept after it
+    # Where it fits only alone, it still comes first (1.36x the safe answer at screening):
+    # the rounds take what it leaves.
+    alone = bench(cost + least / 2)
+    finish.confirm_pending(alone, baseline)
+    assert checked[1:] == [(4, 0.0)] and alone.lines == [
+        f"trial #4's check (~{cost:.0f} s) fits only before the side-by-side rounds' time: it "
+        "comes first, the rounds take what it leaves"
+    ]
+    short = bench(cost * 0.9)  # not even alone
     finish.confirm_pending(short, baseline)
-    assert checked == [4] and short.lines == [
+    assert len(checked) == 2 and short.lines == [
         f"no time left to check trial #4's accuracy (~{cost:.0f} s)"
     ]

@@ -289,11 +289,11 @@ def _confirm_if_leading(bench: Bench, baseline: Baseline, number: int, reserve: 
         return
     cost = baseline.confirm_seconds(leader.record)
     if not bench.deadline.fits(cost + reserve):
-        # Not "no time": what the side-by-side rounds leave at the end may still hold it.
+        # Not "no time": the search's last time may still hold it (finish.confirm_pending).
         bench.report(
             f"trial #{number} passed screening; its check (~{cost:.0f} s) does not fit now "
             f"beside the {reserve:.0f} s kept for pending work: it is made at the end if the "
-            "side-by-side rounds leave the time"
+            "time left then holds it"
         )
         return
     confirm(bench, baseline, leader, keep=reserve)

@@ -34,10 +34,12 @@ NEAR_SAFE = 0.75
 
 
 def confirm_pending(bench: Bench, baseline: Baseline) -> None:
-    """Spend what the side-by-side rounds leave on the checks that would change the answer:
-    each time the open check of most expected gain per second (see
+    """Spend the search's last time on the checks that would change the answer, before the
+    side-by-side rounds: each time the open check of most expected gain per second (see
     :func:`autotune._search.evidence.evidence_value`), its first look or its next seeds, for as
-    long as its looks fit (a search's last use of its time: see ``persist``)."""
+    long as its looks fit (a search's last use of its time: see ``persist``) beside the fewest
+    rounds of the answers; a check that fits only without those rounds still comes first where
+    it could make an answer faster than the one so far beyond a tie."""
     if baseline.guard is None or baseline.guard.repeats < 2:
         return
     done: set[str] = set()
@@ -49,7 +51,7 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
             return  # every check would compare models that did not learn
         best = ledger.best()
         floor = ledger.projected(best) if best is not None else None
-        options: list[tuple[float, Entry, float]] = []
+        options: list[tuple[float, Entry, float, float]] = []
         for entry in ledger.open_checks(unresolved=True):
             if ledger.numerics_id(entry.config) in done:
                 continue
@@ -71,10 +73,10 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
             # Over the answer so far; none known (no answer yet, or no time): no gain.
             speedup = derived.speedup(floor, ledger.projected(entry)) or 1.0
             value = evidence_value(speedup, p_within(c, guard.tolerance, drops, noise), cost)
-            options.append((value, entry, cost))
+            options.append((value, entry, cost, speedup))
         if not options:
             return
-        _, entry, cost = max(options, key=lambda o: o[0])
+        _, entry, cost, speedup = max(options, key=lambda o: o[0])
         done.add(ledger.numerics_id(entry.config))
         # The fewest rounds that measure the answers side by side must still fit after it:
         # with it among them where it may settle, the answers so far where it will not. Not
@@ -84,10 +86,20 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
         # ~82 s, then spent them on six rounds.
         after = least_rounds_seconds(ledger, current, entry)
         now = least_rounds_seconds(ledger, current)
-        if bench.deadline.past(cost + now):
+        if not bench.deadline.past(cost + now):
+            confirm(bench, current, entry, keep=after, persist=now)
+        elif speedup > 1 + ranking.TIE and not bench.deadline.past(cost):
+            # It fits alone: a check that may make a faster answer is worth more than the
+            # rounds that measure the answers so far, which take what it leaves. An idle
+            # README run refused an 80% schedule's ~106-s check with 107 s left, measured the
+            # safe answer no faster than the baseline and ended 35 s early.
+            bench.report(
+                f"trial #{entry.number}'s check (~{cost:.0f} s) fits only before the "
+                "side-by-side rounds' time: it comes first, the rounds take what it leaves"
+            )
+            confirm(bench, current, entry, keep=0.0, persist=0.0)
+        else:
             bench.report(f"no time left to check trial #{entry.number}'s accuracy (~{cost:.0f} s)")
-            continue
-        confirm(bench, current, entry, keep=after, persist=now)
 
 
 def _contenders(ledger: Ledger, extra: Entry | None = None, *, near: bool = False) -> list[Entry]:
