@@ -273,7 +273,7 @@ def won_by_far(
 ) -> list[tuple[int, tuple[float, ...]]]:
     """(seed, per-unit values) of the candidate's ``runs`` that beat the baseline's run of
     their seed by more than the tolerance: kept with the check, as what takes such a pair out
-    of the counted bound's validation noise (:meth:`AccuracyGuard.counted_noise`)."""
+    of the counted bound's validation noise (:func:`autotune._search.guard.counted_noise`)."""
     out = []
     for run in runs:
         if run.units is None or run.seed >= guard.repeats:

@@ -10,6 +10,7 @@ from autotune._search import derived, ranking, storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm, evidence_value, p_within, seed_seconds
+from autotune._search.guard import counted_noise
 from autotune._search.ledger import Entry, Ledger
 from autotune._trial.failures import FailureReason
 from autotune._trial.outcome import Budget
@@ -66,7 +67,7 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
             )
             drops = guard.paired_drops(c.runs, c.first_seed) if c is not None else []
             noise = (
-                guard.counted_noise(c.units, drops, c.squares, c.first_seed, c.capped_units)
+                counted_noise(guard, c.units, drops, c.squares, c.first_seed, c.capped_units)
                 if c is not None
                 else None
             )

@@ -46,7 +46,7 @@ The guard decides in two steps:
   bound of a candidate that beats it. The validation sample's part is the counted drops':
   a pair won by more than the tolerance by several of its own sample errors counts as
   ``-tolerance`` whatever the sample says, so its disagreements leave that part
-  (:meth:`AccuracyGuard.counted_noise`; the candidate's per-example values of such seeds are
+  (:func:`counted_noise`; the candidate's per-example values of such seeds are
   kept with the check); every other pair keeps its noise. The lower bound, which rejects, is
   the plain drops', with every pair's noise.
   **The error rate is held for the
@@ -99,6 +99,7 @@ __all__ = [
     "confirming_bound",
     "conservative_dof",
     "counted_drops",
+    "counted_noise",
     "lag_words",
     "lagging_run",
     "look_alpha",
@@ -485,7 +486,7 @@ class Confirmation:
     counted: int | None = None  # pairs better by more than the tolerance, counted at it
     # The candidate's per-unit values of each seed whose pair it won by more than the
     # tolerance (seed, units): what takes such a pair out of the counted bound's validation
-    # noise (see :meth:`AccuracyGuard.counted_noise`).
+    # noise (see :func:`counted_noise`).
     capped_units: tuple[tuple[int, tuple[float, ...]], ...] | None = None
 
     @property
@@ -770,99 +771,7 @@ class AccuracyGuard:
         candidate's per-unit sums over their seeds (``units``), the baseline's per-unit sums of
         the same seeds and the pairs' ``squares`` (see :meth:`pair_squares`); None where the
         units were not recorded."""
-        return self._noise_over(range(first, first + len(drops)), units, drops, squares)
-
-    def _noise_over(
-        self,
-        seeds: Sequence[int],
-        units: Sequence[float] | None,
-        drops: Sequence[float],
-        squares: float | None,
-    ) -> SampleNoise | None:
-        """:meth:`sample_noise` of the pairs of ``seeds`` (``units``: the candidate's sums over
-        them, ``drops`` and ``squares`` theirs)."""
-        pairs = len(seeds)
-        base = [self.baseline_units[s] if s < len(self.baseline_units) else None for s in seeds]
-        if units is None or pairs < 1 or any(b is None for b in base):
-            return None
-        if any(len(b) != len(units) for b in base if b is not None):
-            return None
-        sign = 1.0 if self.higher_is_better else -1.0
-        sums = [math.fsum(column) for column in zip(*base, strict=True)]
-        differences = [sign * (b - c) / pairs for b, c in zip(sums, units, strict=True)]
-        counts = self.unit_counts or (1.0,) * len(units)
-        counting = all(
-            v.is_integer() and 0.0 <= v <= n
-            for b in base
-            if b is not None
-            for v, n in zip(b, counts, strict=True)
-        )
-        return sample_noise(differences, counts, counting=counting, drops=drops, squares=squares)
-
-    def counted_noise(
-        self,
-        units: Sequence[float] | None,
-        drops: Sequence[float],
-        squares: float | None = None,
-        first: int = 0,
-        capped: Sequence[tuple[int, Sequence[float]]] | None = None,
-    ) -> SampleNoise | None:
-        """The validation sample's noise in the mean of the *counted* drops
-        (:func:`counted_drops`): :meth:`sample_noise`'s, less the pairs the candidate won by
-        more than the tolerance by more than :data:`CAPPED_MARGIN` of that pair's own sample
-        error (``capped``: the candidate's per-unit values of such seeds). Such a pair counts
-        as ``-tolerance`` whatever the sample says, so its disagreements move the counted mean
-        by nothing; the rest is the kept pairs' noise in their mean, scaled by their share
-        of the pairs. The README's CNN, a constant-rate baseline whose seed-3 run lagged at
-        0.76: the candidate was right on a quarter of the examples that run got wrong, which
-        made the validation sample's part ±0.0071 at the next look's level and the next
-        look 157 seeds, while that pair's counted value could not move. A pair within the
-        margin keeps its noise (it might have been counted as it is), and where every pair
-        would leave, none does."""
-        noise = self.sample_noise(units, drops, squares, first)
-        if noise is None or units is None or not capped:
-            return noise
-        n = len(drops)
-        sign = 1.0 if self.higher_is_better else -1.0
-        counts = self.unit_counts or (1.0,) * len(units)
-        total = math.fsum(counts)
-        out: dict[int, Sequence[float]] = {}
-        for seed, values in capped:
-            i = seed - first
-            base = self.baseline_units[seed] if 0 <= seed < len(self.baseline_units) else None
-            if not 0 <= i < n or base is None or not len(base) == len(values) == len(units):
-                continue
-            diffs = [sign * (b - c) for b, c in zip(base, values, strict=True)]
-            mean = math.fsum(diffs) / total
-            spread = math.fsum((x - mean * m) ** 2 for x, m in zip(diffs, counts, strict=True))
-            error = math.sqrt(len(diffs) / max(len(diffs) - 1, 1) * spread) / total
-            if drops[i] < -self.tolerance - CAPPED_MARGIN * error:
-                out[seed] = values
-        if not out or len(out) >= n:
-            return noise
-        seeds = [s for s in range(first, first + n) if s not in out]
-        kept_units = [
-            u - math.fsum(values[j] for values in out.values()) for j, u in enumerate(units)
-        ]
-        kept_squares = None
-        if squares is not None:
-            removed = math.fsum(
-                (b - c) ** 2
-                for seed, values in out.items()
-                for b, c in zip(self.baseline_units[seed] or (), values, strict=True)
-            )
-            kept_squares = max(0.0, squares - removed)
-        kept = self._noise_over(seeds, kept_units, [drops[s - first] for s in seeds], kept_squares)
-        if kept is None:
-            return noise
-        share = (len(seeds) / n) ** 2
-        return dataclasses.replace(
-            kept,
-            variance=kept.variance * share,
-            shrinks=kept.shrinks * share,
-            floor=kept.floor * share,
-            pairs=n,
-        )
+        return _noise_over(self, range(first, first + len(drops)), units, drops, squares)
 
     @property
     def screening_margin(self) -> float:
@@ -945,7 +854,7 @@ class AccuracyGuard:
         noise = self.sample_noise(units, drops, squares, first) if pairs == len(runs) else None
         # The counted drops' own: without the pairs won by far more than the tolerance.
         counted = (
-            self.counted_noise(units, drops, squares, first, capped) if noise is not None else None
+            counted_noise(self, units, drops, squares, first, capped) if noise is not None else None
         )
         tol = self.tolerance
         drop, lower, _ = paired_bounds(drops, looks, order=order, noise=noise)
@@ -1052,20 +961,112 @@ class AccuracyGuard:
         }
 
 
+def _noise_over(
+    guard: AccuracyGuard,
+    seeds: Sequence[int],
+    units: Sequence[float] | None,
+    drops: Sequence[float],
+    squares: float | None,
+) -> SampleNoise | None:
+    """:meth:`AccuracyGuard.sample_noise` of the pairs of ``seeds`` (``units``: the
+    candidate's sums over them, ``drops`` and ``squares`` theirs)."""
+    pairs = len(seeds)
+    base = [guard.baseline_units[s] if s < len(guard.baseline_units) else None for s in seeds]
+    if units is None or pairs < 1 or any(b is None for b in base):
+        return None
+    if any(len(b) != len(units) for b in base if b is not None):
+        return None
+    sign = 1.0 if guard.higher_is_better else -1.0
+    sums = [math.fsum(column) for column in zip(*base, strict=True)]
+    differences = [sign * (b - c) / pairs for b, c in zip(sums, units, strict=True)]
+    counts = guard.unit_counts or (1.0,) * len(units)
+    counting = all(
+        v.is_integer() and 0.0 <= v <= n
+        for b in base
+        if b is not None
+        for v, n in zip(b, counts, strict=True)
+    )
+    return sample_noise(differences, counts, counting=counting, drops=drops, squares=squares)
+
+
+def counted_noise(
+    guard: AccuracyGuard,
+    units: Sequence[float] | None,
+    drops: Sequence[float],
+    squares: float | None = None,
+    first: int = 0,
+    capped: Sequence[tuple[int, Sequence[float]]] | None = None,
+) -> SampleNoise | None:
+    """The validation sample's noise in the mean of the *counted* drops
+    (:func:`counted_drops`): :meth:`AccuracyGuard.sample_noise`'s, less the pairs the
+    candidate won by more than the tolerance by more than :data:`CAPPED_MARGIN` of that pair's
+    own sample error (``capped``: the candidate's per-unit values of such seeds). Such a pair counts
+    as ``-tolerance`` whatever the sample says, so its disagreements move the counted mean
+    by nothing; the rest is the kept pairs' noise in their mean, scaled by their share
+    of the pairs. The README's CNN, a constant-rate baseline whose seed-3 run lagged at
+    0.76: the candidate was right on a quarter of the examples that run got wrong, which
+    made the validation sample's part ±0.0071 at the next look's level and the next
+    look 157 seeds, while that pair's counted value could not move. A pair within the
+    margin keeps its noise (it might have been counted as it is), and where every pair
+    would leave, none does."""
+    noise = guard.sample_noise(units, drops, squares, first)
+    if noise is None or units is None or not capped:
+        return noise
+    n = len(drops)
+    sign = 1.0 if guard.higher_is_better else -1.0
+    counts = guard.unit_counts or (1.0,) * len(units)
+    total = math.fsum(counts)
+    out: dict[int, Sequence[float]] = {}
+    for seed, values in capped:
+        i = seed - first
+        base = guard.baseline_units[seed] if 0 <= seed < len(guard.baseline_units) else None
+        if not 0 <= i < n or base is None or not len(base) == len(values) == len(units):
+            continue
+        diffs = [sign * (b - c) for b, c in zip(base, values, strict=True)]
+        mean = math.fsum(diffs) / total
+        spread = math.fsum((x - mean * m) ** 2 for x, m in zip(diffs, counts, strict=True))
+        error = math.sqrt(len(diffs) / max(len(diffs) - 1, 1) * spread) / total
+        if drops[i] < -guard.tolerance - CAPPED_MARGIN * error:
+            out[seed] = values
+    if not out or len(out) >= n:
+        return noise
+    seeds = [s for s in range(first, first + n) if s not in out]
+    kept_units = [u - math.fsum(values[j] for values in out.values()) for j, u in enumerate(units)]
+    kept_squares = None
+    if squares is not None:
+        removed = math.fsum(
+            (b - c) ** 2
+            for seed, values in out.items()
+            for b, c in zip(guard.baseline_units[seed] or (), values, strict=True)
+        )
+        kept_squares = max(0.0, squares - removed)
+    kept = _noise_over(guard, seeds, kept_units, [drops[s - first] for s in seeds], kept_squares)
+    if kept is None:
+        return noise
+    share = (len(seeds) / n) ** 2
+    return dataclasses.replace(
+        kept,
+        variance=kept.variance * share,
+        shrinks=kept.shrinks * share,
+        floor=kept.floor * share,
+        pairs=n,
+    )
+
+
 def settle_advice(
     guard: AccuracyGuard,
     drops: Sequence[float],
     looks: int,
     order: int = 1,
     noise: SampleNoise | None = None,
-    counted_noise: SampleNoise | None = None,
+    bound_noise: SampleNoise | None = None,
 ) -> tuple[str, int | None]:
     """What would settle ``guard``'s unresolved check, and how many seeds at the next look
     (None: more seeds would not do it). ``noise``: the validation sample's in the plain drops
-    (a rejection's); ``counted_noise``: in the counted ones (a confirmation's; ``noise`` where
+    (a rejection's); ``bound_noise``: in the counted ones (a confirmation's; ``noise`` where
     not given)."""
-    if counted_noise is None:
-        counted_noise = noise
+    if bound_noise is None:
+        bound_noise = noise
     if guard.wrong_way:
         return guard._wrong_way_advice(), None
     if not guard.learned:
@@ -1095,9 +1096,9 @@ def settle_advice(
     sd = statistics.stdev(counted)
     centred = [d - statistics.fmean(counted) for d in counted]
     planned = seeds_to_settle(
-        centred, guard.tolerance, looks + 1, order=order, noise=counted_noise, power=LOOK_POWER
+        centred, guard.tolerance, looks + 1, order=order, noise=bound_noise, power=LOOK_POWER
     )
-    sizing = counted_noise  # the noise the planned look is sized with
+    sizing = bound_noise  # the noise the planned look is sized with
     capped = sum(1 for d, c in zip(drops, counted, strict=True) if c != d)
     counting = f", {capped} better by more than the tolerance counted at it" if capped else ""
     rejecting = False  # the look is sized to reject the drop seen so far

@@ -417,11 +417,10 @@ class Ledger:
     def open_checks(self, *, unresolved: bool = False) -> list[Entry]:
         """The candidates that passed screening and have no confirmation yet (with
         ``unresolved``: or one that could not settle yet), screened faster than the chosen
-        answer or as fast within a tie, fastest first: the checks that could change the answer
-        if they confirmed. Within the tie too, as screening gives such a candidate its accuracy
-        run (one draw each: the side-by-side rounds decide, and only a confirmed candidate
-        joins them). A busy run's 80% schedule screened 3.67x beside the safe answer's 3.74x,
-        passed, and was never checked."""
+        answer or as fast within a tie (screening gave it its accuracy run; the rounds decide,
+        and only a confirmed one joins them), fastest first: the checks that could change the
+        answer. A busy run's 80% schedule screened 3.67x beside the answer's 3.74x, passed, and
+        was never checked."""
         best = self.best()
         floor = self.rank_time(best) * (1 + ranking.TIE) if best is not None else math.inf
 
