@@ -18,6 +18,8 @@ from autotune._search.guard import (
     Confirmation,
     Verdict,
     check_alpha,
+    lag_words,
+    lagging_run,
     look_alpha,
     plan_accuracy_budget,
     seeds_to_settle,
@@ -569,6 +571,10 @@ def test_a_look_sized_to_reject_a_drop_says_so_not_that_it_would_confirm() -> No
         # A loss: the lagging run is the highest.
         ((2.01, 2.02, 2.60), False, (2, 2.60, [2.01, 2.02])),
         ((0.99, 0.50), True, None),  # two runs: neither is the odd one
+        # A second look's seed 4 lagged too (the README run at 71cdadb): both are named.
+        ((0.9893, 0.9854, 0.9951, 0.7607, 0.7620), True, (3, 0.7607, [0.9854, 0.9951])),
+        # Half the runs behind is no minority: the baseline is bimodal, not lagging.
+        ((0.99, 0.98, 0.76, 0.75), True, None),
     ],
 )
 def test_a_baseline_run_far_behind_its_others_is_named(runs, higher, lagging) -> None:
@@ -613,6 +619,17 @@ def test_a_lagging_baseline_run_does_not_widen_screening() -> None:
     assert lagged.screening_margin == pytest.approx(steady.screening_margin)
     assert steady.violation(0.9248) > 0 and lagged.violation(0.9248) > 0
     assert lagged.violation(0.9850) < 0  # a harmless screening run still passes
+    # Two of five behind (a second look's seed 4 lagged too): both are left out, and a
+    # half-length schedule 0.045 behind seed 0 is still rejected.
+    two = guard([0.9893, 0.9844, 0.9941, 0.7607, 0.7620], initial=0.0947)
+    assert two.screening_margin == pytest.approx(steady.screening_margin)
+    assert two.violation(0.9443) > 0
+    lag = lagging_run(two.baseline_runs, higher_is_better=True, tolerance=0.01)
+    assert lag is not None and lag["seeds"] == [3, 4]
+    assert lag_words(lag, "accuracy").startswith(
+        f"the baseline's runs of seeds 3 and 4 reached accuracy {lag['metrics'][0]:.4f} and "
+        f"{lag['metrics'][1]:.4f} where its others reached"
+    )
 
 
 def _flipped(base, lose: int, gain: int, seed: int) -> tuple[float, ...]:
