@@ -173,15 +173,16 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
     is checked where its first look fits beside the fewest side-by-side rounds (two) of the
     answers; a second pass of rounds only sharpens a figure, a check may make an answer. A fresh
     clone's README run left its 80% schedule (1.47x at screening, the safe answer 1.10x)
-    unchecked for want of ~82 s, then spent them on six rounds. Where it fits only without
-    those rounds, it still comes first (an idle README run refused a ~106-s check with 107 s
-    left, and ended 35 s early); where it does not fit at all, it is said."""
+    unchecked for want of ~82 s, then spent them on six rounds. Where the search's first check
+    fits only without those rounds, it still comes first (an idle README run refused a ~106-s
+    check with 107 s left, and ended 35 s early); where it does not fit at all, it is said."""
     import types
 
     from test_ledger import BASE, _base, _candidate, _study_with, runs, settings
 
     from autotune._search import finish, storage
     from autotune._search.baseline import Baseline
+    from autotune._search.guard import Confirmation
     from autotune._search.ledger import Ledger
     from autotune._search.record import BaselineAccuracy
 
@@ -239,5 +240,16 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
     short = bench(cost * 0.9)  # not even alone
     finish.confirm_pending(short, baseline)
     assert len(checked) == 2 and short.lines == [
+        f"no time left to check trial #4's accuracy (~{cost:.0f} s)"
+    ]
+    # Once the search made a check, the rounds keep their time (a busy run checked two
+    # half-length schedules alone, both unresolved, and left its answer unmeasured).
+    storage.file_confirmation(
+        study, "other", Confirmation(runs=(0.9,), verdict=Verdict.UNRESOLVED, mean=0.9)
+    )
+    ledger = Ledger.read(study, settings())
+    later = bench(cost + least / 2)
+    finish.confirm_pending(later, baseline)
+    assert len(checked) == 2 and later.lines == [
         f"no time left to check trial #4's accuracy (~{cost:.0f} s)"
     ]

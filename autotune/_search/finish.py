@@ -39,8 +39,8 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
     side-by-side rounds: each time the open check of most expected gain per second (see
     :func:`autotune._search.evidence.evidence_value`), its first look or its next seeds, for as
     long as its looks fit (a search's last use of its time: see ``persist``) beside the fewest
-    rounds of the answers; a check that fits only without those rounds still comes first where
-    it could make an answer faster than the one so far beyond a tie."""
+    rounds of the answers; the search's first check, where it fits only without those rounds,
+    still comes first if it could make an answer faster than the one so far beyond a tie."""
     if baseline.guard is None or baseline.guard.repeats < 2:
         return
     done: set[str] = set()
@@ -89,11 +89,16 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
         now = least_rounds_seconds(ledger, current)
         if not bench.deadline.past(cost + now):
             confirm(bench, current, entry, keep=after, persist=now)
-        elif speedup > 1 + ranking.TIE and not bench.deadline.past(cost):
-            # It fits alone: a check that may make a faster answer is worth more than the
-            # rounds that measure the answers so far, which take what it leaves. An idle
-            # README run refused an 80% schedule's ~106-s check with 107 s left, measured the
-            # safe answer no faster than the baseline and ended 35 s early.
+        elif (
+            speedup > 1 + ranking.TIE and not ledger.confirmations and not bench.deadline.past(cost)
+        ):
+            # The search's first check fits alone: a check that may make a faster answer
+            # comes before the rounds that measure the answers so far (as the loop's first
+            # check does), which take what it leaves. An idle README run refused an 80%
+            # schedule's ~106-s check with 107 s left, measured the safe answer no faster
+            # than the baseline and ended 35 s early. Once a check was made, the rounds keep
+            # their time: a busy run then checked two half-length schedules that way, both
+            # unresolved, and left its answer unmeasured side by side.
             bench.report(
                 f"trial #{entry.number}'s check (~{cost:.0f} s) fits only before the "
                 "side-by-side rounds' time: it comes first, the rounds take what it leaves"
