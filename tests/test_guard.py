@@ -517,6 +517,12 @@ def test_a_validation_set_too_small_is_said_with_the_width_that_decides_it() -> 
     assert "a larger validation set would" in small.settle
     printed = float(small.settle.split("(±")[1].split(" ")[0])
     assert printed >= 0.01
+    # And it is done as said: no seeds are bought for it (a tiny BERT's 128-example check
+    # printed this, then ran a fourth seed and got the same answer).
+    assert small.wide_sample is True and not small.confirmable
+    assert Confirmation.from_dict(small.to_dict()).wide_sample is True
+    big = check(guard([0.90, 0.93, 0.87], initial=0.5), [0.91, 0.90, 0.92])
+    assert big.verdict is Verdict.UNRESOLVED and big.wide_sample is None and big.confirmable
 
 
 def test_advice_for_seeds_says_where_the_validation_set_takes_most_of_the_tolerance() -> None:

@@ -108,12 +108,10 @@ def confirm(
     last use of its time, keeping only that many seconds for steps that would not settle it."""
     assert baseline.guard is not None and baseline.accuracy is not None
     earlier = bench.ledger().confirmation(entry)
+    # A check taken up again says so when it buys seeds, and its verdict again only then.
+    looked = True
     if earlier is not None and earlier.verdict is Verdict.UNRESOLVED and len(earlier.runs) > 1:
-        result = earlier
-        bench.report(
-            f"trial #{entry.number}: its accuracy check is unresolved after {len(earlier.runs)} "
-            "seeds; buying more"
-        )
+        result, looked = earlier, False
     else:
         bench.report.trial(f"confirmation of trial #{entry.number}")
         result = _first_look(bench, baseline, entry)
@@ -145,14 +143,17 @@ def confirm(
                 )
             break
         bench.report(f"trial #{entry.number}: unresolved over {n} seeds; running {target}")
+        looked = True
         more = _more_seeds(bench, current, entry, result, target)
         if more is None:
             break
         result = more
         _file(bench, entry, result)  # at every look: a search cut off keeps what it bought
-    bench.report(f"confirmation of trial #{entry.number}: {result.verdict} ({result.describe()})")
-    if result.settle:
-        bench.report(f"  to settle it: {result.settle}")
+    if looked:
+        verdict = f"{result.verdict} ({result.describe()})"
+        bench.report(f"confirmation of trial #{entry.number}: {verdict}")
+        if result.settle:
+            bench.report(f"  to settle it: {result.settle}")
     return result
 
 

@@ -484,6 +484,9 @@ class Confirmation:
     no_bound: str | None = None  # why the pairs give no confidence bound
     sample_error: float | None = None  # the validation sample's part of the standard error
     counted: int | None = None  # pairs better by more than the tolerance, counted at it
+    # The validation sample's own noise is as wide as the tolerance at the next look's level,
+    # whatever the seeds: no number of seeds would confirm it (a larger validation set might).
+    wide_sample: bool | None = None
     # The candidate's per-unit values of each seed whose pair it won by more than the
     # tolerance (seed, units): what takes such a pair out of the counted bound's validation
     # noise (see :func:`counted_noise`).
@@ -497,7 +500,11 @@ class Confirmation:
     def confirmable(self) -> bool:
         """Whether more seeds could still confirm it: its runs bound the validation sample's
         error (per-example values were recorded), or there are not yet two pairs to tell."""
-        return self.failure is None and (len(self.runs) < 2 or self.sample_error is not None)
+        return (
+            self.failure is None
+            and not self.wide_sample
+            and (len(self.runs) < 2 or self.sample_error is not None)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -659,6 +666,7 @@ def unseen_note(pairs: int) -> str:
 _OPTIONAL = (
     "mean", "drop", "resolution", "bound", "lower", "confidence", "tolerance", "failure",
     "settle", "need", "trial", "at", "no_bound", "sample_error", "squares", "counted",
+    "wide_sample",
 )  # fmt: skip
 
 
@@ -890,13 +898,15 @@ class AccuracyGuard:
             confidence = 1.0 - (spent_alpha(looks - 1, order) + judged.p)
         else:
             verdict = Verdict.UNRESOLVED
-        settle, need = None, None
+        settle, need, wide = None, None, None
         if verdict is Verdict.UNRESOLVED and upper <= tol and self.learned and noise is not None:
             more = f"{self.min_pairs} pairs before a confirmation: {self.min_pairs - pairs} more"
             settle, need = f"min_pairs={self.min_pairs} asks for {more}", self.min_pairs
         elif verdict is Verdict.UNRESOLVED:
             settle, need = settle_advice(self, drops, looks, order, noise, counted)
             need = None if need is None else max(need, self.min_pairs)
+            if need is None and counted is not None:
+                wide = sample_floor(counted, looks, order) >= tol or None
         finite = math.isfinite(upper)
         no_bound = None
         if not finite:
@@ -919,6 +929,7 @@ class AccuracyGuard:
             no_bound=no_bound,
             sample_error=None if counted is None else math.sqrt(counted.variance),
             counted=judged.counted or None,
+            wide_sample=wide,
         )
 
     def _settle(
@@ -1075,6 +1086,14 @@ def counted_noise(
     )
 
 
+def sample_floor(noise: SampleNoise, looks: int, order: int = 1) -> float:
+    """The half-width that the validation sample's own ``noise`` alone gives a check's next
+    look (after ``looks``), however many seeds it had: where it is as wide as the tolerance,
+    no number of seeds would confirm the check."""
+    level = t_quantile(1.0 - look_alpha(looks + 1, order), noise.dof)
+    return level * math.sqrt(noise.at(MAX_NEED))
+
+
 def settle_advice(
     guard: AccuracyGuard,
     drops: Sequence[float],
@@ -1134,12 +1153,11 @@ def settle_advice(
             planned, rejecting = reject, True
             sd, counting, sizing = statistics.stdev(drops), "", noise
     assert sizing is not None
-    fixed = math.sqrt(sizing.at(MAX_NEED))
-    level = t_quantile(1.0 - look_alpha(looks + 1, order), sizing.dof)
+    floor = sample_floor(sizing, looks, order)
     if planned is None:
-        if level * fixed >= guard.tolerance:
+        if floor >= guard.tolerance:
             return (
-                f"the validation sample's own noise (±{level * fixed:.4f} at the next "
+                f"the validation sample's own noise (±{floor:.4f} at the next "
                 f"look's level, whatever the seeds) is as wide as the tolerance "
                 f"{guard.tolerance:g}: more seeds would not tell, a larger validation set "
                 "would"
@@ -1165,11 +1183,11 @@ def settle_advice(
     )
     if lag is not None:
         text += f" ({lag_words(lag, guard.metric_name)})"
-    if level * fixed > guard.tolerance / 2:
+    if floor > guard.tolerance / 2:
         # Most of the tolerance goes to the noise the same validation examples put in every
         # seed's drop: the seeds are what is left of it (an H100 ResNet check asked for 3,446).
         text += (
-            f"; the validation sample's own noise (±{level * fixed:.4f} at the next look's "
+            f"; the validation sample's own noise (±{floor:.4f} at the next look's "
             "level, whatever the seeds) takes most of the tolerance: a larger validation set "
             "would need far fewer"
         )
