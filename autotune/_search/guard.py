@@ -484,8 +484,8 @@ class Confirmation:
     no_bound: str | None = None  # why the pairs give no confidence bound
     sample_error: float | None = None  # the validation sample's part of the standard error
     counted: int | None = None  # pairs better by more than the tolerance, counted at it
-    # The validation sample's own noise is as wide as the tolerance at the next look's level,
-    # whatever the seeds: no number of seeds would confirm it (a larger validation set might).
+    # The counted mean plus the validation sample's own half-width at the next look's level
+    # reaches the tolerance, whatever the seeds: no number of them would confirm it.
     wide_sample: bool | None = None
     # The candidate's per-unit values of each seed whose pair it won by more than the
     # tolerance (seed, units): what takes such a pair out of the counted bound's validation
@@ -906,7 +906,9 @@ class AccuracyGuard:
             settle, need = settle_advice(self, drops, looks, order, noise, counted)
             need = None if need is None else max(need, self.min_pairs)
             if need is None and counted is not None:
-                wide = sample_floor(counted, looks, order) >= tol or None
+                # The counted mean, were it to hold, plus the sample's own half-width: no
+                # seeds bring the bound below that (a change clearly better may still confirm).
+                wide = judged.mean + sample_floor(counted, looks, order) >= tol or None
         finite = math.isfinite(upper)
         no_bound = None
         if not finite:
