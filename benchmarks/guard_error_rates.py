@@ -58,8 +58,9 @@ from pathlib import Path
 import numpy as np
 
 from autotune._device import environment
-from autotune._search.evidence import next_target
+from autotune._search.evidence import next_target, won_by_far
 from autotune._search.guard import FIRST_PAIR, AccuracyGuard, Confirmation, Verdict
+from autotune._trial.outcome import AccuracyRun
 
 sys.path.insert(0, str(Path(__file__).parent))
 from speedup import code_version, write_section
@@ -313,13 +314,15 @@ def check(
             base = task.baseline(first + n)[first:]
             squares = float(sum(((b - r) ** 2).sum() for b, r in zip(base, runs, strict=True)))
             # The seeds whose pair the candidate won by more than the tolerance, with their
-            # per-example values, as the search keeps them (evidence.won_by_far).
-            drops = g.paired_drops(metrics, first)
-            capped = [
-                (first + i, tuple(float(x) for x in r))
-                for i, (r, d) in enumerate(zip(runs, drops, strict=True))
-                if d < -TOLERANCE
-            ]
+            # per-example values, kept as the search keeps them.
+            capped = won_by_far(
+                g,
+                [
+                    AccuracyRun(seed=first + i, metric=m, final_loss=0.0, samples=1,
+                                seconds=0.0, units=tuple(float(x) for x in r))
+                    for i, (r, m) in enumerate(zip(runs, metrics, strict=True))
+                ],
+            )  # fmt: skip
         c = g.confirm(
             metrics,
             units=units,
