@@ -884,7 +884,9 @@ class AccuracyGuard:
         noise = self.sample_noise(units, drops, squares, first) if pairs == len(runs) else None
         # The counted drops' own: without the pairs won by far more than the tolerance.
         counted = (
-            counted_noise(self, units, drops, squares, first, capped) if noise is not None else None
+            counted_noise(self, units, drops, squares, first, capped, plain=noise)
+            if noise is not None
+            else None
         )
         tol = self.tolerance
         drop, lower, _ = paired_bounds(drops, looks, order=order, noise=noise)
@@ -1031,6 +1033,8 @@ def counted_noise(
     squares: float | None = None,
     first: int = 0,
     capped: Sequence[tuple[int, Sequence[float]]] | None = None,
+    *,
+    plain: SampleNoise | None = None,
 ) -> SampleNoise | None:
     """The validation sample's noise in the mean of the *counted* drops
     (:func:`counted_drops`): :meth:`AccuracyGuard.sample_noise`'s, less the pairs the
@@ -1043,8 +1047,9 @@ def counted_noise(
     made the validation sample's part ±0.0071 at the next look's level and the next
     look 157 seeds, while that pair's counted value could not move. A pair within the
     margin keeps its noise (it might have been counted as it is), and where every pair
-    would leave, none does."""
-    noise = guard.sample_noise(units, drops, squares, first)
+    would leave, none does. ``plain``: :meth:`AccuracyGuard.sample_noise`'s, where the caller
+    has it already (a check is re-judged at every read of the study)."""
+    noise = plain if plain is not None else guard.sample_noise(units, drops, squares, first)
     if noise is None or units is None or not capped:
         return noise
     n = len(drops)
