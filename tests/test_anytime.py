@@ -442,6 +442,26 @@ def test_a_baseline_measured_in_a_slow_window_is_measured_again() -> None:
     assert m is not None and m.spread == 0.0 and m.throughput == pytest.approx(400.0)
 
 
+def test_a_baseline_measured_again_in_a_slow_window_says_each_measurement_once() -> None:
+    """A CI machine measured the baseline wide twice and printed the first measurement's words
+    twice; each measurement is named once, and the steadiest is kept."""
+
+    def draw(cfg, n: int) -> float:
+        return 0.6 if cfg == TrainingConfig() and n < 3 else 1.0  # two wide looks
+
+    model = Model(throughput=400.0, draw=draw)
+    run, _, lines = search(model, knobs={"num_workers": [0, 1]}, timeout=120.0)
+    said = [line.split(maxsplit=1)[1] for line in lines if " baseline: " in line]
+    assert len(said) == len(set(said)), "\n".join(lines)
+    assert "baseline: its step times spread 40% of the median; measuring it again" in said
+    assert (
+        "baseline: measured again, its step times spread 40% of the median; measuring it a "
+        "third time (the steadiest is kept)"
+    ) in said, "\n".join(lines)
+    m = _ledger(run).baseline.record.measurement
+    assert m is not None and m.spread == 0.0
+
+
 def test_a_contender_that_fails_in_a_round_leaves_the_others_measured() -> None:
     """The rounds measure four configs now: one that crashes when measured again (a flaky
     config) used to end every round, leaving the safe answer with one round and no measured
