@@ -462,6 +462,63 @@ def test_a_baseline_measured_again_in_a_slow_window_says_each_measurement_once()
     assert m is not None and m.spread == 0.0
 
 
+def test_one_high_draw_of_a_safe_config_does_not_rule_out_a_shorter_run_of_its_steps() -> None:
+    """An idle README run screened a safe config once at 1.42x (1.15x side by side) and every
+    change of the numerics below it got "could not win", an 80% schedule of its own steps
+    among them: no check, the baseline's settings kept. Every draw of the same steps counts:
+    the 80% run is checked, confirmed, and is the answer at 1.25x side by side."""
+
+    def draw(cfg, n: int) -> float:
+        plain = cfg.train_fraction == 1.0 and cfg.lr_schedule.kind.value == "constant"
+        return 1.45 if cfg.channels_last and plain and n == 0 else 1.0
+
+    knobs = {
+        "channels_last": [False, True],
+        "train_fraction": [1.0, 0.8],
+        "lr_schedule": ["constant", "cosine", "one_cycle"],
+    }
+    model = Model(throughput=400.0, draw=draw, metric=lambda cfg, seed: 0.85 + noise(seed, 0.01))
+    run, clock, lines = search(model, knobs=knobs, timeout=360.0)
+    text = "\n".join(lines)
+    assert clock.now - run.settings.started <= 1.05 * 360, text
+    slower = "slower than the best verified config"
+    assert not any("80% of the epochs" in line and slower in line for line in lines), text
+    ledger = _ledger(run)
+    best = ledger.best()
+    assert best is not None and best.config.train_fraction == 0.8, text
+    assert ledger.confirmation(best).passed, text
+    assert ledger.side_speedup(best) == pytest.approx(1.25), text
+
+
+def test_no_accuracy_run_is_spent_where_its_check_could_not_follow() -> None:
+    """The same search at 240 s: the 80% runs' checks (~156 s) no longer fit once the
+    baseline's runs are made. Screening alone makes no answer: no screening run is spent on
+    them (five were, ~28 s each, and the time kept back for a check that could never come
+    ended the trials with 110 s left); each says why, and the budget is kept."""
+
+    def draw(cfg, n: int) -> float:
+        plain = cfg.train_fraction == 1.0 and cfg.lr_schedule.kind.value == "constant"
+        return 1.45 if cfg.channels_last and plain and n == 0 else 1.0
+
+    knobs = {
+        "channels_last": [False, True],
+        "train_fraction": [1.0, 0.8],
+        "lr_schedule": ["constant", "cosine", "one_cycle"],
+    }
+    model = Model(throughput=400.0, draw=draw, metric=lambda cfg, seed: 0.85 + noise(seed, 0.01))
+    run, clock, lines = search(model, knobs=knobs, timeout=240.0)
+    text = "\n".join(lines)
+    assert clock.now - run.settings.started <= 1.05 * 240, text
+    assert not any("passed screening" in line for line in lines), text
+    skipped = [line for line in lines if "80% of the epochs" in line and " trial " in line]
+    assert skipped and all(
+        "no time left for its accuracy run and the check after it" in line
+        or "it trains as trial" in line
+        for line in skipped
+    ), text
+    assert "every listed value of the space has been measured" in text
+
+
 def test_a_contender_that_fails_in_a_round_leaves_the_others_measured() -> None:
     """The rounds measure four configs now: one that crashes when measured again (a flaky
     config) used to end every round, leaving the safe answer with one round and no measured

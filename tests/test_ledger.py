@@ -12,9 +12,10 @@ from test_guard import check
 
 import autotune
 from autotune import TrainingConfig
+from autotune._choices import LRSchedule, ScheduleKind
 from autotune._search import storage
 from autotune._search.guard import Confirmation, Verdict
-from autotune._search.ledger import Ledger
+from autotune._search.ledger import Ledger, fastest_verified, promise, step_draws
 from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._search.settings import SearchSettings
 from autotune._space import load_space
@@ -256,6 +257,46 @@ def test_a_change_screened_as_fast_as_the_safe_answer_within_a_tie_is_still_chec
         study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
     )
     assert Ledger.read(study, settings()).pending() is None
+
+
+def test_a_change_is_checked_by_every_draw_of_its_steps_not_one_high_draw() -> None:
+    """An idle README run screened a fused AdamW once at 1.42x (1.15x side by side) and ruled
+    out every change of the numerics below it, among them an 80% schedule of the fused steps
+    themselves (its own draw 1.19x). Every draw of the same steps, scaled to each one's share
+    of the run, is one figure: the fused steps' four draws put the safe config at 0.95x, and
+    a fifth fewer of them at 1.19x is a check that could win. The whole run of those steps,
+    slower than the baseline by them, is not."""
+    fused = BASE.replace(optimizer_impl="fused")
+    sched = LRSchedule(kind=ScheduleKind.ONE_CYCLE, peak_lr=2e-3)
+    shorter = dataclasses.replace(
+        _candidate(fused.replace(lr_schedule=sched, train_fraction=0.8), 168.0),
+        accuracy=runs(0.905),
+        accuracy_samples=256,
+    )
+    records = [
+        _base(),
+        _candidate(fused, 140.0),  # one high draw: 1.43x
+        _candidate(fused.replace(lr_schedule=LRSchedule(peak_lr=1.3e-3)), 210.0),
+        _candidate(fused.replace(lr_schedule=LRSchedule(kind=ScheduleKind.WSD)), 212.0),
+        shorter,
+    ]
+    study = _study_with(records)
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+    )
+    ledger = Ledger.read(study, settings())
+    assert ledger.best().number == 1  # ranked by its own draws, the safe config still leads
+    assert step_draws(ledger, shorter.config) == pytest.approx([112.0, 168.0, 169.6, 168.0])
+    assert promise(ledger, ledger.entries[1]) == pytest.approx(210.0)
+    assert fastest_verified(ledger)[0].number == 0  # the baseline, 200 s
+    assert [e.number for e in ledger.open_checks()] == [4]
+    longer = dataclasses.replace(shorter, config=fused.replace(lr_schedule=sched))
+    another = _candidate(fused.replace(lr_schedule=LRSchedule(peak_lr=0.7e-3)), 215.0)
+    study = _study_with([*records[:4], another, dataclasses.replace(longer, projected_time=150.0)])
+    storage.write_baseline_accuracy(
+        study, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+    )
+    assert Ledger.read(study, settings()).open_checks() == []  # 150 s: one draw of 210 s
 
 
 def test_the_pareto_front_keeps_what_nothing_beats_on_both() -> None:

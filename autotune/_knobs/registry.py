@@ -721,6 +721,21 @@ def pair_arm(cfg: TrainingConfig, baseline: TrainingConfig) -> TrainingConfig:
     return baseline.replace(**changes, checkpointing=cfg.checkpointing)
 
 
+# What a knob changes that leaves each training step's cost alone: the learning rate's peak and
+# shape (a scheduler's step is free) and how much of the run is trained (fewer steps, each
+# as costly).
+COSTLESS = frozenset({Where.LR_PEAK, Where.LR_SHAPE, Where.LENGTH})
+
+
+def step_key(cfg: TrainingConfig) -> TrainingConfig:
+    """``cfg`` with every knob that changes no step's cost (see :data:`COSTLESS`) at its
+    default: configs with equal keys make steps of the same cost, so every measurement of one
+    is a draw of the others' speed (only their run's length differs)."""
+    fields = {k.field or "lr_schedule" for k in KNOBS if k.where in COSTLESS}
+    plain = type(cfg)()
+    return dataclasses.replace(cfg, **{name: getattr(plain, name) for name in fields})
+
+
 def numerics_key(cfg: TrainingConfig, *, split_free: bool = False) -> tuple[Any, ...]:
     """Equal keys train to the same model (same batch size and accumulation, precision, LR
     schedule and training length). ``split_free``: the model has no layer that sees the

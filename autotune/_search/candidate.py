@@ -12,12 +12,13 @@ from optuna.trial import TrialState
 
 from autotune._choices import CompileMode
 from autotune._errors import ConfigError, DeviceError
+from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
 from autotune._search import ranking, storage
 from autotune._search.baseline import SLACK, Baseline, measurement_seconds
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm
-from autotune._search.ledger import Entry, Ledger
+from autotune._search.ledger import Entry, Ledger, fastest_verified, step_draws
 from autotune._search.policy import STAGE_ATTR, Stage, Step
 from autotune._search.record import Record, Role
 from autotune._search.status import search_status, trial_line
@@ -246,34 +247,54 @@ def _no_accuracy_run(
     s = bench.settings
     projected = s.projected_time(outcome.measurement, outcome.config)
     trial.report(projected, step=0)  # Optuna's intermediate value: the throughput phase
-    best = ledger.best() if s.guided else None
-    floor = ledger.projected(best) if best is not None else None  # a verified answer has one
-    if best is not None and floor is not None and projected > floor * (1 + ranking.TIE):
+    # Each by every screening draw of its steps, not one: one high draw of a safe config
+    # ruled out every change of the numerics an idle README run screened, among them an 80%
+    # schedule of that config's own steps.
+    fastest = fastest_verified(ledger) if s.guided else None
+    mine = [*step_draws(ledger, outcome.config), projected]
+    if fastest is not None and ranking.median_time(mine) > fastest[1] * (1 + ranking.TIE):
         return (
-            f"slower than the best verified config (trial #{best.number}): no accuracy run, it "
-            "could not win"
+            f"slower than the best verified config (trial #{fastest[0].number}): no accuracy "
+            "run, it could not win"
         )
     same = _same_speed_answer(ledger, outcome.config) if s.guided else None
     if same is not None:
+        what = (
+            "only its LR schedule differs"
+            if outcome.config.train_fraction == same.config.train_fraction
+            else "only its LR schedule and a longer run differ"
+        )
         return (
-            f"it trains as trial #{same.number}, an answer already, does (only its LR schedule "
-            "differs, which changes no step's cost): no accuracy run, it could not win"
+            f"it trains as trial #{same.number}, an answer already, does ({what}, which "
+            "changes no step's cost): no accuracy run, it could not win"
         )
     run = baseline.run_seconds(outcome)
     if not bench.deadline.fits(run + reserve):
         return f"no time left for its accuracy run (~{run:.0f} s)"
+    check = baseline.confirm_seconds(outcome)
+    unchecked = ledger.confirmations.get(ledger.numerics_id(outcome.config)) is None
+    checked = baseline.guard is not None and baseline.guard.repeats >= 2
+    if unchecked and checked and not bench.deadline.fits(run + check):
+        # Screening alone makes no answer: a run whose check cannot follow it is time lost
+        # (a simulated search screened five such runs, ~28 s each, after its last check fitted).
+        return (
+            f"no time left for its accuracy run and the check after it (~{run:.0f} s and "
+            f"~{check:.0f} s)"
+        )
     return None
 
 
 def _same_speed_answer(ledger: Ledger, cfg: TrainingConfig) -> Entry | None:
-    """A verified answer (safe or confirmed) that differs from ``cfg`` in its LR schedule
-    only: the same steps at the same cost, so ``cfg`` cannot be faster, whatever one noisy
+    """A verified answer (safe or confirmed) that makes ``cfg``'s steps (see
+    :func:`registry.step_key`: only the LR schedule, or the run's length, differs) and no more
+    of them: the same steps at the same cost, so ``cfg`` cannot be faster, whatever one noisy
     measurement says (a CNN search spent half its budget checking bf16 with the LR x1.27,
     measured 1.94x beside bf16's 1.79x)."""
+    key = registry.step_key(cfg)
     for entry in ledger.entries:
         other = entry.config
-        same_steps = other != cfg and cfg.replace(lr_schedule=other.lr_schedule) == other
-        if same_steps and ledger.feasible(entry):
+        same_steps = other != cfg and registry.step_key(other) == key
+        if same_steps and cfg.train_fraction >= other.train_fraction and ledger.feasible(entry):
             return entry
     return None
 

@@ -11,7 +11,7 @@ from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm, evidence_value, p_within, seed_seconds
 from autotune._search.guard import counted_noise
-from autotune._search.ledger import Entry, Ledger
+from autotune._search.ledger import Entry, Ledger, fastest_verified, promise
 from autotune._trial.failures import FailureReason
 from autotune._trial.outcome import Budget
 
@@ -50,8 +50,8 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
         guard = ledger.guard
         if guard is None or not guard.learned:
             return  # every check would compare models that did not learn
-        best = ledger.best()
-        floor = ledger.projected(best) if best is not None else None
+        fastest = fastest_verified(ledger)
+        floor = fastest[1] if fastest is not None else None
         options: list[tuple[float, Entry, float, float]] = []
         for entry in ledger.open_checks(unresolved=True):
             if ledger.numerics_id(entry.config) in done:
@@ -72,7 +72,7 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
                 else None
             )
             # Over the answer so far; none known (no answer yet, or no time): no gain.
-            speedup = derived.speedup(floor, ledger.projected(entry)) or 1.0
+            speedup = derived.speedup(floor, promise(ledger, entry)) or 1.0
             value = evidence_value(speedup, p_within(c, guard.tolerance, drops, noise), cost)
             options.append((value, entry, cost, speedup))
         if not options:

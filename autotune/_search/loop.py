@@ -328,11 +328,7 @@ class Search:
         screening, and the side-by-side rounds of the answers so far."""
         baseline = self.state.baseline
         assert baseline is not None
-        reserve = side_by_side_seconds(ledger, baseline)
-        leader = ledger.pending()
-        if leader is not None:
-            reserve += baseline.confirm_seconds(leader.record)
-        return reserve
+        return side_by_side_seconds(ledger, baseline) + self.question.confirm_reserve(ledger)
 
     def _first_check_fits(self, ledger: Ledger, baseline: Baseline) -> bool:
         """Whether the search's first check can still come (before the rounds, whose time it
