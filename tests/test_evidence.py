@@ -178,9 +178,10 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
     check with 107 s left, and ended 35 s early); where it does not fit at all, it is said."""
     import types
 
+    from test_guard import check
     from test_ledger import BASE, _base, _candidate, _study_with, runs, settings
 
-    from autotune._search import finish, storage
+    from autotune._search import evidence, finish, storage
     from autotune._search.baseline import Baseline
     from autotune._search.guard import Confirmation
     from autotune._search.ledger import Ledger
@@ -253,3 +254,57 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
     assert len(checked) == 2 and later.lines == [
         f"no time left to check trial #4's accuracy (~{cost:.0f} s)"
     ]
+    # Its own check made and unresolved, the time left holds no more seeds: said as such (an
+    # idle README run ended on "no time left to check" a check it had made).
+    made = check(ledger.guard, [0.90, 0.87, 0.915], trial=4)
+    assert made.verdict is Verdict.UNRESOLVED and made.confirmable
+    storage.file_confirmation(study, ledger.numerics_id(entry.config), made)
+    ledger = Ledger.read(study, settings())
+    seed = evidence.seed_seconds(baseline, entry, made.first_seed + len(made.runs))
+    resumed = bench(seed / 2)
+    finish.confirm_pending(resumed, baseline)
+    assert len(checked) == 2 and resumed.lines == [
+        f"no time left for another seed of trial #4's check (~{seed:.0f} s)"
+    ]
+
+
+def test_the_rounds_of_a_safe_config_nearly_as_fast_run_in_the_grace_the_rounds_have(
+    monkeypatch,
+) -> None:
+    """No safe config screened faster than the baseline (its own draw is one, and may run
+    fast), so the fewest rounds of one nearly as fast are kept. An idle README run kept 17 s
+    for them, a last trial overran its limit by a little, and they were dropped by a test
+    stricter than the rounds' own (which may end within the deadline's grace): the answer was
+    "keep the baseline's settings", unmeasured side by side."""
+    import types
+
+    from test_ledger import BASE, _base, _candidate, _study_with, settings
+
+    from autotune._search import finish
+    from autotune._search.baseline import Baseline
+    from autotune._search.deadline import Deadline
+    from autotune._search.ledger import Ledger
+
+    near = dataclasses.replace(
+        _candidate(BASE.replace(channels_last=True), 215.0), measure_seconds=4.0
+    )
+    study = _study_with([dataclasses.replace(_base(), measure_seconds=4.0), near])
+    ledger = Ledger.read(study, settings())
+    baseline = Baseline.of(ledger)
+    assert baseline is not None
+    need = finish.least_rounds_seconds(ledger, baseline)
+    assert need > 0
+    measured: list[list[int]] = []
+
+    def rounds(bench, base, contenders, *, keep: float) -> int:
+        measured.append([e.number for e in contenders])
+        return 0
+
+    monkeypatch.setattr(finish, "_rounds", rounds)
+    clock = types.SimpleNamespace(now=1000.0)
+    deadline = Deadline.of(0.0, 300.0, clock=lambda: clock.now)
+    clock.now = 300.0 - 0.9 * need  # a little less than they need; well within the grace
+    lines: list[str] = []
+    bench = types.SimpleNamespace(ledger=lambda: ledger, deadline=deadline, report=lines.append)
+    finish.side_by_side(bench, baseline)
+    assert measured == [[0, 1]], lines
