@@ -65,7 +65,7 @@ from torch.utils.data import Dataset
 import autotune
 from autotune._device import environment
 from autotune._knobs.registry import KNOBS, config_from
-from autotune._search.evidence import next_target, unit_sums
+from autotune._search.evidence import next_target, unit_sums, won_by_far
 from autotune._search.guard import (
     AccuracyGuard,
     Confirmation,
@@ -310,7 +310,9 @@ def guard_verdict(
         runs = [dataclasses.replace(cand_runs.runs[s], seed=i) for i, s in enumerate(chosen)]
         units = unit_sums(runs) if all(math.isfinite(m) for m in metrics) else None
         squares = guard.pair_squares(runs) if units is not None else None
-        result = guard.confirm(metrics, units=units, squares=squares, looks=look)
+        # The pairs won by far more than the tolerance, as the search keeps them with a check.
+        capped = won_by_far(guard, runs) if units is not None else None
+        result = guard.confirm(metrics, units=units, squares=squares, looks=look, capped=capped)
         print(f"    look {look}: {result.verdict} - {result.describe()}", flush=True)
         trace.append(
             f"look {look} at {seeds} seeds: {_f(result.drop)} "
