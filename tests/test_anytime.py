@@ -4,6 +4,7 @@ interruptions, with the loop's budget rules checked exactly against a fake clock
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from sim import Model, noise, search
@@ -103,6 +104,21 @@ def test_a_short_budget_checks_at_a_shorter_horizon_after_the_safe_stages_share(
     best = ledger.best()
     assert best is not None and best.config.num_workers > 0, text
     assert best.config.precision.value == "bf16" and ledger.confirmation(best).passed, text
+
+
+def test_a_plan_longer_than_the_time_left_is_not_said_to_be_kept() -> None:
+    """A busy README run printed "~302 s of the budget are kept for the baseline's accuracy
+    runs" with about 290 s left, then shortened them. Where the planned runs and check do not
+    fit after the safe knobs' share, the line says so, with figures that are true, and what
+    happens instead."""
+    run, _, lines = search(bert_like(workers_help=1.3), knobs=KNOBS, timeout=150.0)
+    text = "\n".join(lines)
+    assert "of the budget are kept" not in text, text
+    said = next(line for line in lines if "would take ~" in line)
+    need, after, share = (float(x) for x in re.findall(r"~?(\d+) s\b", said)[:3])
+    assert need > after and after + share <= 150.0, said
+    assert "the runs shorten to the time left" in said
+    assert run.ledger().baseline_accuracy is not None, text  # the question was still asked
 
 
 def test_an_interrupted_search_holds_the_best_verified_answer() -> None:
