@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -727,10 +728,12 @@ def pair_arm(cfg: TrainingConfig, baseline: TrainingConfig) -> TrainingConfig:
 COSTLESS = frozenset({Where.LR_PEAK, Where.LR_SHAPE, Where.LENGTH})
 
 
+@functools.lru_cache(maxsize=4096)
 def step_key(cfg: TrainingConfig) -> TrainingConfig:
     """``cfg`` with every knob that changes no step's cost (see :data:`COSTLESS`) at its
     default: configs with equal keys make steps of the same cost, so every measurement of one
-    is a draw of the others' speed (only their run's length differs)."""
+    is a draw of the others' speed (only their run's length differs). Cached: the ledger
+    asks it of every trial for every candidate it weighs."""
     fields = {k.field or "lr_schedule" for k in KNOBS if k.where in COSTLESS}
     plain = type(cfg)()
     return dataclasses.replace(cfg, **{name: getattr(plain, name) for name in fields})

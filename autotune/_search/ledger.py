@@ -571,17 +571,16 @@ def step_draws(ledger: Ledger, cfg: TrainingConfig) -> list[float]:
     return out
 
 
-def promise(ledger: Ledger, entry: Entry, *, draws: tuple[float, ...] = ()) -> float:
+def promise(ledger: Ledger, entry: Entry) -> float:
     """Its projected time as "could it win?" reads it: its side-by-side figure where the
     rounds measured it (see :meth:`Ledger.projected`), else the median of every screening draw
-    of its steps (see :func:`step_draws`; ``draws``: more of them, a candidate's own before
-    it is filed). One draw is noisy: a README run screened a fused AdamW at 1.42x, measured
-    1.15x side by side, and ruled out every change of the numerics below it, among them an
-    80% schedule of the same steps (its own draw 1.19x; a fifth fewer steps is 1.25x what
-    its steps' draws say). Without any, it ranks last."""
+    of its steps (see :func:`step_draws`). One draw is noisy: a README run screened a fused
+    AdamW at 1.42x, measured 1.15x side by side, and ruled out every change of the numerics
+    below it, among them an 80% schedule of the same steps (its own draw 1.19x; a fifth fewer
+    steps is 1.25x what its steps' draws say). Without any, it ranks last."""
     if len(ledger.remeasured(entry)) >= derived.MIN_ROUNDS:
         return ledger.rank_time(entry)
-    times = [*step_draws(ledger, entry.config), *draws]
+    times = step_draws(ledger, entry.config)
     return ranking.median_time(times) if times else ledger.rank_time(entry)
 
 
