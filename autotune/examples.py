@@ -217,7 +217,7 @@ def tiny_model(features: int = 8, classes: int = 3) -> nn.Module:
     return nn.Sequential(nn.Linear(features, 32), nn.ReLU(), nn.Linear(32, classes))
 
 
-def tiny_data(n: int = 256, features: int = 8, classes: int = 3) -> TensorDataset:
+def tiny_data(n: int = 2048, features: int = 8, classes: int = 3) -> TensorDataset:
     g = torch.Generator().manual_seed(0)
     centers = 3.0 * torch.randn(classes, features, generator=g)
     y = torch.randint(0, classes, (n,), generator=g)

@@ -72,6 +72,10 @@ class Model:
     crashes: Callable[[TrainingConfig, int], bool] = lambda cfg, n: False
     # Whether a config's run with these accuracy seeds never ends (it is stopped at its limit).
     stalls: Callable[[TrainingConfig, tuple[int, ...]], bool] = lambda cfg, seeds: False
+    # Every seed gets the validation examples right in one order (a task whose runs agree
+    # example by example: they differ only by as many examples as their metrics do).
+    one_order: bool = False
+    val_items: int = VAL_ITEMS  # the validation examples each run is scored on
 
     def score(self, cfg: TrainingConfig, seed: int, samples: int) -> float:
         if self.metric_at is not None:
@@ -150,10 +154,12 @@ class SimulatedExecutor:
             for seed in accuracy.seeds:
                 seconds = samples / arm_tp
                 cost += seconds
-                units = per_example(seed, self.model.score(arm, seed, samples))
+                order = 0 if self.model.one_order else seed
+                items = self.model.val_items
+                units = per_example(order, self.model.score(arm, seed, samples), items)
                 halfway = None
                 if accuracy.midpoint and halfway_is_a_shorter_run(arm):
-                    half = per_example(seed, self.model.score(arm, seed, samples // 2))
+                    half = per_example(order, self.model.score(arm, seed, samples // 2), items)
                     halfway = sum(half) / len(half)
                 runs.append(AccuracyRun(seed=seed, metric=sum(units) / len(units), final_loss=0.5,
                                         samples=samples, seconds=seconds,

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -243,8 +244,8 @@ def test_the_false_accept_rate_of_the_answer_holds_under_the_searchs_own_looks()
     import guard_error_rates as ger
 
     sc = next(s for s in ger.SCENARIOS if s.name == "3-candidates")
-    fa, _, _, _ = ger.simulate(sc, true_drop=0.01, searches=150, repeats=3, max_seeds=24, seed=1)
-    power, _, _, _ = ger.simulate(sc, true_drop=0.0, searches=60, repeats=3, max_seeds=24, seed=2)
+    fa, *_ = ger.simulate(sc, true_drop=0.01, searches=150, repeats=3, max_seeds=24, seed=1)
+    power, *_ = ger.simulate(sc, true_drop=0.0, searches=60, repeats=3, max_seeds=24, seed=2)
     assert fa <= 0.05
     assert power >= 0.5
 
@@ -257,11 +258,49 @@ def test_a_failure_mode_slips_through_only_where_the_pairs_never_showed_it() -> 
 
     sc = next(s for s in ger.SCENARIOS if s.name == "bimodal")
     drop = sc.fail * (sc.accuracy - ger.CHANCE)
-    fa, _, unseen, _ = ger.simulate(
+    fa, _, unseen, *_ = ger.simulate(
         sc, true_drop=drop, searches=80, repeats=3, max_seeds=24, seed=3
     )
     assert unseen > 0.3
     assert fa <= unseen
+
+
+def test_a_check_opens_with_two_pairs_only_where_the_baselines_runs_say_they_settle() -> None:
+    """20,000 validation examples that every seed's run gets right or wrong alike but for a
+    few: the baseline's runs vary by ±0.0005, and two pairs would settle a harmless change,
+    so the first look takes two (the two seeds after the screening run, which the baseline
+    already has). Runs that differ on a tenth of the examples keep the first look's three;
+    so do runs without per-example values (no bound at all), a first look asked to be shorter
+    (accuracy_repeats=2), and min_pairs=4 (four)."""
+    items = 20_000
+
+    def runs(flipped: int) -> tuple[tuple[float, ...], ...]:
+        out = []
+        for seed in range(3):
+            flips = set(random.Random(seed).sample(range(items), flipped))
+            out.append(tuple(float((i < 0.85 * items) != (i in flips)) for i in range(items)))
+        return tuple(out)
+
+    def of(units: tuple[tuple[float, ...], ...], **kw) -> AccuracyGuard:
+        return AccuracyGuard(
+            metric_name="accuracy",
+            higher_is_better=True,
+            tolerance=0.01,
+            baseline_runs=tuple(sum(u) / items for u in units),
+            accuracy_samples=1000,
+            initial_metric=0.1,
+            baseline_units=units,
+            first_look=3,
+            **kw,
+        )
+
+    quiet = of(runs(20))
+    assert quiet.spread < 0.001
+    assert quiet.first_pairs() == 2
+    assert dataclasses.replace(quiet, min_pairs=4).first_pairs() == 4
+    assert dataclasses.replace(quiet, baseline_units=()).first_pairs() == 3
+    assert dataclasses.replace(quiet, first_look=2).first_pairs() == 2
+    assert of(runs(2_000)).first_pairs() == 3
 
 
 def test_a_metric_that_gets_worse_as_the_model_trains_is_named_as_wrong() -> None:

@@ -79,10 +79,10 @@ class Items(torch.utils.data.Dataset):
             r"Invalid `baseline`: `batch_size` must be >= 1, but got 0",
         ),
         (
-            {"baseline": {"batch_size": 64, "gradient_accumulation_steps": 8}},
+            {"baseline": {"batch_size": 64, "gradient_accumulation_steps": 32}},
             autotune.ConfigError,
-            r"The baseline's batch cannot train: its global batch of 512 samples \(batch 64 x 8 "
-            r"accumulation steps\) is larger than the 230 training samples",
+            r"The baseline's batch cannot train: its global batch of 2048 samples \(batch 64 x "
+            r"32 accumulation steps\) is larger than the 1,843 training samples",
         ),
     ],
 )

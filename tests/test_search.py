@@ -369,7 +369,7 @@ def test_a_baseline_that_did_not_learn_is_said_plainly(fast_kwargs) -> None:
     lines: list[str] = []
     result = find(
         tiny_model(),
-        tiny_data(),
+        tiny_data(256),
         n_trials=3,
         space={"knobs": {"batch_size": [32, 64], "num_workers": [0, 1]}},
         progress=lines.append,
@@ -600,22 +600,23 @@ def test_keep_global_batch_splits_a_baseline_batch_that_does_not_fit(fast_kwargs
 
 
 def test_a_global_batch_larger_than_the_training_set_is_not_started(fast_kwargs) -> None:
-    """230 training samples (256 less the validation split): batch 32 is kept by the space,
-    but 32 x 16 accumulation steps is a global batch of 512, not one full batch to train on.
+    """1,843 training samples (2,048 less the validation split): batch 32 is kept by the
+    space, but 32 x 64 accumulation steps is a global batch of 2,048, not one full batch to
+    train on.
     It is failed before it runs, with the reason, instead of failing in the loader ("produced
     no batches") after a worker started; the search goes on."""
     lines: list[str] = []
     result = find(
         tiny_model(),
         tiny_data(),
-        space={"knobs": {"gradient_accumulation_steps": [1, 16, 32]}},
+        space={"knobs": {"gradient_accumulation_steps": [1, 64, 128]}},
         n_trials=3,
         progress=lines.append,
         **fast_kwargs,
     )
     assert any(
-        "global batch of 512 samples (batch 32 x 16 accumulation steps) is larger than the "
-        "230 training samples" in line
+        "global batch of 2048 samples (batch 32 x 64 accumulation steps) is larger than the "
+        "1,843 training samples" in line
         for line in lines
     ), "\n".join(lines)
     assert not any("produced no batches" in line for line in lines)

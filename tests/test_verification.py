@@ -26,7 +26,7 @@ def result_file(tmp_path_factory) -> str:
     takes accuracy out of it, so the winner is a bigger batch, never the baseline."""
     result = find(
         PerStepCost(),
-        tiny_data(),
+        tiny_data(256),
         n_trials=1,
         space={"knobs": {"batch_size": [32, 128]}},
         tolerance=1.0,
@@ -158,7 +158,7 @@ def test_the_accuracy_check_validates_on_the_searchs_own_split(monkeypatch, tmp_
 
     result = find(
         PerStepCost(),
-        tiny_data(),
+        tiny_data(256),
         n_trials=1,
         space={"knobs": {"batch_size": [32, 64]}},
         tolerance=1.0,
@@ -247,7 +247,7 @@ def test_full_trains_both_for_the_whole_run_and_resumes(result_file, tmp_path):
     state = tmp_path / "full.json"
     lines: list[str] = []
     kwargs = dict(rounds=1, budget=FAST_BUDGET, full=True, full_seeds=2, resume=state)
-    report = autotune.verify(result_file, PerStepCost(), tiny_data(), progress=lines.append,
+    report = autotune.verify(result_file, PerStepCost(), tiny_data(256), progress=lines.append,
                              **kwargs)  # fmt: skip
     full = report.full
     assert full is not None and len(full.pairs) == 2 and not full.failures
@@ -263,7 +263,7 @@ def test_full_trains_both_for_the_whole_run_and_resumes(result_file, tmp_path):
     assert len(json.loads(state.read_text())["runs"]) == 4
 
     again: list[str] = []
-    resumed = autotune.verify(result_file, PerStepCost(), tiny_data(), progress=again.append,
+    resumed = autotune.verify(result_file, PerStepCost(), tiny_data(256), progress=again.append,
                               **kwargs)  # fmt: skip
     assert resumed.full is not None and resumed.full.resumed == 4
     assert not [line for line in again if line.startswith("whole run")]
@@ -274,7 +274,7 @@ def test_full_trains_both_for_the_whole_run_and_resumes(result_file, tmp_path):
     other = tmp_path / "other.json"
     other.write_text(json.dumps(data))
     with pytest.raises(ConfigError, match="is of another verification"):
-        autotune.verify(str(other), PerStepCost(), tiny_data(), **kwargs)
+        autotune.verify(str(other), PerStepCost(), tiny_data(256), **kwargs)
 
 
 def test_full_trains_a_shorter_winner_for_its_share_of_the_run(result_file, tmp_path):

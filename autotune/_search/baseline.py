@@ -131,10 +131,11 @@ class Baseline:
 
     def first_seeds(self) -> tuple[int, ...]:
         """The seeds of a check's first look: from :data:`FIRST_PAIR` (the screening run,
-        seed 0, chose the candidate and is no pair), as many as the baseline's first runs
-        (``accuracy_repeats``), or as the baseline has runs of, where later looks bought more."""
+        seed 0, chose the candidate and is no pair), as many as the guard's
+        :meth:`~autotune._search.guard.AccuracyGuard.first_pairs`, or as the baseline has runs
+        of, where later looks bought more."""
         have = len(self.accuracy.runs) if self.accuracy is not None else 0
-        least = self.guard.first_look if self.guard is not None else 0
+        least = self.guard.first_pairs() if self.guard is not None else 0
         return tuple(range(FIRST_PAIR, FIRST_PAIR + max(least, have - FIRST_PAIR)))
 
     def confirm_seconds(self, of: Measured | None = None) -> float:

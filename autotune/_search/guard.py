@@ -89,6 +89,7 @@ from scipy import stats
 __all__ = [
     "ALPHA",
     "FIRST_PAIR",
+    "SHORT_LOOK",
     "AccuracyGuard",
     "AccuracyPlan",
     "Confirmation",
@@ -103,6 +104,7 @@ __all__ = [
     "lag_words",
     "lagging_run",
     "look_alpha",
+    "look_settles",
     "percent",
     "plan_accuracy_budget",
     "question_runs",
@@ -114,6 +116,7 @@ __all__ = [
     "unseen_chance",
     "unseen_note",
     "unseen_rate",
+    "validation_floor",
 ]
 
 CONFIDENCE = 0.95
@@ -128,6 +131,9 @@ LOOK_POWER = 0.8  # a next look is sized to confirm a harmless change this often
 # A check's first pair: seed 0 is the candidate's screening run, which chose it (a run that
 # passed screening is likelier than not a lucky one), so a confirmation pairs the seeds after.
 FIRST_PAIR = 1
+# The fewest pairs with a bound: a check's first look where the baseline's runs say that two
+# would settle a harmless change (see :meth:`AccuracyGuard.first_pairs`).
+SHORT_LOOK = 2
 # Of the answer's error rate, the share the study's first check may spend, and of a check's,
 # the share its first look may (see :func:`share`).
 FIRST_SHARE = 0.75
@@ -419,16 +425,9 @@ def seeds_to_settle(
     if gap == 0.0:
         return None
     alpha = look_alpha(look, order)
-    z = float(stats.norm.ppf(power))
 
     def settles(m: int) -> bool:
-        sample = noise.at(m) if noise is not None else 0.0
-        part = seed_var / m
-        total = part + sample
-        if total <= 0.0:
-            return False
-        dof = conservative_dof(part, m, noise.replace_variance(sample) if noise else None, alpha)
-        return (t_quantile(1.0 - alpha, dof) + z) * math.sqrt(total) < gap
+        return look_settles(seed_var, m, gap, alpha, noise, power)
 
     if not settles(MAX_NEED):
         return None
@@ -439,6 +438,31 @@ def seeds_to_settle(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if settles(mid) else (mid, hi)
     return hi
+
+
+def look_settles(
+    seed_var: float,
+    pairs: int,
+    gap: float,
+    alpha: float,
+    noise: SampleNoise | None,
+    power: float = 0.5,
+) -> bool:
+    """Whether a look of ``pairs`` pairs at level ``alpha`` settles a drop ``gap`` from the
+    tolerance with probability ``power``, were the pairs' variance ``seed_var`` and the
+    validation sample's ``noise`` to hold."""
+    sample = noise.at(pairs) if noise is not None else 0.0
+    part = seed_var / pairs
+    total = part + sample
+    if total <= 0.0:
+        return False
+    dof = conservative_dof(part, pairs, noise.replace_variance(sample) if noise else None, alpha)
+    return (t_quantile(1.0 - alpha, dof) + _z(power)) * math.sqrt(total) < gap
+
+
+@functools.lru_cache(maxsize=16)
+def _z(power: float) -> float:
+    return float(stats.norm.ppf(power))
 
 
 class Verdict(str, enum.Enum):
@@ -693,11 +717,31 @@ class AccuracyGuard:
     baseline_units: tuple[tuple[float, ...] | None, ...] = ()
     unit_counts: tuple[float, ...] | None = None
     min_pairs: int = 0  # paired seeds a confirmation needs at the least (SearchOptions.min_pairs)
-    first_look: int = 0  # the pairs of a check's first look, at the least (accuracy_repeats)
+    first_look: int = 0  # the pairs of a check's first look, at the most (see first_pairs)
 
     @property
     def repeats(self) -> int:
         return len(self.baseline_runs)
+
+    def first_pairs(self) -> int:
+        """The pairs of a check's first look: as many as the baseline's first seeds after the
+        screening run's (``first_look``, from ``accuracy_repeats``), and ``min_pairs`` at the
+        least; :data:`SHORT_LOOK` (two, the fewest with a bound) where the baseline's own runs
+        say two would confirm a harmless change at the first look's level 80% of the time
+        (:data:`LOOK_POWER`): were its pairs to differ as much as two of the baseline's runs
+        of different data orders do, pairing cancelling nothing, and the validation sample to
+        judge them as it judges those two runs. A task whose runs barely vary (GPT-2's
+        validation loss: ±0.0005 from seed to seed at its horizon, against a tolerance of
+        0.01) settles a harmless change in two pairs, and a third run would buy nothing; one
+        whose runs vary by a good part of the tolerance keeps its three. The choice is made
+        before the candidate's first run of its check, from the baseline's runs alone, so it
+        cannot lean on what the candidate's pairs show (``guard_error_rates.py``'s ``quiet``
+        rows hold it)."""
+        least = max(self.first_look, self.min_pairs)
+        short = max(SHORT_LOOK, self.min_pairs)
+        if short >= least or not short_look_settles(self):
+            return least
+        return short
 
     @property
     def baseline_metric(self) -> float:
@@ -961,6 +1005,9 @@ class AccuracyGuard:
             return self._wrong_way_advice()
         if not self.learned:
             return self._settle([], 1)[0]
+        floor = validation_floor(self)
+        if floor is not None and floor > self.tolerance:
+            return small_validation_advice(self, floor)
         if self.repeats < 2:
             return (
                 "The baseline was trained with one data-order seed; use accuracy_repeats >= 2 "
@@ -996,6 +1043,77 @@ class AccuracyGuard:
             ),
             "advice": self.advice(),
         }
+
+
+def short_look_settles(guard: AccuracyGuard) -> bool:
+    """Whether two of ``guard``'s baseline runs of a first look's seeds, read as a harmless
+    candidate's pairs, would settle a look of :data:`SHORT_LOOK` pairs (see
+    :meth:`AccuracyGuard.first_pairs`)."""
+    seeds = (FIRST_PAIR, FIRST_PAIR + 1)
+    if guard.repeats <= seeds[-1] or not guard.learned:
+        return False
+    other = guard.baseline_units[seeds[1]] if len(guard.baseline_units) > seeds[1] else None
+    if other is None:
+        return False
+    (drop,) = guard.paired_drops([guard.baseline_runs[seeds[1]]], seeds[0])
+    noise = _noise_over(guard, seeds[:1], other, [drop], None)
+    if noise is None:
+        return False
+    seed_var = 2.0 * statistics.variance(guard.baseline_runs)
+    return look_settles(seed_var, SHORT_LOOK, guard.tolerance, look_alpha(1), noise, LOOK_POWER)
+
+
+def validation_floor(guard: AccuracyGuard) -> float | None:
+    """The half-width that the validation sample alone gives the most lenient bound any check
+    of the search can take (the first look of its first check, at the normal quantile: no
+    look's degrees of freedom make it narrower), for a counting metric with per-example values:
+    never less than if ``3 / U`` of its ``U`` units disagreed entirely (see
+    :func:`sample_noise`), however many seeds and whatever the candidate. None where the metric
+    does not count or has no per-example values. A pair counts a gain of at most the
+    tolerance (:func:`counted_drops`), so where this is more than twice the tolerance no
+    candidate can be confirmed; where it is more than the tolerance, only one better than the
+    baseline by a margin. The tiny BERT's 128 examples give ±0.026 against a tolerance of 0.01:
+    four checks ran, each unresolved at a mean paired drop of 0.0000."""
+    units = [u for u in guard.baseline_units if u is not None]
+    if not units:
+        return None
+    counts = guard.unit_counts or (1.0,) * len(units[0])
+    if len(counts) < 2 or any(
+        not (v.is_integer() and 0.0 <= v <= n)
+        for run in units
+        for v, n in zip(run, counts, strict=True)
+    ):
+        return None
+    total = math.fsum(counts)
+    if total <= 0.0:
+        return None
+    floor = 3.0 * max(counts) ** 2 / total**2
+    return _z(1.0 - look_alpha(1)) * math.sqrt(floor)
+
+
+def small_validation_advice(guard: AccuracyGuard, floor: float) -> str:
+    """What a validation set too small for the tolerance allows, and what would do
+    (``floor``: :func:`validation_floor`)."""
+    if guard.tolerance <= 0.0:
+        return (
+            f"a tolerance of 0 leaves no room for the validation sample's own noise (±{floor:.4f} "
+            "at the most lenient look's level whatever the seeds): no change of the numerics "
+            "can be confirmed; pass a tolerance above 0"
+        )
+    examples = len(guard.unit_counts or next(u for u in guard.baseline_units if u))
+    need = math.ceil(examples * floor / guard.tolerance)  # the floor falls as 1 / examples
+    which = (
+        "no change of the numerics can be confirmed"
+        if floor > 2.0 * guard.tolerance
+        else "only a change better than the baseline by a margin can be confirmed"
+    )
+    return (
+        f"the validation set's {examples} examples are too few for the tolerance "
+        f"{guard.tolerance:g}: their own noise, shared by every seed, is ±{floor:.4f} at the "
+        f"most lenient look's level whatever the seeds, so {which}. Confirming a harmless "
+        f"change takes at least {need} validation examples or a tolerance of at least "
+        f"{floor:.2g} (more where the runs disagree on more examples)"
+    )
 
 
 def _noise_over(
