@@ -23,8 +23,11 @@ not), so accuracies are discrete and the subset's own sampling error is in every
   ``skewed`` ones skewed towards harm (a lognormal, σ = 1, mirrored so that its long tail
   lowers the candidate's accuracy: most runs a little better, a few much worse), each with
   mean zero and the normal's standard deviation, so the true drop is unchanged;
-- the ``pairs-N`` rows make the first look over ``N`` seeds (the check sizes searches use: the
-  baseline's seeds, ``accuracy_repeats``, ``min_pairs``);
+- the ``pairs-N`` rows give the baseline ``N`` first seeds (``accuracy_repeats``): a first look of
+  ``N`` pairs (the check sizes searches use), or two where ``AccuracyGuard.first_pairs`` says;
+- the ``quiet`` rows are a task whose runs barely vary (each example nearly always right or
+  always wrong, on 8,192 examples): there ``first_pairs`` opens about half the checks with two
+  pairs, so these rows hold the two-pair look;
 - in the ``lagging`` rows a baseline run ends far behind its others (each example right
   :data:`LAG` less often: a constant rate's noisy last iterate) 15% of the time, the
   candidate's never (``lagging-both``: as often, independently); the true drop is against the
@@ -36,8 +39,9 @@ failures included). Under H0 the candidates sit exactly at the tolerance (the wo
 non-inferiority test must hold); under "harmless" their true drop is 0. Every candidate is
 screened and checked as the search does it: its screening run (seed 0) must pass
 ``AccuracyGuard.violation`` (with the spread of the task's earlier checks' pairs, as the
-ledger's guard has it), then ``AccuracyGuard.confirm`` at look 1 over as many seeds as the
-baseline's first runs, from ``guard.FIRST_PAIR`` (the run that passed screening is not a
+ledger's guard has it), then ``AccuracyGuard.confirm`` at look 1 over the seeds
+``Baseline.first_seeds`` takes (``AccuracyGuard.first_pairs``: as many as the baseline's first
+runs, or two), from ``guard.FIRST_PAIR`` (the run that passed screening is not a
 pair: ``--reuse-screening`` pairs it, the rule before the tenth session, to show what that
 cost), then as many seeds as ``evidence.next_target`` asks while unresolved, up to
 ``--max-seeds``, the j-th checked candidate as the study's j-th check. The answer is a false
@@ -67,6 +71,7 @@ from speedup import code_version, write_section
 
 TOLERANCE = 0.01
 CHANCE = 0.1  # a run that fails to take off answers at chance (10 classes)
+QUIET = {"examples": 8192, "spread": 0.1, "seed_sd": 0.0005, "own_sd": 0.0005}  # see "quiet"
 LAG = 0.25  # a lagging run answers correctly 25% less often (0.85 -> 0.64): a last iterate
 
 
@@ -87,7 +92,10 @@ class Scenario:
     units: bool = True  # per-example values recorded (False: a metric without them)
     identical: bool = False  # the candidate computes exactly what the baseline does
     shape: str = "normal"  # η's distribution: normal, t3 (heavy tails), skewed (harm tail)
-    repeats: int | None = None  # the first look's seeds (None: --repeats)
+    repeats: int | None = None  # the baseline's first seeds, accuracy_repeats (None: --repeats)
+    # The difficulty Beta's a + b: small, each example nearly always right or nearly always
+    # wrong, so runs of different data orders agree on most of them.
+    spread: float = 4.0
     seed_heavy: bool = False  # η 4x the normal rows': the seeds' part dominates the drop
     base_lag: float = 0.0  # a baseline run ends far behind its others (:data:`LAG`)
     both_lag: bool = False  # ... and so does a candidate run, as often, independently
@@ -150,6 +158,39 @@ SCENARIOS = (
         "one candidate, normal, its seed effect 4x (it dominates)",
         seed_heavy=True,
     ),
+    Scenario(
+        "quiet",
+        "a task whose runs barely vary (GPT-2's validation loss): 8,192 examples, each "
+        "nearly always right or always wrong, a seed's luck and a candidate's own effect "
+        "±0.0005: the baseline's runs vary by about ±0.0009, and the first look takes two "
+        "pairs where they say two settle (about half the checks)",
+        **QUIET,  # type: ignore[arg-type]
+    ),
+    Scenario(
+        "quiet-t3",
+        "the same, the candidate's own seed effect heavy-tailed",
+        **QUIET,  # type: ignore[arg-type]
+        shape="t3",
+    ),
+    Scenario(
+        "quiet-skewed",
+        "the same, skewed towards harm",
+        **QUIET,  # type: ignore[arg-type]
+        shape="skewed",
+    ),
+    Scenario(
+        "quiet-seeds",
+        "the same, skewed towards harm and 4x: the candidate's own effect dominates its pairs",
+        **QUIET,  # type: ignore[arg-type]
+        shape="skewed",
+        seed_heavy=True,
+    ),
+    Scenario(
+        "quiet-6",
+        "six candidates at the tolerance on the quiet task",
+        **QUIET,  # type: ignore[arg-type]
+        candidates=6,
+    ),
     Scenario("pairs-2", "one candidate, a first look of 2 pairs", repeats=2),
     Scenario("pairs-8", "one candidate, a first look of 8 pairs", repeats=8),
     Scenario("pairs-16", "one candidate, a first look of 16 pairs", repeats=16),
@@ -200,7 +241,7 @@ class Task:
         self.sc, self.rng = sc, rng
         a = sc.accuracy
         # Difficulty: most examples easy, some hard (a Beta with the baseline's mean).
-        self.q = rng.beta(a * 4.0, (1.0 - a) * 4.0, size=sc.examples)
+        self.q = rng.beta(a * sc.spread, (1.0 - a) * sc.spread, size=sc.examples)
         self.base_runs: list[np.ndarray] = []
         self.draws: list[np.ndarray] = []
         self.taus: list[float] = []
@@ -299,11 +340,15 @@ def guard_of(task: Task, seeds: int) -> AccuracyGuard:
 
 def check(
     task: Task, cand: Candidate, order: int, repeats: int, max_seeds: int, first: int
-) -> Confirmation:
-    """The check as the search makes it: look 1 over ``repeats`` seeds from ``first``, then
-    the seeds ``next_target`` asks for while unresolved (one second a seed, ``max_seeds`` in
-    all)."""
-    n, look = repeats, 1
+) -> tuple[Confirmation, int]:
+    """The check as the search makes it: look 1 over the seeds from ``first`` that
+    ``Baseline.first_seeds`` takes (``AccuracyGuard.first_pairs`` of the baseline's runs so
+    far, ``repeats`` its ``accuracy_repeats``), then the seeds ``next_target`` asks for while
+    unresolved (one second a seed, ``max_seeds`` in all). With the pairs of its first look."""
+    have = max(repeats, len(task.base_runs))
+    opening = dataclasses.replace(guard_of(task, have), first_look=repeats)
+    n, look = max(opening.first_pairs(), have - first), 1
+    opened = n
     while True:
         runs = cand.runs_for(first + n)[first : first + n]
         units, squares, capped = None, None, None
@@ -333,10 +378,10 @@ def check(
             capped=capped,
         )
         if c.verdict is not Verdict.UNRESOLVED:
-            return c
+            return c, opened
         target = next_target(n, c.need, 1.0, float(max_seeds - n))
         if target is None:
-            return c
+            return c, opened
         n, look = target, look + 1
 
 
@@ -349,14 +394,14 @@ def simulate(
     max_seeds: int,
     seed: int,
     first: int = FIRST_PAIR,
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float, float, float]:
     """(share of searches whose answer was confirmed, mean seeds per check made, share of
     checks whose pairs showed no failed run: where a failure mode went unseen, which no rule
     on those pairs can tell from a candidate without it; share of candidates confirmed at
-    their first look: what a budget that holds one look settles). A candidate that failed
-    screening is never checked."""
+    their first look: what a budget that holds one look settles; mean pairs of a check's
+    first look). A candidate that failed screening is never checked."""
     rng = np.random.default_rng(seed)
-    accepted, seeds, unseen, at_first, checks = 0, 0, 0, 0, 0
+    accepted, seeds, unseen, at_first, checks, opened = 0, 0, 0, 0, 0, 0
     for _ in range(searches):
         task = Task(sc, rng, true_drop=true_drop)
         verdicts: list[bool] = []
@@ -367,7 +412,8 @@ def simulate(
             if screening.violation(float(cand.runs_for(1)[0].mean())) > 0:
                 verdicts.append(False)  # failed screening: never checked, never the answer
                 continue
-            c = check(task, cand, len(done) + 1, repeats, max_seeds, first)
+            c, pairs = check(task, cand, len(done) + 1, repeats, max_seeds, first)
+            opened += pairs
             done.append(c)
             verdicts.append(c.passed)
             checks += 1
@@ -376,7 +422,8 @@ def simulate(
             unseen += not any(first <= s < first + len(c.runs) for s in cand.failed)
         accepted += any(verdicts)
     made = max(checks, 1)
-    return accepted / searches, seeds / made, unseen / made, at_first / (searches * sc.candidates)
+    first_share = at_first / (searches * sc.candidates)
+    return accepted / searches, seeds / made, unseen / made, first_share, opened / made
 
 
 def main() -> None:
@@ -396,8 +443,9 @@ def main() -> None:
     rows = [
         "| scenario | what | false accepts of the answer (candidates at the tolerance) "
         "| harmless confirmed (power) | harmless confirmed at the first look "
-        "| seeds per check (H0 / harmless) | H0 checks whose pairs showed no failed run |",
-        "|---|---|---|---|---|---|---|",
+        "| seeds per check (H0 / harmless) | first look's pairs (H0 / harmless) "
+        "| H0 checks whose pairs showed no failed run |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     start = time.perf_counter()
     for i, sc in enumerate(chosen):
@@ -410,17 +458,24 @@ def main() -> None:
         )
         nan = float("nan")
         fa, fa_seeds, power, p_seeds, unseen, first = nan, nan, nan, nan, nan, nan
+        fa_open, p_open = nan, nan
         if not sc.identical:
             # Candidates at the tolerance; with failures to take off, as harmful as those make
             # them (equal otherwise), which is beyond it.
             drop = max(TOLERANCE, sc.fail * (sc.accuracy - CHANCE))
-            fa, fa_seeds, unseen, _ = simulate(sc, true_drop=drop, seed=2 * i, **common)  # type: ignore[arg-type]
+            fa, fa_seeds, unseen, _, fa_open = simulate(sc, true_drop=drop, seed=2 * i, **common)  # type: ignore[arg-type]
         if not sc.fail:
-            power, p_seeds, _, first = simulate(sc, true_drop=sc.harmless, seed=2 * i + 1, **common)  # type: ignore[arg-type]
+            power, p_seeds, _, first, p_open = simulate(
+                sc,
+                true_drop=sc.harmless,
+                seed=2 * i + 1,
+                **common,  # type: ignore[arg-type]
+            )
         bad = "" if fa != fa or fa <= 0.05 else " **(over 0.05)**"
         row = (
             f"| {sc.name} | {sc.what} | {fa:.3f}{bad} | {power:.3f} | {first:.3f} | "
-            f"{fa_seeds:.1f} / {p_seeds:.1f} | {unseen if sc.fail else nan:.3f} |"
+            f"{fa_seeds:.1f} / {p_seeds:.1f} | {fa_open:.2f} / {p_open:.2f} | "
+            f"{unseen if sc.fail else nan:.3f} |"
         )
         rows.append(row.replace("nan", "-"))
         print(rows[-1], flush=True)
@@ -434,8 +489,9 @@ def main() -> None:
             "",
             f"Machine: {env['cpu_model']}, {env['cpu_count']} CPUs. Command: `{command}` "
             f"(code: {code_version()}); {took:.0f} s. {args.searches} simulated searches per "
-            f"cell, tolerance {TOLERANCE}, look 1 over the baseline's first {args.repeats} "
-            f"seeds, at most {args.max_seeds} seeds a check.",
+            f"cell, tolerance {TOLERANCE}, the baseline's first {args.repeats} seeds (look 1 "
+            f"over as many pairs, or two where `first_pairs` says), at most {args.max_seeds} "
+            "seeds a check.",
             "",
             *rows,
             "",

@@ -26,7 +26,8 @@ baseline that realworld.py's searches use (``TrainingConfig()``: batch 32, fp32,
    (``horizon.longer_reason``) says, from the baseline's runs and their halfway metrics.
    ``--horizon-samples`` gives H instead (no horizon rule).
 2. **The guard's verdict**: paired runs at H (same data-order seeds for baseline and
-   candidate), looked at as the search buys seeds: look 1 at 3 seeds, then the seeds
+   candidate), looked at as the search buys seeds: look 1 at 2 or 3 seeds
+   (``AccuracyGuard.first_pairs`` of the baseline's first 3 runs), then the seeds
    ``evidence.next_target`` asks for while unresolved, up to ``--guard-cap`` seeds, each look
    by ``AccuracyGuard.confirm`` with the runs' per-example outcomes (the study's first check);
    the seconds its runs took, and the least that would have decided it at that spread.
@@ -291,7 +292,9 @@ class Check:
 def guard_verdict(
     guard_of: Any, base_runs: Runs, cand_runs: Runs, cap: int, tol: float, first: int = 0
 ) -> Check:
-    """As the search decides (``evidence.confirm``): look 1 at REPEATS seeds, then the seeds
+    """As the search decides (``evidence.confirm``): look 1 at the pairs
+    ``AccuracyGuard.first_pairs`` takes from the baseline's first REPEATS runs (two where
+    they say two settle a harmless change, else REPEATS), then the seeds
     ``evidence.next_target`` asks for while unresolved, up to ``cap`` in all; the runs'
     per-example outcomes in every look; the data-order seeds ``first``, ``first + 1``... for
     both arms (each check as a search's first, on seeds no other check of this run used).
@@ -300,7 +303,10 @@ def guard_verdict(
     once, before any check, for every check to reuse) and the least seconds that would have
     decided it at look 1 (both arms), were its final mean and spread known in advance (None:
     no number of seeds would)."""
-    seeds, look = REPEATS, 1
+    opening = list(range(first, first + REPEATS))
+    first_look = guard_of(base_runs.get(opening), base_runs, opening)
+    seeds = dataclasses.replace(first_look, first_look=REPEATS).first_pairs()
+    look = 1
     trace: list[str] = []
     while True:
         chosen = list(range(first, first + seeds))
@@ -648,7 +654,8 @@ def render(rows: list[Row], notes: list[str], args: argparse.Namespace, wall: fl
         )
         + f"Guard: {args.repeats} check(s) of each candidate, check k on paired data-order "
         f"seeds from (k - 1) x {args.guard_cap} at H (disjoint), each as a search's first "
-        f"check: look 1 at {REPEATS} seeds, then the seeds `evidence.next_target` asks for "
+        f"check: look 1 at the pairs `AccuracyGuard.first_pairs` takes from the baseline's "
+        f"first {REPEATS} runs (2 or {REPEATS}), then the seeds `evidence.next_target` asks for "
         f"while unresolved, up to {args.guard_cap}, each look by `AccuracyGuard.confirm`; "
         f"bounds are its one-sided bounds at that look's level. Long runs: "
         f"{args.horizon_multiple:g}xH over {args.seeds} other seeds, mean paired drop (positive:"
