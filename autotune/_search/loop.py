@@ -284,9 +284,8 @@ class Search:
             else:
                 why = "the baseline did not learn measurably in its accuracy budget"
             self.bench.report(
-                f"accuracy guard: its checks cannot settle a change of the numerics at "
-                f"this budget ({why}): the rest of the budget goes to knobs that leave "
-                "the numerics alone"
+                f"accuracy guard: its checks cannot settle a change of the numerics ({why}): "
+                "the rest of the budget goes to knobs that leave the numerics alone"
             )
         if self.worker:  # the coordinator measures the baseline's accuracy, not a worker
             return ledger.guard is not None
