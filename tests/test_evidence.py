@@ -228,6 +228,9 @@ def test_a_validation_set_too_small_for_the_tolerance_is_said_once_and_checks_no
     assert "no change of the numerics can be confirmed" in text
     assert "takes at least 331 validation examples" in text
     assert text.count("the validation set is too small for the tolerance, given") == 1, text
+    # No check is priced that the line before says cannot be made.
+    assert "a harmless change's check" not in text, text
+    assert "would hold one" not in text, text
 
 
 def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monkeypatch) -> None:

@@ -16,7 +16,13 @@ from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import config_from, pair_base
 from autotune._search import storage
 from autotune._search.bench import Bench
-from autotune._search.guard import FIRST_PAIR, AccuracyGuard, plan_accuracy_budget, question_runs
+from autotune._search.guard import (
+    FIRST_PAIR,
+    AccuracyGuard,
+    plan_accuracy_budget,
+    question_runs,
+    unsettleable,
+)
 from autotune._search.horizon import HorizonPlan, longer_reason, plan_horizon
 from autotune._search.ledger import Entry, Ledger
 from autotune._search.record import BaselineAccuracy, Record, Role
@@ -488,8 +494,11 @@ def measure_baseline_accuracy(
     # Only for a baseline that learned on every data order (else the advice, or the longer
     # horizon choose_horizon asks for, says what the guard needs) at its final horizon.
     settled_horizon = s.accuracy_samples is not None or longer_reason(guard, plan) is None
+    # A baseline that learned but whose validation set rules every check out: no check is
+    # priced (the advice says why and what would do).
+    checkable = not guard.learned or unsettleable(guard) is None
     if guard.learned and not guard.wrong_way and not guard.lagging and settled_horizon:
-        budget = budget_note(plan, bench.deadline.budget)
+        budget = budget_note(plan, bench.deadline.budget) if checkable else None
     if budget:
         note = joined_note(note, budget)
         storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))
@@ -499,7 +508,8 @@ def measure_baseline_accuracy(
         f"± {guard.spread:.4f} over {guard.repeats} seeds of {samples} samples "
         f"(untrained model: {_fmt(guard.initial_metric)}), in {outcome.seconds:.0f} s"
     )
-    bench.report(f"accuracy guard: horizon: {plan.describe()}")
+    if checkable:
+        bench.report(f"accuracy guard: horizon: {plan.describe()}")
     if budget:
         bench.report(f"accuracy guard: {budget}")
     advice = guard.advice()

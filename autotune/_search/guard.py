@@ -116,6 +116,7 @@ __all__ = [
     "unseen_chance",
     "unseen_note",
     "unseen_rate",
+    "unsettleable",
     "validation_floor",
 ]
 
@@ -1121,6 +1122,28 @@ def small_validation_advice(guard: AccuracyGuard, floor: float) -> str:
         f"change takes at least {need} validation examples or a tolerance of at least "
         f"{floor:.2g} (more where the runs disagree on more examples)"
     )
+
+
+def unsettleable(guard: AccuracyGuard) -> str | None:
+    """Why no check can settle a change of the numerics against ``guard``, or None where one
+    can: the baseline's metric moved the wrong way or did not move measurably in its accuracy
+    budget (every check would compare untrained models), or the validation set's own noise
+    (:func:`validation_floor`) is more than twice the tolerance (a pair counts a gain of at
+    most the tolerance, so none confirms). How many seeds a check needs is the budget's to
+    decide, not this rule's (see :mod:`autotune._search.evidence`)."""
+    if guard.wrong_way:
+        return "its metric got worse as the baseline trained"
+    if not guard.learned:
+        return "the baseline did not learn measurably in its accuracy budget"
+    floor = validation_floor(guard)
+    if floor is None or floor <= 2.0 * guard.tolerance:
+        return None
+    small = (
+        "a tolerance of 0 leaves no room for"
+        if guard.tolerance <= 0
+        else "the validation set is too small for the tolerance, given"
+    )
+    return f"{small} the validation sample's own noise, ±{floor:.4f} whatever the seeds"
 
 
 def _noise_over(

@@ -21,7 +21,7 @@ import optuna
 from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
 from autotune._search import derived, ranking, storage
-from autotune._search.guard import AccuracyGuard, Confirmation, Verdict, validation_floor
+from autotune._search.guard import AccuracyGuard, Confirmation, Verdict, unsettleable
 from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._search.settings import SearchSettings
 from autotune._trial.failures import FailureReason
@@ -472,9 +472,10 @@ class Ledger:
         return _pareto(self)
 
     @property
-    def checks_hopeless(self) -> bool:
-        """Whether the accuracy checks cannot settle anything (see :func:`hopeless`)."""
-        return self.guard is not None and hopeless(self.guard)
+    def checks_unsettleable(self) -> str | None:
+        """Why the accuracy checks cannot settle anything, or None (no guard yet, or they can):
+        :func:`autotune._search.guard.unsettleable`."""
+        return None if self.guard is None else unsettleable(self.guard)
 
     def first_win_at(self) -> float | None:
         """When the first answer faster than the baseline (beyond a tie) was verified: a safe
@@ -624,14 +625,3 @@ def _pareto(ledger: Ledger) -> list[Entry]:
         if all(m > fm for _, fm, _ in front):
             front.append((t, m, e))
     return [e for _, _, e in front]
-
-
-def hopeless(guard: AccuracyGuard) -> bool:
-    """Whether ``guard``'s checks cannot settle anything: the baseline did not learn
-    measurably in its accuracy budget (or its metric moved the wrong way), so every check
-    would compare untrained models; or the validation set is too small for any check to
-    confirm (:func:`autotune._search.guard.validation_floor` more than twice the tolerance).
-    (How many seeds a check needs is the budget's to decide, not a rule's: see
-    :mod:`autotune._search.evidence`.)"""
-    floor = validation_floor(guard)
-    return not guard.learned or (floor is not None and floor > 2.0 * guard.tolerance)

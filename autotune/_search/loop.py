@@ -32,7 +32,6 @@ from autotune._search.baseline import (
 from autotune._search.bench import Bench
 from autotune._search.candidate import expected_seconds, run_candidate
 from autotune._search.finish import confirm_pending, side_by_side, side_by_side_seconds
-from autotune._search.guard import validation_floor
 from autotune._search.ledger import Ledger
 from autotune._search.policy import STAGE_ATTR, Stage, StagePolicy, Step
 from autotune._search.question import AccuracyQuestion
@@ -268,21 +267,9 @@ class Search:
         worker: whether the coordinator measured the guard). Checks that cannot settle at this
         budget are ruled out here, and it is said once."""
         state = self.state
-        if ledger.checks_hopeless and not state.no_checks:
+        why = ledger.checks_unsettleable
+        if why is not None and not state.no_checks:
             state.drop_checks()
-            guard = ledger.guard
-            floor = None if guard is None else validation_floor(guard)
-            if guard is not None and guard.wrong_way:
-                why = "its metric got worse as the baseline trained"
-            elif guard is not None and guard.learned and floor is not None:
-                small = (
-                    "a tolerance of 0 leaves no room for"
-                    if guard.tolerance <= 0
-                    else "the validation set is too small for the tolerance, given"
-                )
-                why = f"{small} the validation sample's own noise, ±{floor:.4f} whatever the seeds"
-            else:
-                why = "the baseline did not learn measurably in its accuracy budget"
             self.bench.report(
                 f"accuracy guard: its checks cannot settle a change of the numerics ({why}): "
                 "the rest of the budget goes to knobs that leave the numerics alone"
