@@ -334,7 +334,7 @@ def guard_of(task: Task, seeds: int) -> AccuracyGuard:
         baseline_runs=tuple(float(r.mean()) for r in base),
         accuracy_samples=10_000,
         initial_metric=CHANCE,
-        baseline_units=tuple(tuple(r) for r in base) if task.sc.units else (),
+        baseline_units=tuple(tuple(r.tolist()) for r in base) if task.sc.units else (),
     )
 
 
@@ -364,7 +364,7 @@ def check(
                 g,
                 [
                     AccuracyRun(seed=first + i, metric=m, final_loss=0.0, samples=1,
-                                seconds=0.0, units=tuple(float(x) for x in r))
+                                seconds=0.0, units=tuple(r.tolist()))
                     for i, (r, m) in enumerate(zip(runs, metrics, strict=True))
                 ],
             )  # fmt: skip

@@ -84,6 +84,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from scipy import stats
 
 __all__ = [
@@ -1162,15 +1163,13 @@ def _noise_over(
     if any(len(b) != len(units) for b in base if b is not None):
         return None
     sign = 1.0 if guard.higher_is_better else -1.0
-    sums = [math.fsum(column) for column in zip(*base, strict=True)]
-    differences = [sign * (b - c) / pairs for b, c in zip(sums, units, strict=True)]
+    # Array arithmetic: a check of GPT-2 holds 48 seeds of 8,192 validation sequences, and
+    # every look of every check reads them all again.
+    rows = np.asarray(base, dtype=float)
+    differences = (sign * (rows.sum(axis=0) - np.asarray(units, dtype=float)) / pairs).tolist()
     counts = guard.unit_counts or (1.0,) * len(units)
-    counting = all(
-        v.is_integer() and 0.0 <= v <= n
-        for b in base
-        if b is not None
-        for v, n in zip(b, counts, strict=True)
-    )
+    items = np.asarray(counts, dtype=float)
+    counting = bool(np.all((rows == np.floor(rows)) & (rows >= 0.0) & (rows <= items)))
     return sample_noise(differences, counts, counting=counting, drops=drops, squares=squares)
 
 
