@@ -338,8 +338,17 @@ def guard_of(task: Task, seeds: int) -> AccuracyGuard:
     )
 
 
+FIRST_LOOKS = ("search", "repeats", "first-check")  # --first-look: see main()
+
+
 def check(
-    task: Task, cand: Candidate, order: int, repeats: int, max_seeds: int, first: int
+    task: Task,
+    cand: Candidate,
+    order: int,
+    repeats: int,
+    max_seeds: int,
+    first: int,
+    first_look: str = "search",
 ) -> tuple[Confirmation, int]:
     """The check as the search makes it: look 1 over the seeds from ``first`` that
     ``Baseline.first_seeds`` takes (``AccuracyGuard.first_pairs`` of the baseline's runs so
@@ -347,7 +356,10 @@ def check(
     unresolved (one second a seed, ``max_seeds`` in all). With the pairs of its first look."""
     have = max(repeats, len(task.base_runs))
     opening = dataclasses.replace(guard_of(task, have), first_look=repeats)
-    n, look = max(opening.first_pairs(), have - first), 1
+    opens = opening.first_pairs()
+    if first_look == "repeats" or (first_look == "first-check" and order > 1):
+        opens = repeats
+    n, look = max(opens, have - first), 1
     opened = n
     while True:
         runs = cand.runs_for(first + n)[first : first + n]
@@ -394,6 +406,7 @@ def simulate(
     max_seeds: int,
     seed: int,
     first: int = FIRST_PAIR,
+    first_look: str = "search",
 ) -> tuple[float, float, float, float, float]:
     """(share of searches whose answer was confirmed, mean seeds per check made, share of
     checks whose pairs showed no failed run: where a failure mode went unseen, which no rule
@@ -412,7 +425,7 @@ def simulate(
             if screening.violation(float(cand.runs_for(1)[0].mean())) > 0:
                 verdicts.append(False)  # failed screening: never checked, never the answer
                 continue
-            c, pairs = check(task, cand, len(done) + 1, repeats, max_seeds, first)
+            c, pairs = check(task, cand, len(done) + 1, repeats, max_seeds, first, first_look)
             opened += pairs
             done.append(c)
             verdicts.append(c.passed)
@@ -438,6 +451,14 @@ def main() -> None:
         action="store_true",
         help="pair the screening run (seed 0) as the search did before the tenth session",
     )
+    parser.add_argument(
+        "--first-look",
+        choices=FIRST_LOOKS,
+        default="search",
+        help="a check's first look: as the search takes it (`first_pairs`: two pairs where the "
+        "baseline's runs say two settle), always the baseline's first seeds (the rule before "
+        "the seventeenth session), or two pairs for a study's first check only",
+    )
     args = parser.parse_args()
     chosen = [s for s in SCENARIOS if not args.scenario or s.name in args.scenario]
     rows = [
@@ -455,6 +476,7 @@ def main() -> None:
             repeats=repeats,
             max_seeds=args.max_seeds,
             first=0 if args.reuse_screening else FIRST_PAIR,
+            first_look=args.first_look,
         )
         nan = float("nan")
         fa, fa_seeds, power, p_seeds, unseen, first = nan, nan, nan, nan, nan, nan

@@ -164,3 +164,24 @@ class DeviceAssert(nn.Module):
 
 def device_assert_model() -> nn.Module:
     return DeviceAssert()
+
+
+class SpawnsBusyChild(nn.Module):
+    """The tiny classifier whose first forward starts a process of its own that spins on a
+    core (as torch.compile's compile workers and autotuning benchmarks do), writes that
+    process's id to ``pid_file``, then hangs until its trial is stopped."""
+
+    def __init__(self, pid_file: str) -> None:
+        super().__init__()
+        self.net, self.pid_file = tiny_model(), pid_file
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import subprocess
+        import sys
+
+        child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        with open(self.pid_file, "w") as f:
+            f.write(str(child.pid))
+        time.sleep(3600)
+        out: torch.Tensor = self.net(x)
+        return out

@@ -40,6 +40,7 @@ from autotune._trial.isolation import (
     ProcessExecutor,
     WorkerStartError,
     _describe_exit,
+    _kill_group,
 )
 from autotune._trial.outcome import TrialOutcome
 from autotune._trial.workload import Workload
@@ -213,6 +214,8 @@ class DDPExecutor(ProcessExecutor):
         if directory is not None:
             _kill_ranks(directory)
             shutil.rmtree(directory, ignore_errors=True)
+        if process is not None:
+            _kill_group(process)  # what the ranks started and left behind (compile workers)
 
     # -- A job that ended mid-trial ------------------------------------------------------------
 
