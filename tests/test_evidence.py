@@ -231,6 +231,13 @@ def test_a_validation_set_too_small_for_the_tolerance_is_said_once_and_checks_no
     # No check is priced that the line before says cannot be made.
     assert "a harmless change's check" not in text, text
     assert "would hold one" not in text, text
+    # Nor is a change of the numerics said to be left for want of time (the tiny BERT's
+    # batch sizes read "not tried: the search ended before it came up").
+    from autotune._search.coverage import UNGUARDED, unmeasured
+
+    missing = unmeasured(ledger, run.settings.space, run.settings.baseline)
+    numerics = set(run.settings.space.numerics_knobs(split_free=ledger.split_free))
+    assert missing and all(m.why == UNGUARDED for m in missing if m.knob in numerics), missing
 
 
 def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monkeypatch) -> None:

@@ -92,7 +92,10 @@ def unmeasured(
         knob = space.knobs[name]
         if not isinstance(knob, Choice):
             continue
-        default = UNGUARDED if ledger.guard is None and name in numerics else NOT_REACHED
+        # No guard, or one whose checks cannot settle anything (a validation set too small
+        # for the tolerance): a change of the numerics was never to be tried.
+        unguarded = ledger.guard is None or ledger.checks_unsettleable is not None
+        default = UNGUARDED if unguarded and name in numerics else NOT_REACHED
         for value in knob.values:
             if value in measured.get(name, set()):
                 continue
