@@ -421,10 +421,9 @@ SETTLE_STEPS = 3  # steps after the queue is dropped, before the timing: the pac
 DROP_SECONDS = 1.0  # the most the dropping of a queue may take
 
 
-def _drop_queued(batches: Iterator[Any], cfg: TrainingConfig) -> int:
+def _drop_queued(batches: Iterator[Any], cfg: TrainingConfig) -> None:
     """Fetch and drop as many batches as a loader's workers may queue ahead of the training
-    steps (``num_workers x prefetch_factor``), or as many as :data:`DROP_SECONDS` allow; returns
-    how many were dropped.
+    steps (``num_workers x prefetch_factor``), or as many as :data:`DROP_SECONDS` allow.
 
     While the first steps are slow (a compile, cuDNN's benchmark, a lazy initialisation, or
     only the workers' start), the workers run ahead; a timed phase served from their queue
@@ -434,13 +433,11 @@ def _drop_queued(batches: Iterator[Any], cfg: TrainingConfig) -> int:
     batch took 0.05-7.5 ms to hand over on a 2-core CPU), so the whole of it is dropped: what
     the workers had not queued costs a wait for them, at most the pipeline's pace times the
     queue. Where the pipeline outpaces the model, the queue refills in the settling steps."""
-    most = cfg.num_workers * (cfg.prefetch_factor or 2)
     until = time.perf_counter() + DROP_SECONDS
-    for dropped in range(1, most + 1):
+    for _ in range(cfg.num_workers * (cfg.prefetch_factor or 2)):
         next(batches)
         if time.perf_counter() > until:
-            return dropped
-    return most
+            return
 
 
 def _agreed(cfg: TrainingConfig, steps: int) -> int:
