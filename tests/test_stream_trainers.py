@@ -179,8 +179,8 @@ def test_a_hugging_face_trainer_over_a_stream_is_tuned_for_its_max_steps(tmp_pat
 def _hf_items(loop: Any, cfg: autotune.TrainingConfig, workload: Any, seed: int) -> torch.Tensor:
     """The input ids a Hugging Face accuracy run of 128 samples trains on, in order."""
     data, loading = accuracy_data(cfg, workload, seed, 128)
-    trainer = loop.trainer(loading, workload, data, None, max_steps=1, seed=seed)
-    return torch.cat([b["input_ids"] for b in trainer.get_train_dataloader()])
+    with loop.trainer(loading, workload, data, None, max_steps=1, seed=seed) as trainer:
+        return torch.cat([b["input_ids"] for b in trainer.get_train_dataloader()])
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import optuna
@@ -194,7 +195,12 @@ def test_ctrl_c_inside_a_lightning_fit_stays_a_keyboard_interrupt() -> None:
 # -- Hugging Face ----------------------------------------------------------------------------
 
 
-def test_a_hugging_face_trainer_is_tuned_and_its_eval_accuracy_guarded(tmp_path: Path) -> None:
+def test_a_hugging_face_trainer_is_tuned_and_its_eval_accuracy_guarded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     trainer = lt.hf_trainer(str(tmp_path), batch_size=16)
     result = autotune.tune(
         trainer,
@@ -216,6 +222,8 @@ def test_a_hugging_face_trainer_is_tuned_and_its_eval_accuracy_guarded(tmp_path:
         assert "per_device_train_batch_size" not in changed
     assert "max_grad_norm" not in changed  # the trainer's own clipping stayed on, measured
     assert result.search["planned_epochs"] == 2.0  # num_train_epochs
+    # Every trial's trainer had an output directory of its own; none is left behind.
+    assert not list(scratch.glob("autotune-hf-*"))
 
 
 def test_evaluation_memory_is_part_of_a_hugging_face_trial(tmp_path: Path) -> None:

@@ -17,13 +17,14 @@ guard's samples and scores ``trainer.evaluate()``'s metric.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -121,20 +122,22 @@ class HFLoop:
             data, _ = measured_data(cfg, workload, budget, clock.most_steps)
             steps = math.ceil(clock.most_steps / cfg.gradient_accumulation_steps)
             timed = _Timed(clock)
-            trainer = self.trainer(cfg, workload, data, timed, max_steps=steps, seed=0)
-            timed.watch(trainer)
-            with _quiet():
-                trainer.train()
-                if budget.eval_peak:
-                    # One evaluation batch with the model and optimizer still held.
-                    n = min(len(workload.val), self.args.per_device_eval_batch_size)  # type: ignore[arg-type]
-                    trainer.evaluate(eval_dataset=Subset(workload.val, range(n)))
-                    memory.sample()
+            with self.trainer(cfg, workload, data, timed, max_steps=steps, seed=0) as trainer:
+                timed.watch(trainer)
+                with _quiet():
+                    trainer.train()
+                    if budget.eval_peak:
+                        # One evaluation batch with the model and optimizer still held.
+                        n = min(len(workload.val), self.args.per_device_eval_batch_size)  # type: ignore[arg-type]
+                        trainer.evaluate(eval_dataset=Subset(workload.val, range(n)))
+                        memory.sample()
         return clock.measurement()
 
     def initial_metric(self, cfg: TrainingConfig, workload: Workload) -> float:
-        trainer = self.trainer(cfg, workload, workload.train, None, max_steps=1, seed=0)
-        with _quiet():
+        with (
+            self.trainer(cfg, workload, workload.train, None, max_steps=1, seed=0) as trainer,
+            _quiet(),
+        ):
             return self.evaluate(trainer, workload.val)
 
     def accuracy_run(
@@ -146,12 +149,14 @@ class HFLoop:
             checked = _Checked(LossCheck(cfg))
             # A stream's items in the seed's order, loaded by the config's workers.
             data, loading = accuracy_data(cfg, workload, seed, steps * cfg.global_batch_size)
-            trainer = self.trainer(loading, workload, data, checked, max_steps=steps, seed=seed)
-            checked.watch(trainer)
-            with _quiet():
-                out = trainer.train()
-                checked.losses.flush()
-                metric = self.evaluate(trainer, workload.val)
+            with self.trainer(
+                loading, workload, data, checked, max_steps=steps, seed=seed
+            ) as trainer:
+                checked.watch(trainer)
+                with _quiet():
+                    out = trainer.train()
+                    checked.losses.flush()
+                    metric = self.evaluate(trainer, workload.val)
         return AccuracyRun(
             seed=seed,
             metric=metric,
@@ -162,6 +167,7 @@ class HFLoop:
 
     # -- Pieces ------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
     def trainer(
         self,
         cfg: TrainingConfig,
@@ -171,14 +177,29 @@ class HFLoop:
         *,
         max_steps: int,
         seed: int,
-    ) -> Any:
+    ) -> Iterator[Any]:
         """A fresh trainer of the user's class: their arguments with the candidate's over
-        them, a fresh model, their data and callbacks."""
+        them, a fresh model, their data and callbacks; its output directory (nothing is saved
+        there) is removed when the trial is done with it."""
+        with tempfile.TemporaryDirectory(prefix="autotune-hf-", ignore_cleanup_errors=True) as out:
+            yield self._trainer(cfg, workload, data, callback, out, max_steps=max_steps, seed=seed)
+
+    def _trainer(
+        self,
+        cfg: TrainingConfig,
+        workload: Workload,
+        data: Dataset[Any],
+        callback: Any,
+        output_dir: str,
+        *,
+        max_steps: int,
+        seed: int,
+    ) -> Any:
         args = dataclasses.replace(
             self.args,
             **self.arguments(cfg),
             **TRIAL_ARGUMENTS,
-            output_dir=tempfile.mkdtemp(prefix="autotune-hf-"),
+            output_dir=output_dir,
             max_steps=max_steps,
             seed=seed,
             data_seed=seed,

@@ -6,6 +6,7 @@ of their class on the CPU, so a broken collator or ``compute_metrics`` is an err
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -262,32 +263,36 @@ def _check(loop: HFLoop, model: Any, train: Any, val: Any) -> None:
     )
     work = check_workload(model, train, val, small)
     name = loop.trainer_class.__name__
-    try:
-        step(
-            f"one training step of your {name} (train() on its first batch: 2 training items, "
-            "on the CPU)",
-            RUN_HINT,
-        )
-        trainer = small.trainer(cfg, work, work.train, None, max_steps=1, seed=0)
-        trainer.train()
-    except TypeError as exc:
-        if "__init__" in str(exc):
-            raise ArgumentError(
-                f"autotune builds a fresh {loop.trainer_class.__name__} per trial with "
-                f"Trainer's own arguments, and its __init__ refused them: {exc}. Give its "
-                "extra arguments defaults."
+    with contextlib.ExitStack() as trial:  # the trainer's output directory, removed after
+        try:
+            step(
+                f"one training step of your {name} (train() on its first batch: 2 training items, "
+                "on the CPU)",
+                RUN_HINT,
+            )
+            trainer = trial.enter_context(
+                small.trainer(cfg, work, work.train, None, max_steps=1, seed=0)
+            )
+            trainer.train()
+        except TypeError as exc:
+            if "__init__" in str(exc):
+                raise ArgumentError(
+                    f"autotune builds a fresh {loop.trainer_class.__name__} per trial with "
+                    f"Trainer's own arguments, and its __init__ refused them: {exc}. Give its "
+                    "extra arguments defaults."
+                ) from exc
+            raise ModelError(f"Your Trainer failed a training step on 2 items: {exc}") from exc
+        except Exception as exc:
+            raise ModelError(
+                "Your Trainer failed a training step on 2 training items: "
+                f"{type(exc).__name__}: {exc}"
             ) from exc
-        raise ModelError(f"Your Trainer failed a training step on 2 items: {exc}") from exc
-    except Exception as exc:
-        raise ModelError(
-            f"Your Trainer failed a training step on 2 training items: {type(exc).__name__}: {exc}"
-        ) from exc
-    try:
-        step(f"your {name}'s evaluate() on its first batch (2 items, on the CPU)", RUN_HINT)
-        small.evaluate(trainer, work.val)
-    except DataError:
-        raise
-    except Exception as exc:
-        raise ModelError(
-            f"Your Trainer's evaluation failed on 2 items: {type(exc).__name__}: {exc}"
-        ) from exc
+        try:
+            step(f"your {name}'s evaluate() on its first batch (2 items, on the CPU)", RUN_HINT)
+            small.evaluate(trainer, work.val)
+        except DataError:
+            raise
+        except Exception as exc:
+            raise ModelError(
+                f"Your Trainer's evaluation failed on 2 items: {type(exc).__name__}: {exc}"
+            ) from exc
