@@ -18,7 +18,7 @@ from autotune._search import ranking, storage
 from autotune._search.baseline import SLACK, Baseline, measurement_seconds
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm
-from autotune._search.ledger import Entry, Ledger, fastest_verified, step_draws
+from autotune._search.ledger import Entry, Ledger, could_win_bar, step_draws
 from autotune._search.policy import STAGE_ATTR, Stage, Step
 from autotune._search.record import Record, Role
 from autotune._search.status import search_status, trial_line
@@ -250,11 +250,11 @@ def _no_accuracy_run(
     # Each by every screening draw of its steps, not one: one high draw of a safe config
     # ruled out every change of the numerics an idle README run screened, among them an 80%
     # schedule of that config's own steps.
-    fastest = fastest_verified(ledger) if s.guided else None
+    bar = could_win_bar(ledger) if s.guided else None
     mine = [*step_draws(ledger, outcome.config), projected]
-    if fastest is not None and ranking.median_time(mine) > fastest[1] * (1 + ranking.TIE):
+    if bar is not None and ranking.median_time(mine) > bar[1]:
         return (
-            f"slower than the best verified config (trial #{fastest[0].number}): no accuracy "
+            f"slower than the best verified config (trial #{bar[0].number}): no accuracy "
             "run, it could not win"
         )
     same = _same_speed_answer(ledger, outcome.config) if s.guided else None
