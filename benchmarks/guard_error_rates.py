@@ -422,7 +422,9 @@ def simulate(
         for _ in range(sc.candidates):
             cand = task.candidate()
             screening = guard_of(task, repeats).with_pairs(done)
-            if screening.violation(float(cand.runs_for(1)[0].mean())) > 0:
+            first_run = cand.runs_for(1)[0]
+            units = tuple(first_run.tolist()) if sc.units else None
+            if screening.violation(float(first_run.mean()), units=units) > 0:
                 verdicts.append(False)  # failed screening: never checked, never the answer
                 continue
             c, pairs = check(task, cand, len(done) + 1, repeats, max_seeds, first, first_look)

@@ -23,6 +23,7 @@ from autotune._search.guard import (
     lagging_run,
     look_alpha,
     plan_accuracy_budget,
+    screening_margin,
     seeds_to_settle,
     share,
     shares_spent,
@@ -68,6 +69,40 @@ def squared(base, cand) -> float:
     """The sum over pairs and examples of the squared per-example difference."""
     pairs = zip(base, cand, strict=True)
     return sum(sum((x - y) ** 2 for x, y in zip(b, c, strict=True)) for b, c in pairs)
+
+
+def _changed(base: tuple[float, ...], breaks: int, fixes: int) -> tuple[float, ...]:
+    """``base``'s per-example outcomes with its first ``breaks`` right examples wrong and its
+    first ``fixes`` wrong ones right."""
+    right = [i for i, x in enumerate(base) if x == 1.0][:breaks]
+    wrong = [i for i, x in enumerate(base) if x == 0.0][:fixes]
+    out = list(base)
+    for i in right:
+        out[i] = 0.0
+    for i in wrong:
+        out[i] = 1.0
+    return tuple(out)
+
+
+def test_screening_lets_a_run_vary_by_its_own_validation_noise_past_the_tolerance() -> None:
+    """A candidate's screening run and its check's pairs share its validation sample's
+    noise: screened at the tolerance alone, a candidate at the tolerance passed about half
+    the time, and six of them on a quiet task made the answer a false accept 7.1% of the
+    time. A run passes within the tolerance plus its own noise (one-sided 95%): the same
+    drop, 0.018, fails where the run changes 36 of 2,000 examples (all breaks: ±0.0030) and
+    passes where it changes 204 (120 breaks, 84 fixes: ±0.0071); 0.03 fails either way."""
+    g = guard([0.85, 0.85, 0.85])  # runs that agree: no pair noise, the margin the tolerance
+    base = g.baseline_units[0]
+    few, many = _changed(base, 36, 0), _changed(base, 120, 84)
+    assert sum(base) - sum(few) == sum(base) - sum(many) == 36  # both 0.018 worse
+    for units in (few, many):
+        assert g.violation(sum(units) / VAL_ITEMS) > 0  # the metric alone: beyond 0.01
+    assert screening_margin(g, 0, 0.018, few) == pytest.approx(0.01 + 1.6449 * 0.002973, rel=1e-3)
+    assert screening_margin(g, 0, 0.018, many) == pytest.approx(0.01 + 1.6449 * 0.007132, rel=1e-3)
+    assert g.violation(sum(few) / VAL_ITEMS, 0, few) > 0
+    assert g.violation(sum(many) / VAL_ITEMS, 0, many) < 0
+    worse = _changed(base, 60, 0)  # 0.03
+    assert g.violation(sum(worse) / VAL_ITEMS, 0, worse) > 0
 
 
 def test_screening_is_paired_with_the_baselines_run_of_the_same_seed() -> None:

@@ -406,7 +406,8 @@ def _tradeoff_caption(result: SearchResult) -> str:
     if g.screening_margin > g.tolerance:
         text += (
             f" The dotted line is the screening margin ({g.screening_margin:.4f}): the baseline's "
-            "own noise is wider than the tolerance, so one run cannot reject a smaller drop."
+            "own noise is wider than the tolerance, so one run cannot reject a smaller drop (a "
+            "run that changes many validation examples has a wider margin of its own)."
         )
     text += (
         " Trials that train the baseline's model (the same precision, LR schedule and batch: "

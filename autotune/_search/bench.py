@@ -16,7 +16,7 @@ from autotune._knobs.config import TrainingConfig
 from autotune._progress import Progress, Report, as_progress
 from autotune._search import storage
 from autotune._search.deadline import Deadline
-from autotune._search.guard import AccuracyGuard
+from autotune._search.guard import AccuracyGuard, screening_violation
 from autotune._search.ledger import Ledger
 from autotune._search.record import Record, Role
 from autotune._search.settings import SearchSettings
@@ -178,8 +178,8 @@ class Bench:
         baseline's (10 s where that is unknown), so a failure never looks fast to the sampler.
         Returns True when the sampler says it has covered the whole space (a grid)."""
         violation = 0.0 if record.role is Role.BASELINE else -self.settings.tolerance
-        if record.metric is not None and guard is not None and record.role is Role.CANDIDATE:
-            violation = guard.violation(record.metric)
+        if record.accuracy and guard is not None and record.role is Role.CANDIDATE:
+            violation = screening_violation(guard, record.accuracy)
         if not record.ok:
             violation = max(violation, 1.0)
         storage.store_record(trial, record)

@@ -109,6 +109,8 @@ __all__ = [
     "percent",
     "plan_accuracy_budget",
     "question_runs",
+    "screening_margin",
+    "screening_violation",
     "settle_advice",
     "share",
     "shares_spent",
@@ -885,11 +887,15 @@ class AccuracyGuard:
         spread, dof = max(spreads)
         return dataclasses.replace(self, paired_spread=spread, paired_dof=dof)
 
-    def violation(self, metric: float, seed: int = 0) -> float:
-        """Screening, as an Optuna constraint value: <= 0 means it may be within tolerance."""
+    def violation(
+        self, metric: float, seed: int = 0, units: Sequence[float] | None = None
+    ) -> float:
+        """Screening, as an Optuna constraint value: <= 0 means it may be within tolerance
+        (``units``: the run's per-unit values, see :func:`screening_margin`)."""
         if not math.isfinite(metric):
             return math.inf
-        return self._paired_drop(seed, metric) - self.screening_margin
+        drop = self._paired_drop(seed, metric)
+        return drop - screening_margin(self, seed, drop, units)
 
     def confirm(
         self,
@@ -1145,6 +1151,44 @@ def unsettleable(guard: AccuracyGuard) -> str | None:
         else "the validation set is too small for the tolerance, given"
     )
     return f"{small} the validation sample's own noise, ±{floor:.4f} whatever the seeds"
+
+
+def screening_violation(guard: AccuracyGuard, runs: Sequence[Any]) -> float:
+    """:meth:`AccuracyGuard.violation` of a candidate's screening ``runs`` (its accuracy
+    runs: their mean metric; one run's own seed and per-unit values)."""
+    metric = statistics.fmean(run.metric for run in runs)
+    if len(runs) != 1:
+        return guard.violation(metric)
+    return guard.violation(metric, runs[0].seed, runs[0].units)
+
+
+def screening_margin(
+    guard: AccuracyGuard, seed: int, drop: float, units: Sequence[float] | None
+) -> float:
+    """The drop a candidate's screening run (``seed``, ``drop``, its per-unit values
+    ``units``) may show and pass: :attr:`AccuracyGuard.screening_margin`, and at least the
+    tolerance plus what one pair of a candidate *at* the tolerance varies by (one-sided 95%):
+    the pairs' spread (the baseline's runs' where no check measured it) and the validation
+    sample's own noise in this candidate's drop. The sample's part is the candidate's every
+    run shares, its check's pairs too: where screening passed only the candidates it drew
+    below the tolerance (about half of those at it), the first to pass, checked at the first
+    check's level, was a selected one, and six candidates at the tolerance on a quiet task
+    were answered 7.1% of the time (``guard_error_rates.py``, ``quiet-6``). With it a
+    candidate at the tolerance passes about 19 times in 20, and the order of the checks no
+    longer picks the lucky ones."""
+    margin = guard.screening_margin
+    noise = _noise_over(guard, (seed,), units, [drop], None) if units is not None else None
+    if noise is None:
+        return margin
+    if guard.paired_spread is not None and guard.paired_dof > 0:
+        pair = guard.paired_spread**2
+    else:
+        runs = list(guard.baseline_runs)
+        lag = lagging_run(runs, higher_is_better=guard.higher_is_better, tolerance=guard.tolerance)
+        if lag is not None:
+            runs = [r for i, r in enumerate(runs) if i not in lag["seeds"]]
+        pair = 2.0 * statistics.variance(runs) if len(runs) >= 2 else 0.0
+    return max(margin, guard.tolerance + _z(CONFIDENCE) * math.sqrt(pair + noise.variance))
 
 
 def _noise_over(

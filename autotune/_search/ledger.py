@@ -21,7 +21,13 @@ import optuna
 from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
 from autotune._search import derived, ranking, storage
-from autotune._search.guard import AccuracyGuard, Confirmation, Verdict, unsettleable
+from autotune._search.guard import (
+    AccuracyGuard,
+    Confirmation,
+    Verdict,
+    screening_violation,
+    unsettleable,
+)
 from autotune._search.record import BaselineAccuracy, Record, Role
 from autotune._search.settings import SearchSettings
 from autotune._trial.failures import FailureReason
@@ -339,10 +345,10 @@ class Ledger:
 
     def screened(self, entry: Entry) -> bool | None:
         """Whether its one-run accuracy screening passed (None: no run, or no guard)."""
-        metric = entry.record.metric
-        if self.safe(entry) or metric is None or self.guard is None:
+        runs = entry.record.accuracy
+        if self.safe(entry) or not runs or self.guard is None:
             return None
-        return self.guard.violation(metric) <= 0
+        return screening_violation(self.guard, runs) <= 0
 
     def measured_ok(self, entry: Entry) -> bool:
         r = entry.record
