@@ -39,7 +39,7 @@ failures included). Under H0 the candidates sit exactly at the tolerance (the wo
 non-inferiority test must hold); under "harmless" their true drop is 0. Every candidate is
 screened and checked as the search does it: its screening run (seed 0) must pass
 ``AccuracyGuard.violation`` (with the spread of the task's earlier checks' pairs, as the
-ledger's guard has it), then ``AccuracyGuard.confirm`` at look 1 over the seeds
+ledger's guard has it, and the run's own per-example values: ``guard.screening_margin``), then ``AccuracyGuard.confirm`` at look 1 over the seeds
 ``Baseline.first_seeds`` takes (``AccuracyGuard.first_pairs``: as many as the baseline's first
 runs, or two), from ``guard.FIRST_PAIR`` (the run that passed screening is not a
 pair: ``--reuse-screening`` pairs it, the rule before the tenth session, to show what that

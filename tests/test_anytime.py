@@ -542,6 +542,35 @@ def test_a_safe_config_screened_once_and_high_does_not_rule_out_a_faster_change(
     assert ledger.side_speedup(best) == pytest.approx(1.3, rel=0.02), text
 
 
+def test_after_the_first_check_a_faster_change_gets_the_time_beyond_the_fewest_rounds() -> None:
+    """An idle README run confirmed a batch change, then refused a half-length schedule
+    screened at 1.94x its 12-s accuracy run: the time left was kept for three rounds and a
+    second pass of the answers. A check may make an answer; rounds beyond the fewest only
+    sharpen a figure. Here batch 128 is confirmed with 55 s left, and the half-length
+    schedule after it is screened, checked and is the answer at 2.64x (before: no trial
+    after the first check, the rounds ending 23 s early, answer 1.32x)."""
+
+    def speed(cfg) -> float:
+        return (1.2 if cfg.channels_last else 1.0) * (1.1 if cfg.batch_size == 128 else 1.0)
+
+    knobs = {
+        "channels_last": [False, True],
+        "batch_size": [32, 128],
+        "train_fraction": [1.0, 0.5],
+        "lr_schedule": ["constant", "one_cycle"],
+        "num_workers": [0, 1, 2],
+    }
+    model = Model(throughput=800.0, speed=speed, metric=lambda cfg, seed: 0.85 + noise(seed, 0.01))
+    run, clock, lines = search(model, knobs=knobs, timeout=180.0)
+    text = "\n".join(lines)
+    assert clock.now - run.settings.started <= 1.05 * 180, text
+    ledger = _ledger(run)
+    best = ledger.best()
+    assert best is not None and best.config.train_fraction == 0.5, text
+    assert ledger.confirmation(best).passed and ledger.confirmation(best).order == 2, text
+    assert ledger.side_speedup(best) == pytest.approx(2.64, rel=0.01), text
+
+
 def test_no_accuracy_run_is_spent_where_its_check_could_not_follow() -> None:
     """The same search at 240 s: the 80% runs' checks (~156 s) no longer fit once the
     baseline's runs are made. Screening alone makes no answer: no screening run is spent on

@@ -31,7 +31,12 @@ from autotune._search.baseline import (
 )
 from autotune._search.bench import Bench
 from autotune._search.candidate import expected_seconds, run_candidate
-from autotune._search.finish import confirm_pending, side_by_side, side_by_side_seconds
+from autotune._search.finish import (
+    confirm_pending,
+    least_rounds_seconds,
+    side_by_side,
+    side_by_side_seconds,
+)
 from autotune._search.ledger import Ledger
 from autotune._search.policy import STAGE_ATTR, Stage, StagePolicy, Step
 from autotune._search.question import AccuracyQuestion
@@ -210,6 +215,14 @@ class Search:
                 # confirmation is kept from it. Later candidates leave the rounds their time,
                 # and so do these once no first check fits any more.
                 reserve = self.question.confirm_reserve(ledger)
+            elif state.step.stage is Stage.FAST and ledger.guard is not None:
+                # A change of the numerics may make an answer; rounds beyond the fewest only
+                # sharpen a figure: an idle README run confirmed a batch change, then left a
+                # half-length schedule screened at 1.94x without its 12-s accuracy run, its
+                # time kept for three rounds and a second pass of a 1.21x answer.
+                reserve = least_rounds_seconds(ledger, baseline) + self.question.confirm_reserve(
+                    ledger
+                )
             cheapest = expected_seconds(
                 state.settings.baseline, ledger, baseline, state.settings.budget
             )
