@@ -699,6 +699,15 @@ def test_a_lagging_baseline_run_does_not_widen_screening() -> None:
     assert lagged.screening_margin == pytest.approx(steady.screening_margin)
     assert steady.violation(0.9248) > 0 and lagged.violation(0.9248) > 0
     assert lagged.violation(0.9850) < 0  # a harmless screening run still passes
+    # With the run's own per-example values, after a check whose pairs held seed 3 (they vary
+    # by ±0.13): the half-length schedule is still rejected, the harmless run still passes.
+    checked = lagged.with_pairs([check(lagged, [0.9902, 0.9951, 0.9971], first=1)])
+    assert checked.paired_spread is not None and checked.paired_spread > 0.1
+    for g in (lagged, checked):
+        base = g.baseline_units[0]
+        half, fine = _changed(base, 133, 0), _changed(base, 8, 0)  # 0.9248, 0.9853
+        assert g.violation(sum(half) / VAL_ITEMS, 0, half) > 0
+        assert g.violation(sum(fine) / VAL_ITEMS, 0, fine) < 0
     # Two of five behind (a second look's seed 4 lagged too): both are left out, and a
     # half-length schedule 0.045 behind seed 0 is still rejected.
     two = guard([0.9893, 0.9844, 0.9941, 0.7607, 0.7620], initial=0.0947)
