@@ -571,6 +571,45 @@ def test_after_the_first_check_a_faster_change_gets_the_time_beyond_the_fewest_r
     assert ledger.side_speedup(best) == pytest.approx(2.64, rel=0.01), text
 
 
+def test_on_a_loaded_machine_the_thread_count_comes_first_and_the_question_is_asked() -> None:
+    """A README run beside one busy core: torch's two threads shared the one free core (the
+    baseline at 37 samples/s, 594 idle), and the safe stage's share ended on loader and
+    optimizer knobs before the thread count. Here one thread is 3x; the thread count is the
+    first safe knob, and the accuracy question, when its time comes, is asked before the
+    safe knobs' values still queued (before: the answer 1.20x, no check, the search over at
+    187 s of 300 with a worker count queued in front of the question)."""
+
+    def speed(cfg) -> float:
+        return 3.0 if cfg.intra_op_threads == 1 else (1.2 if cfg.num_workers else 1.0)
+
+    knobs = {
+        "num_workers": [0, 1, 2],
+        "prefetch_factor": [2, 4],
+        "pin_memory": [False, True],
+        "channels_last": [False, True],
+        "optimizer_impl": ["default", "foreach", "fused"],
+        "intra_op_threads": [None, 1],
+        "batch_size": [32, 128],
+        "lr_schedule": ["constant", "cosine"],
+    }
+    model = Model(
+        throughput=200.0,
+        overhead=8.0,
+        speed=speed,
+        metric=lambda cfg, seed: 0.85 + noise(seed, 0.01),
+    )
+    run, clock, lines = search(model, knobs=knobs, timeout=300.0)
+    text = "\n".join(lines)
+    assert 0.8 * 300 <= clock.now - run.settings.started <= 1.05 * 300, text
+    ledger = _ledger(run)
+    best = ledger.best()
+    assert best is not None and best.config.intra_op_threads == 1, text
+    base = ledger.baseline
+    assert base is not None
+    assert ledger.projected(base) / ledger.projected(best) == pytest.approx(3.0, rel=0.01), text
+    assert ledger.confirmations, text  # the question was asked, and a check made
+
+
 def test_no_accuracy_run_is_spent_where_its_check_could_not_follow() -> None:
     """The same search at 240 s: the 80% runs' checks (~156 s) no longer fit once the
     baseline's runs are made. Screening alone makes no answer: no screening run is spent on

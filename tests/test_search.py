@@ -443,7 +443,7 @@ def test_knobs_that_leave_the_numerics_alone_come_first(fast_kwargs) -> None:
     result = find(
         tiny_model(),
         tiny_data(),
-        # Room for a third safe trial (a worker count that measures faster gets the threads
+        # Room for a third safe trial (a thread count that measures faster gets the workers
         # knob on top of it) and the fast stage after it.
         n_trials=6,
         space={"knobs": knobs},
@@ -453,10 +453,10 @@ def test_knobs_that_leave_the_numerics_alone_come_first(fast_kwargs) -> None:
     candidates = [t for t in result.trials if t.role == "candidate"]
     assert [t.safe for t in candidates[:2]] == [True, True]
     assert not any(t.accuracy_checked for t in candidates[:2])
-    first = candidates[0].config
-    assert (first.num_workers, first.intra_op_threads) == (1, None)
+    first = candidates[0].config  # the CPU thread count first: it sets every step's cost
+    assert (first.num_workers, first.intra_op_threads) == (0, 2)
     second = candidates[1].config
-    assert second.intra_op_threads == 2  # on whichever worker count was faster
+    assert second.num_workers == 1  # on whichever thread count was faster
     stages = [line.split(", ")[1].split("]")[0] for line in lines if line.startswith("trial ")]
     assert stages[:2] == ["safe", "safe"] and "fast" in stages
     assert "safe" not in stages[stages.index("fast") :]  # every safe trial came first

@@ -5,6 +5,7 @@ answer."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import optuna
@@ -224,6 +225,24 @@ def _measure(
     return bench.record(
         outcome, role=Role.CANDIDATE, measure_seconds=measured, accuracy_samples=check.samples
     )
+
+
+def set_aside_queued(bench: Bench, space: SearchSpace) -> list[TrainingConfig]:
+    """Fail the enqueued trials still waiting (a safe knob's other values), each "not
+    started: set aside", and return their configs for the policy to enqueue again after the
+    changes of the numerics: the accuracy question's time has come, and they waited in front
+    of it (a safe stage that took the thread count first left a worker count queued; it did
+    not fit beside the rounds' time, and the search ended with no check)."""
+    waiting = bench.study.get_trials(deepcopy=False, states=[TrialState.WAITING])
+    if any(t.user_attrs.get(STAGE_ATTR) != Stage.SAFE.value for t in waiting):
+        return []  # a retry of a trial that died, or another stage's: they run as queued
+    aside: list[TrainingConfig] = []
+    while bench.waiting():
+        trial = bench.ask()
+        with contextlib.suppress(ConfigError):  # a rejected combination: never proposed again
+            aside.append(space.suggest(trial, bench.settings.baseline))
+        bench.fail(trial, "not started: set aside for the accuracy question, to come after it")
+    return aside
 
 
 def _no_accuracy_run(

@@ -30,7 +30,7 @@ from autotune._search.baseline import (
     split_to_fit,
 )
 from autotune._search.bench import Bench
-from autotune._search.candidate import expected_seconds, run_candidate
+from autotune._search.candidate import expected_seconds, run_candidate, set_aside_queued
 from autotune._search.finish import (
     confirm_pending,
     least_rounds_seconds,
@@ -180,12 +180,16 @@ class Search:
                     continue
                 return
             queued = self.bench.waiting()  # enqueued trials run before the policy's next step
-            if self.question.due(ledger, baseline, worker=self.worker):
+            due = self.question.due(ledger, baseline, worker=self.worker)
+            if due:
                 state.guard_due()
                 self.bench.report(
                     "accuracy guard: the time kept for the accuracy question has come: the "
                     "changes of the numerics go first, the safe knobs left after them"
                 )
+            if due and queued:  # the question first (see set_aside_queued)
+                policy.tried.difference_update(set_aside_queued(self.bench, state.space))
+                queued = False
             if not queued:
                 step = policy.next(
                     ledger,
