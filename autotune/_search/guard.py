@@ -115,6 +115,7 @@ __all__ = [
     "share",
     "shares_spent",
     "spent_alpha",
+    "steady_runs",
     "t_quantile",
     "unseen_chance",
     "unseen_note",
@@ -861,10 +862,7 @@ class AccuracyGuard:
         seed 3 at 0.76 (its others 0.98-0.99) widened the margin from 0.022 to 0.38, and a
         half-length schedule that screening had rejected (0.92) passed and took a check.
         Screening only saves checks; a candidate it passes is still held by its confirmation."""
-        runs = list(self.baseline_runs)
-        lag = lagging_run(runs, higher_is_better=self.higher_is_better, tolerance=self.tolerance)
-        if lag is not None:
-            runs = [r for i, r in enumerate(runs) if i not in lag["seeds"]]
+        runs = steady_runs(self)
         if len(runs) < 2:
             return self.tolerance
         noise = t_quantile(CONFIDENCE, len(runs) - 1) * statistics.stdev(runs) * math.sqrt(2)
@@ -1153,6 +1151,16 @@ def unsettleable(guard: AccuracyGuard) -> str | None:
     return f"{small} the validation sample's own noise, ±{floor:.4f} whatever the seeds"
 
 
+def steady_runs(guard: AccuracyGuard) -> list[float]:
+    """The baseline's runs but those far behind their others (:func:`lagging_run`): the
+    spread screening allows is theirs."""
+    runs = list(guard.baseline_runs)
+    lag = lagging_run(runs, higher_is_better=guard.higher_is_better, tolerance=guard.tolerance)
+    if lag is None:
+        return runs
+    return [r for i, r in enumerate(runs) if i not in lag["seeds"]]
+
+
 def screening_violation(guard: AccuracyGuard, runs: Sequence[Any]) -> float:
     """:meth:`AccuracyGuard.violation` of a candidate's screening ``runs`` (its accuracy
     runs: their mean metric; one run's own seed and per-unit values)."""
@@ -1180,10 +1188,7 @@ def screening_margin(
     noise = _noise_over(guard, (seed,), units, [drop], None) if units is not None else None
     if noise is None:
         return margin
-    runs = list(guard.baseline_runs)
-    lag = lagging_run(runs, higher_is_better=guard.higher_is_better, tolerance=guard.tolerance)
-    if lag is not None:
-        runs = [r for i, r in enumerate(runs) if i not in lag["seeds"]]
+    runs = steady_runs(guard)
     pair = 2.0 * statistics.variance(runs) if len(runs) >= 2 else 0.0
     if guard.paired_spread is not None and guard.paired_dof > 0:
         # The smaller, as the baseline's margin takes it: a check's pairs that held the
