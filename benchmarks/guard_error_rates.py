@@ -39,13 +39,14 @@ failures included). Under H0 the candidates sit exactly at the tolerance (the wo
 non-inferiority test must hold); under "harmless" their true drop is 0. Every candidate is
 screened and checked as the search does it: its screening run (seed 0) must pass
 ``AccuracyGuard.violation`` (with the spread of the task's earlier checks' pairs, as the
-ledger's guard has it, and the run's own per-example values: ``guard.screening_margin``), then ``AccuracyGuard.confirm`` at look 1 over the seeds
-``Baseline.first_seeds`` takes (``AccuracyGuard.first_pairs``: as many as the baseline's first
-runs, or two), from ``guard.FIRST_PAIR`` (the run that passed screening is not a
-pair: ``--reuse-screening`` pairs it, the rule before the tenth session, to show what that
-cost), then as many seeds as ``evidence.next_target`` asks while unresolved, up to
-``--max-seeds``, the j-th checked candidate as the study's j-th check. The answer is a false
-accept when any candidate at the tolerance ends confirmed.
+ledger's guard has it, and the run's own per-example values: ``guard.screening_margin``), then
+``AccuracyGuard.confirm`` at look 1 over the seeds ``Baseline.first_seeds`` takes
+(``AccuracyGuard.first_pairs``: as many as the baseline's first runs, or two), from
+``guard.FIRST_PAIR`` (the run that passed screening is not a pair: ``--reuse-screening`` pairs
+it, the rule before the tenth session, to show what that cost), then as many seeds as
+``evidence.next_target`` asks while unresolved, up to ``--max-seeds``, the j-th checked
+candidate as the study's j-th check. The answer is a false accept when any candidate at the
+tolerance ends confirmed.
 
 Results go to benchmarks/RESULTS.md (machine, command, commit) between this benchmark's markers.
 """
