@@ -1185,7 +1185,7 @@ def screening_margin(
     candidate at the tolerance passes about 19 times in 20, and the order of the checks no
     longer picks the lucky ones."""
     margin = guard.screening_margin
-    noise = _noise_over(guard, (seed,), units, [drop], None) if units is not None else None
+    noise = _noise_over(guard, (seed,), units, [drop], None)  # None without units
     if noise is None:
         return margin
     runs = steady_runs(guard)
