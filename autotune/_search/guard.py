@@ -33,8 +33,9 @@ The guard decides in two steps:
   validation units, conservatively; never below what ``3 / N`` of the examples disagreeing would
   give for a counting metric). Without per-example values (a trainer's logged metric) that part
   cannot be bounded, and nothing is confirmed. At each look the one-sided bounds (Student's
-  t, Welch-Satterthwaite degrees of freedom with the seeds' variance at its 90% upper
-  confidence limit: :func:`conservative_dof`) are taken at level ``1 - α_{j,k}``:
+  t, Welch-Satterthwaite degrees of freedom with the seeds' variance at an upper confidence
+  limit, 75% at the first look and higher at smaller levels: :func:`conservative_dof`) are
+  taken at level ``1 - α_{j,k}``:
   *confirmed* when the upper bound is within the tolerance, *rejected* when the lower bound is
   beyond it, otherwise *unresolved* (and it says how many seeds the next look takes: those
   that would confirm a harmless change at the pairs' spread, never chosen from the interim
@@ -61,12 +62,15 @@ The guard decides in two steps:
   *any* test on a few pairs, since ``n`` pairs all miss a mode of rate ``f`` with probability
   ``(1 - f)^n``
   (``benchmarks/guard_error_rates.py`` measures how often, beside that floor). So the error
-  rate is claimed for drops whose modes the pairs show, and a confirmation says how rare a
+  rate is claimed for drops whose modes the pairs show, and a confirmation says how often a
   mode of 1 run in 10 goes unseen in its pairs (:func:`unseen_chance`: 73% at 3 pairs, 48%
   at 7, 12% at 20), stored with it; ``min_pairs`` holds every confirmation until it has that
   many pairs. A confirmation states one confidence, the answer's (:func:`answer_claim`); a
-  drop whose seeds' part is strongly skewed towards harm (a lognormal tail) is held only
-  approximately by a normal bound on a few pairs (``guard_error_rates.py`` measures it).
+  drop whose seeds' part is skewed towards harm (a lognormal tail) and dominates the pairs is
+  not held: a few pairs mostly miss its rare, much worse runs (simulated, the answer's rate
+  about 0.07 with that part 4x the validation's, and a first look's 0.10-0.17 on 2-16 pairs of
+  a pure skew: ``guard_error_rates.py --skew-table``, which shows the wider bound that would
+  hold it costing about half the power).
 
 Where the baseline did not learn measurably in its accuracy budget (its metric barely moved
 from the untrained model's), no change of the numerics can be confirmed: every check would
