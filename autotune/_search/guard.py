@@ -70,7 +70,7 @@ The guard decides in two steps:
   not held: a few pairs mostly miss its rare, much worse runs (simulated, the answer's rate
   about 0.07 with that part 4x the validation's, and a first look's 0.10-0.17 on 2-16 pairs of
   a pure skew: ``guard_error_rates.py --skew-table``, which shows the wider bound that would
-  hold it costing about half the power).
+  hold it costing a third to a half of the power).
 
 Where the baseline did not learn measurably in its accuracy budget (its metric barely moved
 from the untrained model's), no change of the numerics can be confirmed: every check would
