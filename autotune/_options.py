@@ -63,8 +63,10 @@ class SearchOptions:
     - ``accuracy_samples``, ``accuracy_repeats``: samples per accuracy run (None: planned from
       the time budget) and the baseline's data-order seeds.
     - ``min_pairs``: the paired seeds a change of the numerics needs before it can be
-      confirmed (None: the baseline's seeds). A failure mode of 1 run in 10 goes unseen in 3
-      pairs 73% of the time, in 20 pairs 12%: more pairs buy that assurance with time.
+      confirmed (None: no floor; a check's first look takes the baseline's seeds after its
+      screening run, or two where the baseline's runs say two would settle). A failure mode
+      of 1 run in 10 goes unseen in 3 pairs 73% of the time, in 20 pairs 12%: more pairs buy
+      that assurance with time.
     - ``budget``: the throughput measurement of every trial (None: calibrated from the
       baseline's speed, to time ``timed_seconds``: by default 1% of the timeout, within 1 to
       10 s, or 3 s without a timeout).
@@ -118,8 +120,9 @@ class SearchOptions:
     min_pairs: int | None = _cli(
         None,
         "--min-pairs",
-        "paired seeds a change of the numerics needs before it is confirmed (default: the "
-        "baseline's seeds, 3); more pairs make a rare failure mode likelier to show",
+        "paired seeds a change of the numerics needs before it is confirmed (default: no "
+        "floor; a first look takes the baseline's seeds, or 2 where its runs say two "
+        "settle); more pairs make a rare failure mode likelier to show",
         type=int,
     )
     budget: Budget | None = None

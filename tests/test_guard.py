@@ -130,6 +130,8 @@ def test_a_paired_check_resolves_what_independent_runs_cannot() -> None:
     assert c.resolution > stats.norm.ppf(1 - 0.028125) * math.hypot(seed_part, c.sample_error)
     assert c.bound is not None and c.bound <= 0.01
     assert c.confidence is not None and 1 - 0.028125 < c.confidence < 1.0
+    # That is this check's own margin, kept in the study; the result's JSON shows none.
+    assert c.to_dict()["confidence"] == c.confidence and "confidence" not in c.summary()
     # One confidence is printed: the answer's, one-sided, across every check and look.
     text = c.describe()
     assert "(look 1 of check 1)" in text and "97.19%" not in text
@@ -451,6 +453,19 @@ def test_less_than_an_epoch_is_said_up_front_never_the_whole_budget() -> None:
     assert tiny.samples == 8 * 32  # a few steps at the least
 
 
+def test_a_horizon_the_time_left_cut_names_a_timeout_that_would_hold_an_epoch() -> None:
+    """1,200 s, 600 of them left when the question comes, 100 samples/s: the time left holds
+    the question's 8 runs at 7,500 samples (75% of an epoch). Its share of the whole budget
+    would hold an epoch already, so the timeout it names is the one whose time left would:
+    600 s spent, and 8 runs of 10,000 samples (800 s), not the 1,200 s given."""
+    plan = plan_accuracy_budget(
+        n_train=10_000, batch_size=32, throughput=100.0, repeats=3, seconds=1200.0, left=600.0
+    )
+    assert plan.samples == 7500 and plan.note is not None
+    assert "75% of an epoch" in plan.note and "all the time left" in plan.note
+    assert "A timeout of 1400 s or more gives it a full epoch" in plan.note
+
+
 def test_the_budget_never_exceeds_the_planned_run() -> None:
     plan = plan_accuracy_budget(
         n_train=4096, batch_size=32, throughput=1e6, repeats=3, seconds=1e6, planned_epochs=2
@@ -633,10 +648,33 @@ def test_a_look_sized_to_reject_a_drop_says_so_not_that_it_would_confirm() -> No
     noise = SampleNoise(variance=1e-6, dof=2047.0)
     far = g._settle([0.20, 0.40, 0.19], 1, 1, noise)
     assert far[1] is not None
-    assert f"{far[1]} seeds would reject it if its drop holds" in far[0]
+    assert f"{far[1]} seeds would reject it as often as not, were its drop" in far[0]
     assert "confirm a harmless change" not in far[0]
     harmless = g._settle([-0.005, 0.005, 0.004], 1, 1, noise)
     assert "would confirm a harmless change" in harmless[0]
+
+
+def test_where_no_number_of_seeds_settles_the_advice_names_what_is_in_the_way() -> None:
+    """Pairs that barely vary (±0.001) beside a validation sample whose own noise takes most of
+    the tolerance: no number of seeds would confirm a harmless change 80% of the time, and the
+    advice says that the validation set is in the way, not the pairs' spread. Where that noise
+    is as wide as the tolerance, more seeds would not confirm a change no better than the
+    baseline (one clearly better still might: the words do not rule it out)."""
+    from autotune._search.guard import SampleNoise, sample_floor
+
+    g = guard([0.90, 0.93, 0.87], initial=0.5)
+    drops = [0.004, 0.005, 0.006]
+    part = SampleNoise(variance=0.003**2, dof=2047.0)
+    assert 0.005 < sample_floor(part, 1) < 0.01
+    text, need = g._settle(drops, 1, 1, part)
+    assert need is None
+    assert "leaves too little of the tolerance 0.01 beside the pairs' ±0.0010" in text
+    assert "80% of the time; a larger validation set would" in text
+    whole = SampleNoise(variance=0.005**2, dof=2047.0)
+    assert sample_floor(whole, 1) >= 0.01
+    text, need = g._settle(drops, 1, 1, whole)
+    assert need is None and "more seeds would not tell" not in text
+    assert "more seeds would not confirm a change no better than the baseline" in text
 
 
 @pytest.mark.parametrize(
@@ -718,6 +756,13 @@ def test_a_lagging_baseline_run_does_not_widen_screening() -> None:
     assert lag_words(lag, "accuracy").startswith(
         f"the baseline's runs of seeds 3 and 4 reached accuracy {lag['metrics'][0]:.4f} and "
         f"{lag['metrics'][1]:.4f} where its others reached"
+    )
+    assert lag_words(lag, "accuracy").endswith("a check's pairs of those seeds carry it")
+    # Seed 0 is the screening runs' seed: no check's pair includes it, and the words say so.
+    first = lagging_run((0.76, 0.98, 0.99, 0.985), higher_is_better=True, tolerance=0.01)
+    assert first is not None and first["seeds"] == [0]
+    assert lag_words(first, "accuracy").endswith(
+        "the screening runs are judged against it, no check's pair includes it"
     )
 
 

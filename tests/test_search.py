@@ -327,7 +327,7 @@ def test_a_candidate_that_collapses_on_one_seed_in_two_is_rejected_once_seeds_sh
     assert result.chosen == "safe" and result.fast is None and result.pending is None
     text = result.summary()
     assert f"trial #{bf16.number}" in text and "was faster but rejected" in text
-    assert f"drop is at least {c.lower:+.4f}" in text
+    assert f"lower confidence bound over {len(c.runs)} paired seeds, {c.lower:+.4f}" in text
     answers = result.to_dict()["answers"]
     assert answers["chosen"] == "safe" and answers["rejected"][0]["trial"] == bf16.number
 

@@ -246,9 +246,9 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
         if c.get("lower") is not None:
             lines.append(
                 f"  trial #{r['trial']} ({format_speedup(r.get('speedup'))}) was faster but "
-                f"rejected: its {name} drop is at least {c['lower']:+.4f} (lower bound over "
-                f"{len(c.get('runs', []))} paired seeds), beyond tolerance "
-                f"{data.get('tolerance'):g}"
+                f"rejected: its {name} drop's one-sided lower confidence bound over "
+                f"{len(c.get('runs', []))} paired seeds, {c['lower']:+.4f}, is beyond the "
+                f"tolerance {data.get('tolerance'):g}"
             )
     if guard is None:
         lines.append(

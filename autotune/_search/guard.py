@@ -18,7 +18,8 @@ What pairing cancels is the noise the two runs share; what is left, it measures 
 The guard decides in two steps:
 
 - **Screening** (every candidate whose numerics change, one run, seed 0): rejected only for a
-  drop larger than the tolerance plus what one pair can vary by. The screening run is not a
+  drop larger than the tolerance plus what one pair can vary by (without per-example values,
+  the larger of the two: :attr:`AccuracyGuard.screening_margin`). The screening run is not a
   pair of the confirmation (:data:`FIRST_PAIR`): it selected the candidate, so a run that
   passed it is a lucky one more often than not, and a test that counted it would lean towards
   accepting. Before any confirmation that
@@ -34,8 +35,8 @@ The guard decides in two steps:
   give for a counting metric). Without per-example values (a trainer's logged metric) that part
   cannot be bounded, and nothing is confirmed. At each look the one-sided bounds (Student's
   t, Welch-Satterthwaite degrees of freedom with the seeds' variance at an upper confidence
-  limit, 75% at the first look and higher at smaller levels: :func:`conservative_dof`) are
-  taken at level ``1 - α_{j,k}``:
+  limit, 75% at the first look of the first check and higher at the smaller levels after it:
+  :func:`conservative_dof`) are taken at level ``1 - α_{j,k}``:
   *confirmed* when the upper bound is within the tolerance, *rejected* when the lower bound is
   beyond it, otherwise *unresolved* (and it says how many seeds the next look takes: those
   that would confirm a harmless change at the pairs' spread, never chosen from the interim
@@ -488,8 +489,10 @@ class Confirmation:
     """A candidate's accuracy checked over several seeds, paired with the baseline's runs, at
     its ``looks``-th look: ``drop`` is the mean paired drop, ``bound`` its upper confidence
     bound (``lower`` its lower one) at that look's level, ``resolution`` their half-width, and
-    ``confidence`` what a confirmation achieved across its looks. A confirmation whose runs
-    failed carries the ``failure`` message."""
+    ``confidence`` this check's own margin, kept in the study: one less its earlier looks'
+    error shares and this look's p-value. It is not the answer's confidence (which counts
+    every check's share: :func:`answer_claim`), so the result's JSON does not show it. A
+    confirmation whose runs failed carries the ``failure`` message."""
 
     runs: tuple[float, ...]  # the candidate's metric per seed (first_seed, first_seed + 1, ...)
     verdict: Verdict
@@ -568,6 +571,7 @@ class Confirmation:
         out.pop("units", None)
         out.pop("squares", None)
         out.pop("capped_units", None)
+        out.pop("confidence", None)  # this check's own, not the answer's (see the class)
         return out
 
     @classmethod
@@ -676,10 +680,15 @@ def lag_words(lag: Mapping[str, Any], metric: str) -> str:
         names = ", ".join(str(s) for s in seeds[:-1]) + f" and {seeds[-1]}"
         values = ", ".join(f"{m:.4f}" for m in metrics[:-1]) + f" and {metrics[-1]:.4f}"
         which = f"runs of seeds {names} reached {metric} {values}"
+    if all(seed < FIRST_PAIR for seed in seeds):
+        carried = "the screening runs are judged against it, no check's pair includes it"
+    elif len(seeds) == 1:
+        carried = "a check's pair of that seed carries it"
+    else:
+        carried = "a check's pairs of those seeds carry it"
     return (
         f"the baseline's {which} where its others reached {lo:.4f}-{hi:.4f}: the baseline's "
-        "own training varies that much from one data order to the next, and every check's "
-        "pairs carry it"
+        f"own training varies that much from one data order to the next, and {carried}"
     )
 
 
@@ -1364,23 +1373,34 @@ def settle_advice(
     assert sizing is not None
     floor = sample_floor(sizing, looks, order)
     if planned is None:
+        # Sized for a harmless change (a true drop of 0): one better than the baseline may
+        # still be confirmed by more seeds, so the words say what more seeds would not do.
         if floor >= guard.tolerance:
             return (
                 f"the validation sample's own noise (±{floor:.4f} at the next "
                 f"look's level, whatever the seeds) is as wide as the tolerance "
-                f"{guard.tolerance:g}: more seeds would not tell, a larger validation set "
-                "would"
+                f"{guard.tolerance:g}: more seeds would not confirm a change no better than "
+                "the baseline; a larger validation set would"
+            ), None
+        if floor > guard.tolerance / 2:
+            return (
+                f"the validation sample's own noise (±{floor:.4f} at the next look's level, "
+                f"whatever the seeds) leaves too little of the tolerance {guard.tolerance:g} "
+                f"beside the pairs' ±{sd:.4f} (mean paired drop {mean:+.4f}): no practical "
+                f"number of seeds would confirm a harmless change {LOOK_POWER:.0%} of the "
+                "time; a larger validation set would"
             ), None
         return (
             f"its pairs vary by ±{sd:.4f} (mean paired drop {mean:+.4f}): no practical "
-            f"number of seeds would confirm even a harmless change against the tolerance "
-            f"{guard.tolerance:g}; a longer accuracy budget might"
+            f"number of seeds would confirm a harmless change {LOOK_POWER:.0%} of the time "
+            f"against the tolerance {guard.tolerance:g}; a longer accuracy budget might"
         ), None
     need = max(planned, len(drops) + 1)
     would = (
-        f"{need} seeds would reject it if its drop holds"
+        f"{need} seeds would reject it as often as not, were its drop and spread to hold"
         if rejecting
-        else f"{need} seeds would confirm a harmless change at this spread"
+        else f"{need} seeds would confirm a harmless change at this spread {LOOK_POWER:.0%} of "
+        "the time"
     )
     text = (
         f"the paired differences vary by ±{sd:.4f} (mean paired drop {mean:+.4f}{counting}): "
@@ -1472,6 +1492,10 @@ def plan_accuracy_budget(
     note = None
     if samples < n_train:
         need = repeats * n_train / throughput / ACCURACY_SHARE
+        if room < planned and seconds is not None and left is not None:
+            # Limited by the time left: the budget spent before now stays spent, and the
+            # question's runs of an epoch need their own time after it.
+            need = max(need, seconds - left + question_runs(repeats) * n_train / throughput)
         why = (
             "all the time left for the baseline's runs and one check allows"
             if room < planned
