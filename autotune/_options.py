@@ -46,7 +46,8 @@ def _cli(default: Any, option: str, help: str, **argparse: Any) -> Any:
 class SearchOptions:
     """How a search runs, beyond the model, the data and the handful of common keywords.
 
-    - ``n_trials``: stop after this many candidates (with ``timeout``: whichever comes first).
+    - ``n_trials``: stop after this many candidates (with ``timeout``: whichever comes first);
+      a proposal of a config measured already counts, though it runs nothing.
     - ``planned_epochs``: the length of your real run; candidates are ranked by the projected
       time to train it, one-time costs (compilation) amortised over it. None: your trainer's
       ``max_epochs`` / ``num_train_epochs`` with ``tune``, else 10.

@@ -313,7 +313,8 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
     short = bench(cost * 0.9)  # not even alone
     finish.confirm_pending(short, baseline)
     assert len(checked) == 2 and short.lines == [
-        f"no time left to check trial #4's accuracy (~{cost:.0f} s)"
+        f"no time left to check trial #4's accuracy (~{cost:.0f} s) beside the side-by-side "
+        f"rounds (~{least:.0f} s)"
     ]
     # Once the search made a check, the rounds keep their time (a busy run checked two
     # half-length schedules alone, both unresolved, and left its answer unmeasured).
@@ -323,8 +324,10 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
     ledger = Ledger.read(study, settings())
     later = bench(cost + least / 2)
     finish.confirm_pending(later, baseline)
+    kept = finish.least_rounds_seconds(ledger, baseline)
     assert len(checked) == 2 and later.lines == [
-        f"no time left to check trial #4's accuracy (~{cost:.0f} s)"
+        f"no time left to check trial #4's accuracy (~{cost:.0f} s) beside the side-by-side "
+        f"rounds (~{kept:.0f} s)"
     ]
     # Its own check made and unresolved, the time left holds no more seeds: said as such (an
     # idle README run ended on "no time left to check" a check it had made).
@@ -335,8 +338,10 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
     seed = evidence.seed_seconds(baseline, entry, made.first_seed + len(made.runs))
     resumed = bench(seed / 2)
     finish.confirm_pending(resumed, baseline)
+    kept = finish.least_rounds_seconds(ledger, baseline)
     assert len(checked) == 2 and resumed.lines == [
-        f"no time left for another seed of trial #4's check (~{seed:.0f} s)"
+        f"no time left for another seed of trial #4's check (~{seed:.0f} s) beside the "
+        f"side-by-side rounds (~{kept:.0f} s)"
     ]
 
 

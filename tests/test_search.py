@@ -306,6 +306,43 @@ def test_a_pending_candidate_never_checked_is_said_to_be_unchecked_not_out_of_ti
     assert "could not be made in the time left" not in text
 
 
+def test_the_summary_says_what_it_knows_of_checks_rounds_and_repeats(fast_kwargs) -> None:
+    """What a review found the summary saying beyond what the result knows: "no time was left"
+    for rounds an interruption cut; "no time for the baseline's accuracy runs" for a space
+    with nothing that changes the numerics; the baseline counted as a repeated proposal;
+    "no check was made" of a check that was stopped; the validation row called a screening
+    measurement."""
+    space = {"knobs": {"num_workers": [0, 1], "channels_last": [False, True]}}
+    result = find(tiny_model(), tiny_data(), n_trials=2, space=space, **fast_kwargs)
+    data = result.to_dict()
+    search = data["search"]
+    # Loader and memory-format knobs only: nothing changes the numerics, nothing to check.
+    assert search["numerics_searched"] is False and data.get("accuracy_guard") is None
+    data["speedup_range"] = None
+    data["config"] = {**data["config"], "batch_size": 2 * data["config"]["batch_size"]}
+    text = render_summary(data)
+    assert "! no accuracy check was needed: no knob searched changes the numerics" in text
+    assert "NOT measured side by side (no side-by-side round measured it with the baseline)" in text
+    assert "val accuracy: the mean of the config's accuracy runs" in text
+    search.update(interrupted=True, numerics_searched=True)
+    text = render_summary(data)
+    assert "NOT measured side by side (the search was interrupted before its rounds)" in text
+    assert "no accuracy check was made (the search was interrupted before the baseline's" in text
+    search.update(interrupted=False, proposals_repeated=0, configs_measured=2)
+    text = render_summary(data)
+    assert "ended before the baseline's accuracy runs; its progress lines say why" in text
+    assert "search: 2 configs measured in" in text
+    search.update(proposals_repeated=3)
+    assert "2 configs measured (and 3 proposals of a config measured already)" in render_summary(
+        data
+    )
+    stopped = {"runs": [0.9], "verdict": "unresolved", "failure": "its accuracy runs were stopped"}
+    data["answers"]["pending"] = {"trial": 7, "speedup": 2.0, "confirmation": stopped}
+    assert "is not settled: its check was stopped: its accuracy runs were stopped" in (
+        render_summary(data)
+    )
+
+
 @pytest.mark.slow
 def test_a_candidate_that_collapses_on_one_seed_in_two_is_rejected_once_seeds_show_it(
     fast_kwargs, bf16_capable

@@ -180,3 +180,19 @@ def test_a_trial_without_a_projected_time_ranks_last() -> None:
     times = [ledger.rank_time(e) for e in ledger.entries]
     assert times == [200.0, math.inf, 150.0]
     assert ledger.best() is not None and ledger.best().number == 2
+
+
+def test_a_value_skipped_twice_is_said_not_measured_for_the_last_reason() -> None:
+    """A worker count set aside for the accuracy question (trial 5) and later not started
+    for want of time (trial 20) ends "not measured" for the second reason, which is why it
+    was never measured; a trial that ran with it and failed says more than either."""
+    from autotune._search.coverage import Skipped, unmeasured
+    from autotune._search.ledger import Ledger
+
+    ledger = Ledger.read(_study_with([_base()]), settings(space=SPACE))
+    skipped = [
+        Skipped(5, {"num_workers": 1}, "not started: set aside for the accuracy question"),
+        Skipped(20, {"num_workers": 1}, "expected to take ~30 s, more than was left"),
+    ]
+    missing = {(m.knob, m.value): m.why for m in unmeasured(ledger, SPACE, BASE, skipped)}
+    assert missing[("num_workers", 1)] == "trial #20: expected to take ~30 s, more than was left"

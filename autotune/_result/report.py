@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from autotune._knobs import registry
 from autotune._result.files import write_text_atomic
+from autotune._result.summary import no_check_words
 from autotune._search.derived import accuracy_verdict, format_speedup
 from autotune._search.ranking import rank_time
 
@@ -285,10 +286,8 @@ def _answers_line(result: SearchResult) -> str:
 def _guard_line(result: SearchResult) -> str:
     guard = result.guard
     if guard is None:
-        return (
-            "No accuracy check was made (no time for the baseline's accuracy runs): only knobs "
-            "that leave the numerics alone could win."
-        )
+        words = no_check_words(result.to_dict()["search"])
+        return f"{words[0].upper()}{words[1:]}."
     line = (
         f"Accuracy guard: tolerance {guard.tolerance:g}, paired with the baseline's runs; "
         f"baseline {guard.metric_name} {guard.baseline_metric:.4f} ± {guard.spread:.4f} over "

@@ -99,6 +99,8 @@ class SearchResult:
             "seconds": seconds,
             "candidates": len(ledger.candidates),
             "configs_measured": ledger.configs_measured(),
+            # Proposals of a config measured already: they ran nothing.
+            "proposals_repeated": sum(1 for e in ledger.candidates if e.record.reused),
             # Seconds into this run; a win verified by an earlier run of the study (a resumed
             # search) is said as such, not as a negative time.
             "first_win_seconds": (
@@ -108,6 +110,10 @@ class SearchResult:
             ),
             "first_win_earlier": first_win is not None and first_win < settings.started,
             "accuracy_samples": ledger.guard.accuracy_samples if ledger.guard else None,
+            # Whether any knob searched changes the numerics (none: no check was needed).
+            "numerics_searched": bool(
+                settings.space.numerics_knobs(split_free=settings.split_free)
+            ),
             "accuracy_note": ledger.baseline_accuracy.note if ledger.baseline_accuracy else None,
             # The settings every accuracy run trained with (None: the baseline's own).
             "accuracy_runs_config": (

@@ -93,12 +93,32 @@ def summary_parts(
             where += f" (the baseline's {b['measured_as'].removeprefix('side by side ')})"
         source = (
             f"  throughput, step time and projected time: {where}, the headline's; the other "
-            "rows: each config's screening measurement"
+            f"rows: each config's screening measurement; {_val_source(name)}"
         )
     else:
-        source = "  every row: each config's screening measurement (one draw)"
+        source = f"  every row: each config's screening measurement (one draw); {_val_source(name)}"
     tail = [source, *_answers(data, name), *_validation_lines(data), *_search_lines(data)]
     return head, table, tail
+
+
+def no_check_words(search: dict[str, Any]) -> str:
+    """Why a result has no accuracy guard, from its ``search`` section."""
+    if search.get("numerics_searched") is False:
+        return "no accuracy check was needed: no knob searched changes the numerics"
+    why = (
+        "the search was interrupted before the baseline's accuracy runs"
+        if search.get("interrupted")
+        else "the search ended before the baseline's accuracy runs; its progress lines say why"
+    )
+    return f"no accuracy check was made ({why}): only knobs that leave the numerics alone could win"
+
+
+def _val_source(name: str) -> str:
+    """Where the table's validation row comes from: accuracy runs, not the measurement."""
+    return (
+        f"val {name}: the mean of the config's accuracy runs (its check's, or its screening "
+        "run; for a config that leaves the numerics alone, those of the baseline model)"
+    )
 
 
 def _headline(data: dict[str, Any]) -> str:
@@ -110,8 +130,13 @@ def _headline(data: dict[str, Any]) -> str:
         )
     span = data.get("speedup_range")
     if not span:
+        why = (
+            "the search was interrupted before its rounds"
+            if (data.get("search") or {}).get("interrupted")
+            else "no side-by-side round measured it with the baseline"
+        )
         return (
-            f"autotune result: NOT measured side by side (no time was left for it): "
+            f"autotune result: NOT measured side by side ({why}): "
             f"{data['speedup']:.2f}x the baseline's steady-state throughput, from the trials' "
             "own measurements, one-time costs left out"
         )
@@ -224,7 +249,11 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
         # With no check made, say only that: the time left at the end is one reason, a
         # candidate no faster than the answer while checks were weighed (the rounds then
         # measuring the answer slower) another, and the result does not know which.
-        why = c.get("settle") or "no check of it was made before the search ended"
+        why = c.get("settle") or (
+            f"its check was stopped: {c['failure']}"
+            if c.get("failure")
+            else "no check of it was made before the search ended"
+        )
         whole = _whole_run_timeout(data, pending)
         if whole is not None:
             why += (
@@ -251,10 +280,7 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
                 f"tolerance {data.get('tolerance'):g}"
             )
     if guard is None:
-        lines.append(
-            "  ! no accuracy check was made (no time for the baseline's accuracy runs): only "
-            "knobs that leave the numerics alone could win"
-        )
+        lines.append(f"  ! {no_check_words(data.get('search') or {})}")
     else:
         lines.append(
             f"  accuracy guard: tolerance {guard['tolerance']:g}, paired runs; baseline {name} "
@@ -308,7 +334,7 @@ def _search_lines(data: dict[str, Any]) -> list[str]:
     else:
         win = "none" if first is None else f"after {first:.0f} s"
     measured = search.get("configs_measured", 0)
-    repeats = int(search.get("trials", 0)) - int(measured)
+    repeats = int(search.get("proposals_repeated") or 0)
     again = ""
     if repeats > 0:
         again = (

@@ -83,9 +83,11 @@ def unmeasured(
             elif not e.record.ok:
                 message = e.record.message or str(e.record.failure)
                 failed[(name, value)] = f"trial #{e.number}: {message}"
-    for s in skipped:
+    skips: dict[tuple[str, Any], str] = {}
+    for s in sorted(skipped, key=lambda s: s.number):  # the last one says why, in the end
         for name, value in s.params.items():
-            failed.setdefault((name, value), f"trial #{s.number}: {s.message}")
+            skips[(name, value)] = f"trial #{s.number}: {s.message}"
+    failed = {**skips, **failed}  # a trial that ran and failed says more than a skip
     numerics = set(space.numerics_knobs(split_free=ledger.split_free))
     out = []
     for name in space.searched():

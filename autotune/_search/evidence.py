@@ -142,7 +142,10 @@ def confirm(
                     f"(~{cost:.0f} s more): {why}"
                 )
             break
-        bench.report(f"trial #{entry.number}: unresolved over {n} seeds; running {target}")
+        bench.report(
+            f"trial #{entry.number}: unresolved over {n} seeds; running {target - n} more "
+            f"({target} in all)"
+        )
         looked = True
         more = _more_seeds(bench, current, entry, result, target)
         if more is None:

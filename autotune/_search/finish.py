@@ -112,7 +112,8 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
                 if first
                 else f"for another seed of trial #{entry.number}'s check"
             )
-            bench.report(f"no time left {what} (~{cost:.0f} s)")
+            rounds = f" beside the side-by-side rounds (~{now:.0f} s)" if now > 0 else ""
+            bench.report(f"no time left {what} (~{cost:.0f} s){rounds}")
 
 
 def _contenders(ledger: Ledger, extra: Entry | None = None, *, near: bool = False) -> list[Entry]:

@@ -668,3 +668,11 @@ def _pareto(ledger: Ledger) -> list[Entry]:
         if all(m > fm for _, fm, _ in front):
             front.append((t, m, e))
     return [e for _, _, e in front]
+
+
+def trials_counted(ledger: Ledger) -> int:
+    """The candidate trials the trial limit counts, and the progress lines with it: every
+    proposal, one of a config measured already too (it runs nothing, but counting it is what
+    ends a search whose sampler keeps proposing measured configs between ones that cannot
+    start, which no stage's repeat count sees)."""
+    return len(ledger.candidates)

@@ -175,8 +175,9 @@ class AccuracyQuestion:
         deadline = self.bench.deadline
         more = suggested_timeout((deadline.budget or 0.0) + need - float(deadline.left() or 0.0))
         self.bench.report(
-            f"accuracy guard: no time for accuracy checks (~{need:.0f} s for the baseline's "
-            "runs at the shortest horizon and one candidate's check, after the safe knobs' "
-            "share): only the knobs that leave the numerics alone are searched; a timeout of "
+            f"accuracy guard: no time for accuracy checks (~{need:.0f} s: the baseline's runs "
+            "at the shortest horizon and one candidate's check, with the time kept beside them "
+            "for the safe knobs and any pending confirmation): only the knobs that leave the "
+            "numerics alone are searched; a timeout of "
             f"{more} s or more would allow them"
         )

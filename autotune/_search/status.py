@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from autotune._progress import Status
 from autotune._search import derived
-from autotune._search.ledger import Entry, Ledger
+from autotune._search.ledger import Entry, Ledger, trials_counted
 
 __all__ = ["search_status", "trial_line"]
 
@@ -25,7 +25,7 @@ def trial_line(
         outcome = f"{_speedup(ledger, entry)}{metric}{_verdict(ledger, entry)}"
     best_text, failures = _best(ledger), _failures(ledger)
     reused = " (same config as an earlier trial: reused)" if r.reused else ""
-    done = sum(1 for e in ledger.candidates if not e.record.reused)
+    done = trials_counted(ledger)
     total = f"/{n_trials}" if n_trials is not None else ""
     return (
         f"trial {done}{total} [#{entry.number}, {stage}] {r.config.describe()}: {outcome}"
@@ -62,7 +62,7 @@ def _failures(ledger: Ledger) -> str:
 
 def search_status(ledger: Ledger, *, n_trials: int | None, deadline: float | None) -> Status:
     """Trials done, the best answer so far, failures by reason, and the budget's end."""
-    done = len(ledger.candidates)
+    done = trials_counted(ledger)
     return Status(
         trials=f"{done}/{n_trials}" if n_trials is not None else str(done),
         best=_best(ledger),
