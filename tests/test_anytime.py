@@ -7,7 +7,7 @@ import dataclasses
 import re
 
 import pytest
-from sim import Model, noise, search
+from sim import Model, noise, result_of, search
 
 from autotune import TrainingConfig
 from autotune._search.ledger import Ledger
@@ -184,7 +184,9 @@ def test_an_unresolved_confirmation_takes_the_seeds_that_settle_it_when_they_fit
     accuracy = ledger.baseline_accuracy  # the baseline's runs of the new seeds too: pairs
     n = len(confirmation.runs)
     assert accuracy is not None and [r.seed for r in accuracy.runs] == list(range(n + 1))
-    assert any(f"unresolved over 3 seeds; running {n}" in line for line in lines)
+    assert any(
+        f"unresolved over 3 seeds; running {n - 3} more ({n} in all)" in line for line in lines
+    )
 
 
 def test_the_side_by_side_rounds_use_the_time_left() -> None:
@@ -577,10 +579,12 @@ def test_on_a_loaded_machine_the_thread_count_comes_first_and_the_question_is_as
     optimizer knobs before the thread count. Here one thread is 3x; the thread count is the
     first safe knob, and the accuracy question, when its time comes, is asked before the
     safe knobs' values still queued (before: the answer 1.20x, no check, the search over at
-    187 s of 300 with a worker count queued in front of the question)."""
+    187 s of 300 with a worker count queued in front of the question). Batch 128 is 1.15x on
+    top: a change of the numerics that leads the safe answer, so its check comes at once."""
 
     def speed(cfg) -> float:
-        return 3.0 if cfg.intra_op_threads == 1 else (1.2 if cfg.num_workers else 1.0)
+        threads = 3.0 if cfg.intra_op_threads == 1 else (1.2 if cfg.num_workers else 1.0)
+        return threads * (1.15 if cfg.batch_size == 128 else 1.0)
 
     knobs = {
         "num_workers": [0, 1, 2],
@@ -606,8 +610,48 @@ def test_on_a_loaded_machine_the_thread_count_comes_first_and_the_question_is_as
     assert best is not None and best.config.intra_op_threads == 1, text
     base = ledger.baseline
     assert base is not None
-    assert ledger.projected(base) / ledger.projected(best) == pytest.approx(3.0, rel=0.01), text
+    assert ledger.projected(base) / ledger.projected(best) >= 3.0 * 0.99, text
     assert ledger.confirmations, text  # the question was asked, and a check made
+
+
+def test_a_check_of_a_change_screened_behind_the_answer_leaves_the_rounds_their_time() -> None:
+    """A README run on a loaded machine checked a schedule screened at 1.18x beside a safe
+    answer screened at 1.39x with the side-by-side rounds' time, confirmed it, and had no time
+    left to measure either side by side: its answer was one screening draw. Here channels_last
+    is 1.40x and batch 128 1.19x: its check waits for the end where the fewest rounds fit
+    without it (and the rounds measure the answer), and is made where they would not fit
+    anyway (the time has no better use)."""
+
+    def speed(cfg) -> float:
+        if cfg.batch_size == 128:  # with channels_last or without: a change behind the answer
+            return 1.19
+        return 1.4 if cfg.channels_last else 1.0
+
+    knobs = {
+        "num_workers": [0, 1],
+        "channels_last": [False, True],
+        "optimizer_impl": ["default", "foreach"],
+        "batch_size": [32, 128],
+    }
+    model = Model(
+        throughput=200.0,
+        overhead=8.0,
+        speed=speed,
+        metric=lambda cfg, seed: 0.85 + noise(seed, 0.01),
+    )
+    run, clock, lines = search(model, knobs=knobs, timeout=210.0)
+    text = "\n".join(lines)
+    assert clock.now - run.settings.started <= 1.05 * 210, text
+    assert any(
+        "passed screening; its check" in line and "does not fit now" in line for line in lines
+    )
+    result = result_of(run, 210.0)
+    assert result.winner.config.channels_last and result.speedup_range is not None, text
+    assert not _ledger(run).confirmations, text
+    tight, _, lines = search(model, knobs=knobs, timeout=165.0)
+    text = "\n".join(lines)
+    assert len(_ledger(tight).confirmations) == 1, text  # the rounds would not fit: it is made
+    assert "no time left to measure the answers again side by side" in text
 
 
 def test_no_accuracy_run_is_spent_where_its_check_could_not_follow() -> None:

@@ -15,11 +15,18 @@ from autotune._choices import CompileMode
 from autotune._errors import ConfigError, DeviceError
 from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
-from autotune._search import ranking, storage
+from autotune._search import derived, ranking, storage
 from autotune._search.baseline import SLACK, Baseline, measurement_seconds
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm
-from autotune._search.ledger import Entry, Ledger, could_win_bar, step_draws
+from autotune._search.ledger import (
+    Entry,
+    Ledger,
+    could_win_bar,
+    fastest_verified,
+    promise,
+    step_draws,
+)
 from autotune._search.policy import STAGE_ATTR, Stage, Step
 from autotune._search.record import Record, Role
 from autotune._search.status import search_status, trial_line
@@ -97,11 +104,14 @@ def run_candidate(
     baseline: Baseline,
     memory: MemoryLimits | None,
     reserve: float,
+    behind: float = 0.0,
 ) -> CandidateRun:
     """Run the next candidate: the next enqueued trial (the loop enqueues ``step``'s configs,
     or its pinned parameters for the sampler to complete), built from ``space``.
     ``reserve``: seconds kept back for pending work (confirming a leader, the side-by-side
-    rounds), which no phase may eat into."""
+    rounds), which no phase may eat into; ``behind``: kept back too from the check of one
+    that does not lead the fastest verified answer beyond a tie (see
+    :func:`_confirm_if_leading`)."""
     trial = bench.ask()
     try:
         # The heartbeat from the start: a process that dies at any point leaves a stale beat,
@@ -121,7 +131,7 @@ def run_candidate(
             storage.retry_once(bench.study, bench.study.trials[trial.number])
         raise
     if bench.settings.guided and run.seconds is not None:
-        _confirm_if_leading(bench, baseline, trial.number, reserve)
+        _confirm_if_leading(bench, baseline, trial.number, reserve, behind)
     return run
 
 
@@ -318,15 +328,28 @@ def _same_speed_answer(ledger: Ledger, cfg: TrainingConfig) -> Entry | None:
     return None
 
 
-def _confirm_if_leading(bench: Bench, baseline: Baseline, number: int, reserve: float) -> None:
+def _confirm_if_leading(
+    bench: Bench, baseline: Baseline, number: int, reserve: float, behind: float = 0.0
+) -> None:
     """Confirm a candidate that passed screening and leads the answers so far, at once: the
-    study then holds it as a verified answer should the search be cut off."""
+    study then holds it as a verified answer should the search be cut off. One screened no
+    faster than the fastest verified answer beyond a tie (worth checking only within the
+    screening's noise) also leaves ``behind`` seconds (the fewest rounds that measure the
+    answers side by side) where they fit, as the search's last check does: a README run on a
+    loaded machine checked a schedule screened at 1.18x beside a safe answer screened at
+    1.39x with the rounds' time, confirmed it, and had none left to measure either side by
+    side. Where the rounds no longer fit anyway, the check takes the time."""
     ledger = bench.ledger()
     leader = ledger.pending()
     if leader is None or leader.number != number or baseline.guard is None:
         return
     if baseline.guard.repeats < 2:
         return
+    if behind > 0.0 and not bench.deadline.past(reserve + behind):  # the rounds fit without it
+        fastest = fastest_verified(ledger)
+        speedup = derived.speedup(fastest[1], promise(ledger, leader)) if fastest else None
+        if speedup is not None and speedup <= 1.0 + ranking.TIE:
+            reserve += behind  # it waits for the end
     cost = baseline.confirm_seconds(leader.record)
     if not bench.deadline.fits(cost + reserve):
         # Not "no time": the search's last time may still hold it (finish.confirm_pending).

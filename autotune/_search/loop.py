@@ -37,7 +37,7 @@ from autotune._search.finish import (
     side_by_side,
     side_by_side_seconds,
 )
-from autotune._search.ledger import Ledger
+from autotune._search.ledger import Ledger, trials_counted
 from autotune._search.policy import STAGE_ATTR, Stage, StagePolicy, Step
 from autotune._search.question import AccuracyQuestion
 from autotune._search.settings import SearchSettings
@@ -207,7 +207,7 @@ class Search:
                 if step.needs_checks:
                     self._accuracy_check()  # the first candidate that changes the numerics
                     continue
-            reserve = self._reserve(ledger)
+            reserve, behind = self._reserve(ledger), 0.0
             if (
                 state.fast_first
                 and state.step.stage is Stage.FAST
@@ -215,15 +215,15 @@ class Search:
                 and self._first_check_fits(ledger, baseline)
             ):
                 # The accuracy question's time, before its first check: that check comes before
-                # the rounds that measure answers (it may make one); only a pending
-                # confirmation is kept from it. Later candidates leave the rounds their time,
-                # and so do these once no first check fits any more.
+                # the rounds that measure answers where it may make a faster one; only a pending
+                # confirmation is kept from it (and, from a check of one that does not lead,
+                # the fewest rounds: `behind`). Later candidates leave the rounds their time.
                 reserve = self.question.confirm_reserve(ledger)
+                behind = least_rounds_seconds(ledger, baseline)
             elif state.step.stage is Stage.FAST and ledger.guard is not None:
                 # A change of the numerics may make an answer; rounds beyond the fewest only
-                # sharpen a figure: an idle README run confirmed a batch change, then left a
-                # half-length schedule screened at 1.94x without its 12-s accuracy run, its
-                # time kept for three rounds and a second pass of a 1.21x answer.
+                # sharpen a figure (an idle README run kept a 1.94x half-length schedule's
+                # 12-s accuracy run for three rounds and a second pass of a 1.21x answer).
                 reserve = least_rounds_seconds(ledger, baseline) + self.question.confirm_reserve(
                     ledger
                 )
@@ -237,7 +237,7 @@ class Search:
             storage.reconcile_stale_trials(study)  # a worker elsewhere may have died mid-trial
             run = run_candidate(
                 self.bench, state.step, state.space, baseline=baseline, memory=state.memory,
-                reserve=reserve,
+                reserve=reserve, behind=behind,
             )  # fmt: skip
             state.count(repeated=run.repeated)
             if run.exhausted or state.repeats >= MAX_REPEATS:
@@ -269,12 +269,12 @@ class Search:
         )  # fmt: skip
 
     def _trials_done(self, ledger: Ledger) -> bool:
-        """Whether the trial limit is reached, and no retry of a trial that died with its
-        process is waiting to run (each is retried once, beyond the limit)."""
+        """Whether the trial limit (repeats counted: :func:`trials_counted`) is reached, and
+        no retry of a trial that died with its process is waiting (retried once, beyond it)."""
         n_trials = self.settings.n_trials
         return (
             n_trials is not None
-            and len(ledger.candidates) >= n_trials
+            and trials_counted(ledger) >= n_trials
             and not storage.retry_waiting(self.bench.study)
         )
 
