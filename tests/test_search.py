@@ -343,6 +343,35 @@ def test_the_summary_says_what_it_knows_of_checks_rounds_and_repeats(fast_kwargs
     )
 
 
+def test_a_summary_without_a_fast_answer_says_why_the_changes_of_the_numerics_made_none() -> None:
+    """A README run beside a busy core tried 53 changes of the numerics and confirmed none; its
+    summary said only "chosen: the safe answer". It now counts why, from the trials' own
+    reasons (a rejected or unsettled one has its own line)."""
+    from autotune._result.summary import _unconfirmed
+
+    def trial(**kw):
+        return {"role": "candidate", "safe": False, "reused": False, "failure": None,
+                "screened": None, "message": None, **kw}  # fmt: skip
+
+    win = "no accuracy run, it could not win"
+    trials = [
+        {"role": "baseline", "safe": True},
+        trial(safe=True),
+        trial(message=f"slower than the best verified config (trial #6): {win}"),
+        trial(message=f"it trains as trial #1, an answer already, does (...): {win}"),
+        trial(screened=False),
+        trial(message="no time left for its accuracy run and the check after it (~32 s)"),
+        trial(message="no time left for its accuracy run (~30 s)"),
+        trial(reused=True, message=f"slower than the best verified config: {win}"),
+        trial(failure="oom"),
+    ]  # fmt: skip
+    assert _unconfirmed({"trials": trials}) == (
+        "2 could not beat the answer (screened slower, or trained an answer's steps); 1 failed "
+        "screening (outside the tolerance); 2 had no time left for their accuracy runs"
+    )
+    assert _unconfirmed({"trials": trials[:2]}) is None
+
+
 @pytest.mark.slow
 def test_a_candidate_that_collapses_on_one_seed_in_two_is_rejected_once_seeds_show_it(
     fast_kwargs, bf16_capable

@@ -113,6 +113,29 @@ def no_check_words(search: dict[str, Any]) -> str:
     return f"no accuracy check was made ({why}): only knobs that leave the numerics alone could win"
 
 
+def _unconfirmed(data: dict[str, Any]) -> str | None:
+    """Why the changes of the numerics a search tried made no fast answer, counted from its
+    trials (their progress lines say it one by one); None where none was tried."""
+    could_not, failed, no_time = 0, 0, 0
+    for t in data.get("trials") or []:
+        if t.get("role") != "candidate" or t.get("safe") or t.get("reused") or t.get("failure"):
+            continue
+        message = t.get("message") or ""
+        if t.get("screened") is False:
+            failed += 1
+        elif "could not win" in message:
+            could_not += 1
+        elif message.startswith("no time left for its accuracy run"):
+            no_time += 1
+    parts = [
+        (could_not, "could not beat the answer (screened slower, or trained an answer's steps)"),
+        (failed, "failed screening (outside the tolerance)"),
+        (no_time, "had no time left for their accuracy runs"),
+    ]
+    said = [f"{n} {words}" for n, words in parts if n]
+    return "; ".join(said) if said else None
+
+
 def _val_source(name: str) -> str:
     """Where the table's validation row comes from: accuracy runs, not the measurement."""
     return (
@@ -244,6 +267,9 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
         if horizon:
             lines.append(horizon)
     lines.append(f"  chosen: the {answers.get('chosen', 'safe')} answer")
+    tally = _unconfirmed(data) if fast is None and guard is not None else None
+    if tally:
+        lines.append(f"  no change of the numerics was confirmed: of those tried, {tally}")
     if pending is not None:
         c = pending.get("confirmation") or {}
         # With no check made, say only that: the time left at the end is one reason, a
