@@ -588,53 +588,49 @@ def main() -> None:
         rows.append(row.replace("nan", "-"))
         print(rows[-1], flush=True)
     took = time.perf_counter() - start
+    details = (
+        f"{took:.0f} s. {args.searches} simulated searches per cell, tolerance {TOLERANCE}, the "
+        f"baseline's first {args.repeats} seeds (look 1 over as many pairs, or two where "
+        f"`first_pairs` says), at most {args.max_seeds} seeds a check."
+    )
+    report("guard-error-rates", "The guard's error rates, simulated", "", details, rows, args)
+
+
+def report(
+    section: str, title: str, flag: str, details: str, rows: list[str], args: argparse.Namespace
+) -> None:
+    """Print a section (machine, command, commit, ``details``, the table) and write it to
+    RESULTS.md unless ``--no-write``."""
     env = environment("cpu")
     command = " ".join(["python benchmarks/guard_error_rates.py", *sys.argv[1:]])
     text = "\n".join(
         [
-            f"### The guard's error rates, simulated (`guard_error_rates.py`, "
-            f"{datetime.date.today()})",
+            f"### {title} (`guard_error_rates.py{flag}`, {datetime.date.today()})",
             "",
             f"Machine: {env['cpu_model']}, {env['cpu_count']} CPUs. Command: `{command}` "
-            f"(code: {code_version()}); {took:.0f} s. {args.searches} simulated searches per "
-            f"cell, tolerance {TOLERANCE}, the baseline's first {args.repeats} seeds (look 1 "
-            f"over as many pairs, or two where `first_pairs` says), at most {args.max_seeds} "
-            "seeds a check.",
+            f"(code: {code_version()}); {details}",
             "",
             *rows,
             "",
         ]
     )
     if not args.no_write:
-        write_section("guard-error-rates", text)
+        write_section(section, text)
     print(text)
 
 
 def skew_only(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     rows = skew_table(args.skew_table, seed=0)
-    env = environment("cpu")
-    command = " ".join(["python benchmarks/guard_error_rates.py", *sys.argv[1:]])
-    text = "\n".join(
-        [
-            f"### The rule's first look under a harm skew (`guard_error_rates.py --skew-table`, "
-            f"{datetime.date.today()})",
-            "",
-            f"Machine: {env['cpu_model']}, {env['cpu_count']} CPUs. Command: `{command}` "
-            f"(code: {code_version()}); {time.perf_counter() - start:.0f} s. "
-            f"{args.skew_table} simulated looks per cell: paired drops whose candidate's own "
-            "seed effect is a mirrored lognormal (σ = 1: most runs a little better, a few much "
-            "worse) with mean at the tolerance, plus a validation part every pair shares, "
-            "bounded by `guard.paired_bounds` at look 1's level; the harmless candidate's "
-            f"effect is normal, {SKEW_GAP:g} of its sd inside the tolerance.",
-            "",
-            *rows,
-            "",
-        ]
+    details = (
+        f"{time.perf_counter() - start:.0f} s. {args.skew_table} simulated looks per cell: "
+        "paired drops whose candidate's own seed effect is a mirrored lognormal (σ = 1: most "
+        "runs a little better, a few much worse) with mean at the tolerance, plus a validation "
+        "part every pair shares, bounded by `guard.paired_bounds` at look 1's level; the "
+        f"harmless candidate's effect is normal, {SKEW_GAP:g} of its sd inside the tolerance."
     )
-    if not args.no_write:
-        write_section("guard-skew", text)
-    print(text)
+    title = "The rule's first look under a harm skew"
+    report("guard-skew", title, " --skew-table", details, rows, args)
 
 
 if __name__ == "__main__":
