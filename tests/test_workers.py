@@ -79,6 +79,8 @@ def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_pat
     space = tmp_path / "space.yaml"
     # Candidates at 2-4x the baseline's batch: screened (faster) even on a loaded machine, where
     # batch 16 and a same-speed schedule change had measured slower and got no accuracy run.
+    # Measurements of 2 s: with 0.5 s, one worker ran all four candidates while the other was
+    # still starting (the slow suite, beside a few seconds of other work).
     space.write_text("knobs:\n  batch_size: [64, 128]\n  lr_schedule: [constant, cosine]\n")
     # A journal file: the workers (`autotune worker`, started by --workers) open it with the
     # search's resolver; they used to hand the URL to Optuna as a database URL and fail.
@@ -90,7 +92,7 @@ def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_pat
             sys.executable, "-m", "autotune", "search",
             "--model", "autotune.examples:tiny_model", "--data", "autotune.examples:tiny_data",
             "--metric", "loss", "--loss", "steady:offset_loss",
-            "--workers", "2", "--trials", "4", "--timed-seconds", "0.5", "--space", str(space),
+            "--workers", "2", "--trials", "4", "--timed-seconds", "2", "--space", str(space),
             "--accuracy-samples", "512", "--storage", url, "--study", "loss", "--out", str(out),
         ],
         env={**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])},
