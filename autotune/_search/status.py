@@ -24,12 +24,11 @@ def trial_line(
         metric = "" if r.metric is None else f", val {name} {r.metric:.4f}"
         outcome = f"{_speedup(ledger, entry)}{metric}{_verdict(ledger, entry)}"
     best_text, failures = _best(ledger), _failures(ledger)
-    reused = " (same config as an earlier trial: reused)" if r.reused else ""
     done = trials_counted(ledger)
     total = f"/{n_trials}" if n_trials is not None else ""
     return (
         f"trial {done}{total} [#{entry.number}, {stage}] {r.config.describe()}: {outcome}"
-        f"{reused} | {best_text} | failures: {failures} | {time_left}"
+        f" | {best_text} | failures: {failures} | {time_left}"
     )
 
 
