@@ -157,11 +157,11 @@ def image_stream(urls: list[str], *, train: bool = True) -> Any:
     return stream.decode("pil").to_tuple("jpg", "cls").map_tuple(augment if train else centre, int)
 
 
-def stream_data() -> tuple[Any, Any]:
-    """(the training stream: 8 shards, 6,144 images; the validation stream: 2 shards, 512
-    images). The training stream has no length: give ``planned_samples`` (``--planned-samples``),
-    as for a Hugging Face stream."""
-    train = shard_urls("train", SHARDS, PER_SHARD, seed=0)
+def stream_data(per_shard: int = PER_SHARD) -> tuple[Any, Any]:
+    """(the training stream: 8 shards, 6,144 images, or ``per_shard`` images a shard; the
+    validation stream: 2 shards, 512 images). The training stream has no length: give
+    ``planned_samples`` (``--planned-samples``), as for a Hugging Face stream."""
+    train = shard_urls("train", SHARDS, per_shard, seed=0)
     val = shard_urls("val", VAL_SHARDS, VAL_PER_SHARD, seed=1)
     return image_stream(train), image_stream(val, train=False)
 

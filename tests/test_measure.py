@@ -437,6 +437,85 @@ def test_batches_the_workers_queued_during_a_slow_warm_up_are_not_timed() -> Non
     assert m.data_wait_fraction > 0.5  # the pipeline, not the model, sets the pace
 
 
+OPEN_SECONDS = 1.0  # what opening a pass costs below: far more than a timed chunk
+
+
+class OpensSlowly(torch.utils.data.IterableDataset):
+    """A stream of 512 items whose every read from its start costs ``OPEN_SECONDS`` (opening
+    its shards, filling a shuffle buffer, connecting to a server), each worker its own part."""
+
+    def __init__(self) -> None:
+        from autotune.examples import tiny_data
+
+        self.data = tiny_data(512)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        time.sleep(OPEN_SECONDS)
+        for i in range(worker, len(self.data), workers):
+            time.sleep(0.001)
+            yield self.data[i]
+
+
+class WorkersOpenSlowly(torch.utils.data.Dataset):
+    """512 items, each loader worker's first one costing ``OPEN_SECONDS`` (a file or database
+    handle opened per process): workers that do not persist pay it every epoch."""
+
+    opened: ClassVar[set[int]] = set()
+
+    def __init__(self) -> None:
+        from autotune.examples import tiny_data
+
+        self.data = tiny_data(512)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):  # type: ignore[no-untyped-def]
+        import os
+
+        if os.getpid() not in self.opened:
+            self.opened.add(os.getpid())
+            time.sleep(OPEN_SECONDS)
+        return self.data[i]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+@pytest.mark.parametrize(
+    ("data", "workers", "persistent"),
+    [("stream", 0, False), ("stream", 2, True), ("dataset", 2, False)],
+)
+def test_a_timed_phase_does_not_cross_the_end_of_a_pass(data, workers, persistent) -> None:
+    """Where starting a pass costs more than a batch (a stream opening itself again, workers
+    started again), the planned run pays that once per epoch and a stream's planned run never:
+    a timed phase that crossed a pass's end counted it among the steady steps. On a lent H100 a
+    WebDataset pass of 6,144 samples fitted in a timed phase three times over, and the search
+    reported 3,970 samples/s for an answer loops over one pass read at 5,868. Here a pass holds
+    16 batches; opening one costs 1 s; a chunk of steady steps takes a fraction of that. The
+    restart of workers that do not persist is still measured, apart from the steps."""
+    from autotune import Budget, TrainingConfig
+    from autotune._stream import Stream
+    from autotune._trial.runner import measure_throughput
+
+    train = (
+        Stream(OpensSlowly(), samples=512, length=512) if data == "stream" else WorkersOpenSlowly()
+    )
+    workload = dataclasses.replace(_tiny_workload(), train=train)
+    cfg = TrainingConfig(
+        device="cpu",
+        batch_size=32,
+        num_workers=workers,
+        prefetch_factor=2 if workers else None,
+        persistent_workers=persistent,
+    )
+    m = measure_throughput(cfg, workload, Budget())
+    assert m.timed_steps >= 3
+    assert max(m.chunk_times) < OPEN_SECONDS, m.chunk_times
+    if data == "dataset":
+        assert m.restart_cost > OPEN_SECONDS / 2  # what each later epoch pays, counted apart
+
+
 def test_nothing_but_training_steps_runs_inside_a_timed_chunk(monkeypatch) -> None:
     """Progress is told between chunks (once per chunk, after its time was taken), and memory
     is read by a thread and at chunk boundaries, never per step: a listener that takes 50 ms

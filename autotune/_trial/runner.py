@@ -44,6 +44,7 @@ from autotune._trial.failures import (
 )
 from autotune._trial.measure import Measurement, MemoryTracker, UtilizationSampler
 from autotune._trial.outcome import AccuracyCheck, AccuracyRun, Budget, TrialOutcome
+from autotune._trial.passes import Passes, pass_steps, queue_batches
 from autotune._trial.workload import Workload
 
 __all__ = [
@@ -132,22 +133,6 @@ def seeded(seed: int, device: str) -> Iterator[None]:
 def _synchronize(device: str) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _endless(loader: DataLoader[Any]) -> Generator[Any, None, None]:
-    epoch = 0
-    while True:
-        apply.set_epoch(loader, epoch)  # a DistributedSampler shuffles each epoch anew
-        epoch += 1
-        yielded = False
-        for batch in loader:
-            yielded = True
-            yield batch
-        if not yielded:
-            raise RuntimeError(
-                "The DataLoader produced no batches (is the batch size larger "
-                "than the dataset with drop_last=True?)"
-            )
 
 
 class Trainer:
@@ -333,7 +318,7 @@ def _measure(
     _synchronize(device)
     tell("warm-up", 0, warmup)
     start = time.perf_counter()
-    batches = _endless(loader)
+    batches = Passes(loader)
     batch = next(batches)
     first_batch_time = time.perf_counter() - start
     losses = [trainer.step(batch)]
@@ -347,20 +332,18 @@ def _measure(
     warmup_time = time.perf_counter() - start
     tell("warm-up", warmup, warmup)
     trainer.check(losses)
+    settle = math.ceil(SETTLE_STEPS / cfg.gradient_accumulation_steps)
+    settle *= cfg.gradient_accumulation_steps
     if cfg.num_workers > 0 and not budget.longest:
         # The workers ran ahead while the first steps were slow: their queue is dropped, and
         # the steps are judged again from the pace the pipeline keeps.
-        _drop_queued(batches, cfg)
-        settle = math.ceil(SETTLE_STEPS / cfg.gradient_accumulation_steps)
-        settle *= cfg.gradient_accumulation_steps
-        settle_start = time.perf_counter()
-        trainer.check([trainer.step(next(batches)) for _ in range(settle)])
-        _synchronize(device)
-        settled = time.perf_counter() - settle_start
+        settled = _settle(trainer, batches, cfg, settle)
         timed = fitted_steps(timed, budget, settled * (settle - 1) / settle, settle, unit)
     else:
         timed = fitted_steps(timed, budget, warmup_time - (first_step_done - start), warmup, unit)
     timed = _agreed(cfg, timed)
+    if not budget.longest:
+        timed = _within_a_pass(trainer, batches, cfg, timed, unit, settle, data, loader)
     chunk_steps = timed // budget.chunks
 
     chunk_times: list[float] = []
@@ -434,10 +417,49 @@ def _drop_queued(batches: Iterator[Any], cfg: TrainingConfig) -> None:
     the workers had not queued costs a wait for them, at most the pipeline's pace times the
     queue. Where the pipeline outpaces the model, the queue refills in the settling steps."""
     until = time.perf_counter() + DROP_SECONDS
-    for _ in range(cfg.num_workers * (cfg.prefetch_factor or 2)):
+    for _ in range(queue_batches(cfg)):
         next(batches)
         if time.perf_counter() > until:
             return
+
+
+def _settle(trainer: Trainer, batches: Passes, cfg: TrainingConfig, settle: int) -> float:
+    """Drop the queue the workers filled ahead of the steps (:func:`_drop_queued`), then
+    ``settle`` untimed steps at the pace the pipeline keeps: their seconds."""
+    if cfg.num_workers > 0:
+        _drop_queued(batches, cfg)
+    start = time.perf_counter()
+    trainer.check([trainer.step(next(batches)) for _ in range(settle)])
+    _synchronize(cfg.device)
+    return time.perf_counter() - start
+
+
+def _within_a_pass(
+    trainer: Trainer,
+    batches: Passes,
+    cfg: TrainingConfig,
+    timed: int,
+    unit: int,
+    settle: int,
+    data: Dataset[Any],
+    loader: DataLoader[Any],
+) -> int:
+    """The timed steps, fitted into one pass (:mod:`autotune._trial.passes`): fewer where a
+    whole pass would not hold them after a new pass's queue and settling steps, and a new pass
+    begun (its queue dropped, its pace settled) where the rest of the current one would not.
+    Where a pass is too short for a chunk of whole optimizer steps, the timed phase crosses its
+    ends as before. Every data-parallel rank takes the same decision (their steps' all-reduces
+    must pair)."""
+    steps = pass_steps(cfg, loader, data)
+    if steps is None:
+        return timed
+    room = steps - queue_batches(cfg) - settle
+    if timed > room >= unit:
+        timed = room // unit * unit
+    if timed <= room and _agreed(cfg, int(batches.position + timed > steps)):
+        batches.new_pass()
+        _settle(trainer, batches, cfg, settle)
+    return timed
 
 
 def _agreed(cfg: TrainingConfig, steps: int) -> int:
@@ -638,7 +660,7 @@ def train_for_accuracy(
 
 def _training_batches(
     cfg: TrainingConfig, workload: Workload, seed: int, steps: int
-) -> Generator[Any, None, None]:
+) -> Passes | Generator[Any, None, None]:
     """An accuracy run's ``steps`` micro-batches, in the order of data-order ``seed``: the
     training set shuffled from the seed's generator (two configs of one seed see the same
     samples in the same order, whatever their batch sizes), or a stream read from its start at
@@ -653,7 +675,7 @@ def _training_batches(
         collate_fn=workload.task.collate_fn,
         generator=torch.Generator().manual_seed(seed),
     )
-    return _endless(loader)
+    return Passes(loader)
 
 
 def _stream_batches(
