@@ -11,7 +11,7 @@ from sim import Model, noise, result_of, search
 
 from autotune import TrainingConfig
 from autotune._search.ledger import Ledger
-from autotune._search.record import Role
+from autotune._search.record import NoRun, Role
 
 KNOBS = {
     "batch_size": [32, 64, 128],
@@ -671,6 +671,16 @@ def test_no_accuracy_run_is_spent_where_its_check_could_not_follow() -> None:
         for line in skipped
     ), text
     assert "every listed value of the space has been measured" in text
+    # Each skip keeps its reason as a value beside its words (the summary counts the values).
+    reasons = {
+        e.record.message.split(" (")[0]: e.record.no_run
+        for e in _ledger(run).entries
+        if e.record.no_run is not None
+    }
+    assert reasons["no time left for its accuracy run and the check after it"] is NoRun.NO_TIME
+    assert all(
+        reason is NoRun.COULD_NOT_WIN for words, reason in reasons.items() if "trains as" in words
+    ), reasons
 
 
 def test_a_contender_that_fails_in_a_round_leaves_the_others_measured() -> None:

@@ -353,17 +353,17 @@ def test_a_summary_without_a_fast_answer_says_why_the_changes_of_the_numerics_ma
         return {"role": "candidate", "safe": False, "reused": False, "failure": None,
                 "screened": None, "message": None, **kw}  # fmt: skip
 
-    win = "no accuracy run, it could not win"
     trials = [
         {"role": "baseline", "safe": True},
         trial(safe=True),
-        trial(message=f"slower than the best verified config (trial #6): {win}"),
-        trial(message=f"it trains as trial #1, an answer already, does (...): {win}"),
+        trial(no_accuracy_run="could not win"),  # slower than the best verified config
+        trial(no_accuracy_run="could not win"),  # it trains as an answer already does
         trial(screened=False),
-        trial(message="no time left for its accuracy run and the check after it (~32 s)"),
-        trial(message="no time left for its accuracy run (~30 s)"),
-        trial(reused=True, message=f"slower than the best verified config: {win}"),
+        trial(no_accuracy_run="no time"),  # ... and the check after it
+        trial(no_accuracy_run="no time", message="reworded: the count reads the reason"),
+        trial(reused=True, no_accuracy_run="could not win"),
         trial(failure="oom"),
+        trial(no_accuracy_run="no guard"),  # said on its own line
     ]  # fmt: skip
     assert _unconfirmed({"trials": trials}) == (
         "2 could not beat the answer (screened slower, or trained an answer's steps); 1 failed "

@@ -9,6 +9,7 @@ from autotune._errors import ConfigError
 from autotune._knobs.config import TrainingConfig
 from autotune._search.derived import format_speedup
 from autotune._search.guard import ACCURACY_SHARE, answer_claim, lag_words, unseen_note
+from autotune._search.record import NoRun
 
 __all__ = ["render_summary", "summary_parts"]
 
@@ -115,17 +116,17 @@ def no_check_words(search: dict[str, Any]) -> str:
 
 def _unconfirmed(data: dict[str, Any]) -> str | None:
     """Why the changes of the numerics a search tried made no fast answer, counted from its
-    trials (their progress lines say it one by one); None where none was tried."""
+    trials' reasons (their progress lines say them one by one); None where none was tried."""
     could_not, failed, no_time = 0, 0, 0
     for t in data.get("trials") or []:
         if t.get("role") != "candidate" or t.get("safe") or t.get("reused") or t.get("failure"):
             continue
-        message = t.get("message") or ""
+        no_run = t.get("no_accuracy_run")
         if t.get("screened") is False:
             failed += 1
-        elif "could not win" in message:
+        elif no_run == NoRun.COULD_NOT_WIN.value:
             could_not += 1
-        elif message.startswith("no time left for its accuracy run"):
+        elif no_run == NoRun.NO_TIME.value:
             no_time += 1
     parts = [
         (could_not, "could not beat the answer (screened slower, or trained an answer's steps)"),

@@ -28,7 +28,7 @@ from autotune._search.ledger import (
     step_draws,
 )
 from autotune._search.policy import STAGE_ATTR, Stage, Step
-from autotune._search.record import Record, Role
+from autotune._search.record import NoRun, Record, Role
 from autotune._search.status import search_status, trial_line
 from autotune._space import SearchSpace
 from autotune._trial.failures import FailureReason
@@ -217,10 +217,11 @@ def _measure(
     skip = _no_accuracy_run(bench, trial, outcome, baseline, ledger, reserve)
     if skip is not None:
         return bench.record(
-            dataclasses.replace(outcome, message=skip),
+            dataclasses.replace(outcome, message=skip[1]),
             role=Role.CANDIDATE,
             measure_seconds=measured,
             pruned=True,
+            no_run=skip[0],
         )
     assert baseline.accuracy is not None and outcome.measurement is not None
     check = baseline.check_of(cfg, (0,))
@@ -262,8 +263,9 @@ def _no_accuracy_run(
     baseline: Baseline,
     ledger: Ledger,
     reserve: float,
-) -> str | None:
-    """Why a candidate that changes the numerics gets no accuracy run, or None when it does:
+) -> tuple[NoRun, str] | None:
+    """Why a candidate that changes the numerics gets no accuracy run, in a word and in words,
+    or None when it does:
     there is no guard (no time was left for the baseline's runs), it could not win (slower
     than the best verified answer beyond a tie: one measurement is noisy, and the best verified
     answer is the best of several, so a candidate within the tie gets its chance; the
@@ -272,7 +274,7 @@ def _no_accuracy_run(
     checks every config.)"""
     assert outcome.measurement is not None
     if baseline.check is None:
-        return "no accuracy check: the baseline's accuracy runs were not measured"
+        return NoRun.NO_GUARD, "no accuracy check: the baseline's accuracy runs were not measured"
     s = bench.settings
     projected = s.projected_time(outcome.measurement, outcome.config)
     trial.report(projected, step=0)  # Optuna's intermediate value: the throughput phase
@@ -282,7 +284,7 @@ def _no_accuracy_run(
     bar = could_win_bar(ledger) if s.guided else None
     mine = [*step_draws(ledger, outcome.config), projected]
     if bar is not None and ranking.median_time(mine) > bar[1]:
-        return (
+        return NoRun.COULD_NOT_WIN, (
             f"slower than the best verified config (trial #{bar[0].number}): no accuracy "
             "run, it could not win"
         )
@@ -293,20 +295,20 @@ def _no_accuracy_run(
             if outcome.config.train_fraction == same.config.train_fraction
             else "only its LR schedule and a longer run differ"
         )
-        return (
+        return NoRun.COULD_NOT_WIN, (
             f"it trains as trial #{same.number}, an answer already, does ({what}, which "
             "changes no step's cost): no accuracy run, it could not win"
         )
     run = baseline.run_seconds(outcome)
     if not bench.deadline.fits(run + reserve):
-        return f"no time left for its accuracy run (~{run:.0f} s)"
+        return NoRun.NO_TIME, f"no time left for its accuracy run (~{run:.0f} s)"
     check = baseline.confirm_seconds(outcome)
     unchecked = ledger.confirmations.get(ledger.numerics_id(outcome.config)) is None
     checked = baseline.guard is not None and baseline.guard.repeats >= 2
     if unchecked and checked and not bench.deadline.fits(run + check):
         # Screening alone makes no answer: a run whose check cannot follow it is time lost
         # (a simulated search screened five such runs, ~28 s each, after its last check fitted).
-        return (
+        return NoRun.NO_TIME, (
             f"no time left for its accuracy run and the check after it (~{run:.0f} s and "
             f"~{check:.0f} s)"
         )

@@ -70,6 +70,7 @@ class TrialRecord:
     confirmation: Confirmation | None = None
     safe: bool = False  # trains the baseline's model: numerics unchanged, no accuracy risk
     screened: bool | None = None  # passed its one-run accuracy screening (None: not checked)
+    no_accuracy_run: str | None = None  # why a change of the numerics got none (NoRun's value)
     # Measured again side by side with the baseline: in how many rounds, and its throughput
     # there (the median); its figures then come from those rounds, not its screening.
     side_rounds: int = 0
@@ -143,6 +144,7 @@ class TrialRecord:
             "confirmation": self.confirmation.summary() if self.confirmation else None,
             "safe": self.safe,
             "screened": self.screened,
+            "no_accuracy_run": self.no_accuracy_run,
             "measured_as": self.measured_as,
         }
 
@@ -549,6 +551,7 @@ class Ledger:
             confirmation=self.confirmation(entry),
             safe=self.safe(entry),
             screened=self.screened(entry),
+            no_accuracy_run=r.no_run.value if r.no_run is not None else None,
             side_rounds=len(self.remeasured(entry)),
             side_throughput=self.side_throughput(entry),
             side_speedup=self.side_speedup(entry),

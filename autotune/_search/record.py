@@ -18,12 +18,24 @@ from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
 from autotune._trial.outcome import AccuracyRun
 
-__all__ = ["BaselineAccuracy", "Record", "Role"]
+__all__ = ["BaselineAccuracy", "NoRun", "Record", "Role"]
 
 
 class Role(str, enum.Enum):
     BASELINE = "baseline"
     CANDIDATE = "candidate"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class NoRun(str, enum.Enum):
+    """Why a candidate that changes the numerics got no accuracy run (its message says it in
+    words): the summary counts these, not the words."""
+
+    NO_GUARD = "no guard"  # the baseline's accuracy runs were not measured
+    COULD_NOT_WIN = "could not win"  # slower than a verified answer, or its steps
+    NO_TIME = "no time"  # its run (and the check after it) did not fit the time left
 
     def __str__(self) -> str:
         return self.value
@@ -44,6 +56,7 @@ class Record:
     projected_time: float | None = None  # for the planned run, one-time costs included
     reused: bool = False  # the same config as an earlier trial: its record, not a new run
     pruned: bool = False  # clearly slower than the best: no accuracy runs
+    no_run: NoRun | None = None  # why a change of the numerics got no accuracy run
     fingerprint: str = ""  # of the machine that measured it (see autotune._device.fingerprint)
     accuracy_samples: int | None = None  # samples each accuracy run trained on
     at: float | None = None  # wall-clock time the trial ended
@@ -73,6 +86,7 @@ class Record:
             "projected_time": self.projected_time,
             "reused": self.reused,
             "pruned": self.pruned,
+            "no_accuracy_run": self.no_run.value if self.no_run is not None else None,
             "fingerprint": self.fingerprint,
             "accuracy_samples": self.accuracy_samples,
             "at": self.at,
@@ -94,6 +108,7 @@ class Record:
             projected_time=_float(data.get("projected_time")),
             reused=bool(data.get("reused")),
             pruned=bool(data.get("pruned")),
+            no_run=NoRun(data["no_accuracy_run"]) if data.get("no_accuracy_run") else None,
             fingerprint=str(data.get("fingerprint") or ""),
             accuracy_samples=_int(data.get("accuracy_samples")),
             at=_float(data.get("at")),
