@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,11 @@ class NoisyStream(IterableDataset[Any]):
     """``lt.noisy_data``'s (features, label) items as a stream, each DataLoader worker its own
     share (every k-th item); a length where ``length``."""
 
-    def __init__(self, n: int = 512, seed: int = 0, *, length: bool = True) -> None:
+    def __init__(
+        self, n: int = 512, seed: int = 0, *, length: bool = True, open_seconds: float = 0.0
+    ) -> None:
         self.n, self.seed, self.has_length = n, seed, length
+        self.open_seconds = open_seconds  # what each read from its start costs (its shards)
 
     def __len__(self) -> int:
         if not self.has_length:
@@ -61,6 +65,7 @@ class NoisyStream(IterableDataset[Any]):
         return self.n
 
     def __iter__(self):  # type: ignore[no-untyped-def]
+        time.sleep(self.open_seconds)
         data = lt.noisy_data(self.n, seed=self.seed)
         info = get_worker_info()
         w, k = (0, 1) if info is None else (info.id, info.num_workers)
@@ -88,12 +93,15 @@ class StreamData(pl.LightningDataModule):
     """A data module whose training loader (and validation loader, where ``val_stream``)
     streams."""
 
-    def __init__(self, *, length: bool = True, val_stream: bool = True) -> None:
+    def __init__(
+        self, *, length: bool = True, val_stream: bool = True, open_seconds: float = 0.0
+    ) -> None:
         super().__init__()
-        self.length, self.val_stream = length, val_stream
+        self.length, self.val_stream, self.open_seconds = length, val_stream, open_seconds
 
     def train_dataloader(self) -> DataLoader[Any]:
-        return DataLoader(NoisyStream(512, length=self.length), batch_size=32)
+        stream = NoisyStream(512, length=self.length, open_seconds=self.open_seconds)
+        return DataLoader(stream, batch_size=32)
 
     def val_dataloader(self) -> DataLoader[Any]:
         val = NoisyStream(256, seed=1) if self.val_stream else lt.noisy_data(256, seed=1)
@@ -250,6 +258,79 @@ def test_a_lightning_datamodule_that_streams_is_tuned_for_the_trainers_max_steps
     settings = result.trainer_settings()
     assert settings["trainer"]["max_steps"] == 512 // result.config.global_batch_size
     assert "shuffle" not in settings["dataloader"]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_lightning_measurement_times_one_pass_of_a_stream(workers) -> None:
+    """The trainer's own loop is timed as the runner's is: the timed steps fit into one pass
+    of the stream (its 16 batches; opening a pass costs 1 s here), after the batches the
+    workers may have queued ahead of the warm-up and a few settling steps."""
+    from autotune import Budget
+
+    start = prepare_lightning(
+        lt.lightning_trainer(max_epochs=None, max_steps=16), lt.SmoothedSGD(),
+        datamodule=StreamData(open_seconds=1.0), metric="val_acc",
+    )  # fmt: skip
+    workload, loop = start.prepared.workload, start.prepared.workload.loop
+    cfg = start.baseline.replace(
+        num_workers=workers, persistent_workers=workers > 0, prefetch_factor=2 if workers else None
+    )
+    m = loop.measure(cfg, workload, Budget())
+    assert m.timed_steps >= 3
+    assert max(m.chunk_times) < 1.0, m.chunk_times
+
+
+class SlowItems(torch.utils.data.Dataset[Any]):
+    """4,096 of ``lt.noisy_data``'s items, each taking 2 ms to read (a disk, a decoder), so
+    that ``w`` loader workers make at most ``w / 0.002`` items a second."""
+
+    def __init__(self) -> None:
+        self.data = lt.noisy_data(4096)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> Any:
+        time.sleep(0.002)
+        return self.data[i]
+
+
+class SlowItemsData(StreamData):
+    def train_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(SlowItems(), batch_size=64, shuffle=True)
+
+
+class SlowFirstSteps(lt.SmoothedSGD):
+    """The first three training steps take 0.3 s each (a compile, a lazy initialisation),
+    while the loader's workers run ahead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow = 3
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.slow > 0:
+            self.slow -= 1
+            time.sleep(0.3)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_lightning_measurement_does_not_time_the_batches_its_workers_queued() -> None:
+    """As in the runner (600b741): 4 workers queue up to 4 x 8 batches during the slow first
+    steps, and a timed phase served from that queue measured the model, not the pipeline (a
+    lent H100 read 16,799 samples/s where loops over the same stream read 6,000-6,800)."""
+    from autotune import Budget
+
+    start = prepare_lightning(
+        lt.lightning_trainer(max_epochs=None, max_steps=16), SlowFirstSteps(),
+        datamodule=SlowItemsData(val_stream=False), metric="val_acc",
+    )  # fmt: skip
+    workload, loop = start.prepared.workload, start.prepared.workload.loop
+    cfg = start.baseline.replace(num_workers=4, prefetch_factor=8, persistent_workers=True)
+    m = loop.measure(cfg, workload, Budget())
+    most = 4 / 0.002  # samples/s: the workers cannot make more
+    assert m.throughput <= 1.15 * most, (m.throughput, m.chunk_times)
+    assert m.data_wait_fraction > 0.5  # the pipeline, not the model, sets the pace
 
 
 def test_both_arms_of_a_lightning_pair_read_the_stream_in_one_order() -> None:

@@ -40,6 +40,7 @@ from autotune._space import SearchSpace
 from autotune._stream import source_of
 from autotune._trial.measure import Measurement, MemoryTracker
 from autotune._trial.outcome import AccuracyRun, Budget
+from autotune._trial.passes import pass_steps
 from autotune._trial.runner import accuracy_data, measured_data, seeded
 from autotune._trial.step_clock import LossCheck, StepClock
 from autotune._trial.workload import Workload
@@ -120,6 +121,7 @@ class HFLoop:
         with MemoryTracker(cfg.device) as memory:
             clock = StepClock(cfg, budget, memory)
             data, _ = measured_data(cfg, workload, budget, clock.most_steps)
+            clock.fit_to_pass(pass_steps(cfg, data))
             steps = math.ceil(clock.most_steps / cfg.gradient_accumulation_steps)
             timed = _Timed(clock)
             with self.trainer(cfg, workload, data, timed, max_steps=steps, seed=0) as trainer:

@@ -41,6 +41,7 @@ from autotune._space import SearchSpace
 from autotune._stream import is_stream, source_of
 from autotune._trial.measure import Measurement, MemoryTracker
 from autotune._trial.outcome import AccuracyRun, Budget
+from autotune._trial.passes import pass_steps
 from autotune._trial.runner import accuracy_data, measured_data, restart_seconds, seeded
 from autotune._trial.step_clock import LossCheck, StepClock, loss_of
 from autotune._trial.workload import Workload
@@ -103,6 +104,7 @@ class LightningLoop:
         with MemoryTracker(cfg.device) as memory:
             clock = StepClock(cfg, budget, memory)
             data, shuffle = measured_data(cfg, workload, budget, clock.most_steps)
+            clock.fit_to_pass(pass_steps(cfg, data))
             loader = self.train_loader(cfg, data, shuffle=shuffle, seed=0)
             trainer, module = self.fit(cfg, workload, loader, _Timed(clock), clock.most_steps)
             if budget.eval_peak:

@@ -8,9 +8,10 @@ it among the steady steps, as often as the pass fitted in the timed phase: on a 
 stream's pass of 6,144 samples fitted in a timed phase three times over, and the search reported
 an answer at 3,970 samples/s that loops over one pass read at 5,868. A measurement now times the
 steps of one pass (:func:`pass_steps`), starting a new one before its timed phase where the rest
-of the current one would not hold it. Persistent workers over a map-style dataset only refill
-their queue at an epoch's start, which the planned run pays too: their epochs are timed as they
-come.
+of the current one would not hold it; a trainer's own loop (Lightning, Hugging Face), which
+begins a new pass only at the end of one, has its timed steps fitted into the first
+(``StepClock.fit_to_pass``). Persistent workers over a map-style dataset only refill their
+queue at an epoch's start, which the planned run pays too: their epochs are timed as they come.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def queue_batches(cfg: TrainingConfig) -> int:
     return cfg.num_workers * (cfg.prefetch_factor or 2)
 
 
-def pass_steps(cfg: TrainingConfig, loader: DataLoader[Any], data: Dataset[Any]) -> int | None:
+def pass_steps(cfg: TrainingConfig, data: Dataset[Any]) -> int | None:
     """Micro-batches one pass of a measurement's loader holds (each rank's, at the least), where
     a timed phase must stay within one: a stream's, and a map-style dataset's whose workers start
     again each epoch. None otherwise: a new epoch in the training process is a new order of
@@ -82,9 +83,9 @@ def pass_steps(cfg: TrainingConfig, loader: DataLoader[Any], data: Dataset[Any])
 
     A stream's pass holds at least the planned run's samples (``Stream.samples``), split over
     the ranks; each worker reads its own part and drops its own last incomplete batch, so a pass
-    may hold a batch fewer per worker."""
+    may hold a batch fewer per worker. A dataset's pass: its whole batches, each rank's."""
     if isinstance(data, Stream):
         return max(0, data.samples // cfg.ranks // cfg.batch_size - cfg.num_workers)
     if cfg.num_workers == 0 or cfg.persistent_workers:
         return None
-    return len(loader)
+    return len(data) // cfg.ranks // cfg.batch_size  # type: ignore[arg-type]

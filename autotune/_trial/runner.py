@@ -343,7 +343,7 @@ def _measure(
         timed = fitted_steps(timed, budget, warmup_time - (first_step_done - start), warmup, unit)
     timed = _agreed(cfg, timed)
     if not budget.longest:
-        timed = _within_a_pass(trainer, batches, cfg, timed, unit, settle, data, loader)
+        timed = _within_a_pass(trainer, batches, cfg, timed, unit, settle, data)
     chunk_steps = timed // budget.chunks
 
     chunk_times: list[float] = []
@@ -442,7 +442,6 @@ def _within_a_pass(
     unit: int,
     settle: int,
     data: Dataset[Any],
-    loader: DataLoader[Any],
 ) -> int:
     """The timed steps, fitted into one pass (:mod:`autotune._trial.passes`): fewer where a
     whole pass would not hold them after a new pass's queue and settling steps, and a new pass
@@ -450,7 +449,7 @@ def _within_a_pass(
     Where a pass is too short for a chunk of whole optimizer steps, the timed phase crosses its
     ends as before. Every data-parallel rank takes the same decision (their steps' all-reduces
     must pair)."""
-    steps = pass_steps(cfg, loader, data)
+    steps = pass_steps(cfg, data)
     if steps is None:
         return timed
     room = steps - queue_batches(cfg) - settle

@@ -13,6 +13,7 @@ runner does.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -25,7 +26,8 @@ from autotune._knobs.config import TrainingConfig
 from autotune._trial.failures import Diverged
 from autotune._trial.measure import Measurement, MemoryTracker, UtilizationSampler
 from autotune._trial.outcome import Budget
-from autotune._trial.runner import MAX_STRETCH, fitted_steps, graphs_compiled, tell
+from autotune._trial.passes import queue_batches
+from autotune._trial.runner import MAX_STRETCH, SETTLE_STEPS, fitted_steps, graphs_compiled, tell
 
 __all__ = ["LossCheck", "StepClock", "check_losses", "loss_of"]
 
@@ -78,13 +80,23 @@ class LossCheck:
 class StepClock:
     """The warm-up and the timed chunks of one throughput measurement, told by a trainer's
     callbacks. Steps are micro-batches; with gradient accumulation the warm-up and every chunk
-    hold whole optimizer steps, as in the runner."""
+    hold whole optimizer steps, as in the runner.
+
+    As in the runner, where loader workers ran ahead of the slow first steps, the batches they
+    may have queued (``num_workers x prefetch_factor``) and a few settling steps are not timed
+    (the trainer owns the loop, so they are stepped through rather than dropped), the timed
+    steps are fitted to the settling steps' pace, and they are fitted into one pass of the data
+    where a new pass costs more than a batch (:func:`fit_to_pass`)."""
 
     def __init__(self, cfg: TrainingConfig, budget: Budget, memory: MemoryTracker) -> None:
         self.cfg, self.budget, self.memory = cfg, budget, memory
         k = cfg.gradient_accumulation_steps
         self.unit = budget.chunks * k
         self.warmup, self.timed = budget.steps(cfg.batch_size, k)
+        # Untimed steps after the warm-up: the workers' queue, then settling steps.
+        self.settle = math.ceil(SETTLE_STEPS / k) * k if cfg.num_workers > 0 else 0
+        queue = math.ceil(queue_batches(cfg) / k) * k
+        self.lead = queue + self.settle if self.settle and not budget.longest else 0
         self.chunk_steps = self.timed // budget.chunks
         self.done_steps = 0
         self.losses: list[torch.Tensor] = []
@@ -93,15 +105,38 @@ class StepClock:
         self.graphs = graphs_compiled()
         self.first_graphs = self.graphs
         self._start = self._first_batch = self._first_step_done = 0.0
-        self._warmup_done = self._chunk_start = 0.0
+        self._warmup_done = self._chunk_start = self._settle_start = 0.0
         self._last_end: float | None = None
+        self._pass: int | None = None
         self.utilization = UtilizationSampler(cfg.device)
         self.complete = False
 
     @property
+    def timed_from(self) -> int:
+        """The steps before the timed phase: the warm-up, the queue and the settling steps."""
+        return self.warmup + self.lead
+
+    @property
     def most_steps(self) -> int:
         """The most micro-batches this measurement can take (the timed steps stretched)."""
-        return self.warmup + self.timed * MAX_STRETCH
+        return self.timed_from + self.timed * MAX_STRETCH
+
+    def fit_to_pass(self, steps: int | None) -> None:
+        """The micro-batches a pass of the measured data holds (:func:`pass_steps`; None: no
+        pass's end to keep out of the timed phase). The trainer's loop starts a new pass only
+        at the end of one, so the timed steps are fitted into the first, down to a chunk of
+        whole optimizer steps."""
+        self._pass = None if self.budget.longest else steps
+
+    def _fit(self, seconds: float, steps: int) -> None:
+        """The timed steps fitted to ``seconds`` over ``steps`` steps (the pace after the
+        first), then into the first pass."""
+        self.timed = fitted_steps(self.timed, self.budget, seconds, steps, self.unit)
+        if self._pass is not None:
+            room = self._pass - self.timed_from
+            if self.timed > room >= self.unit:
+                self.timed = room // self.unit * self.unit
+        self.chunk_steps = self.timed // self.budget.chunks
 
     def started(self) -> None:
         """Training starts (the loaders and the optimizer are set up)."""
@@ -113,7 +148,7 @@ class StepClock:
         now = time.perf_counter()
         if self.done_steps == 0:
             self._first_batch = now - self._start
-        elif self.done_steps > self.warmup and self._last_end is not None:
+        elif self.done_steps > self.timed_from and self._last_end is not None:
             self.data_wait += now - self._last_end
 
     def batch_ended(self, loss: torch.Tensor | None) -> bool:
@@ -128,7 +163,12 @@ class StepClock:
             self.first_graphs = graphs_compiled()
         if n == self.warmup:
             self._end_warmup()
-        elif n > self.warmup and (n - self.warmup) % self.chunk_steps == 0:
+        if self.lead and n == self.timed_from - self.settle:
+            _synchronize(self.cfg.device)
+            self._settle_start = time.perf_counter()
+        if self.lead and n == self.timed_from:
+            self._end_settling()
+        elif n > self.timed_from and (n - self.timed_from) % self.chunk_steps == 0:
             self._end_chunk()
         self._last_end = time.perf_counter()
         return self.complete
@@ -140,9 +180,20 @@ class StepClock:
         tell("warm-up", self.warmup, self.warmup)
         check_losses(self.losses, self.cfg, self.done_steps)
         self.losses = []
-        later = self._warmup_done - (self._first_step_done - self._start)
-        self.timed = fitted_steps(self.timed, self.budget, later, self.warmup, self.unit)
-        self.chunk_steps = self.timed // self.budget.chunks
+        if not self.lead:
+            later = self._warmup_done - (self._first_step_done - self._start)
+            self._fit(later, self.warmup)
+            self._start_timing()
+
+    def _end_settling(self) -> None:
+        _synchronize(self.cfg.device)
+        settled = time.perf_counter() - self._settle_start
+        check_losses(self.losses, self.cfg, self.done_steps)
+        self.losses = []
+        self._fit(settled * (self.settle - 1) / self.settle, self.settle)
+        self._start_timing()
+
+    def _start_timing(self) -> None:
         self.utilization.__enter__()
         self._chunk_start = time.perf_counter()
 
@@ -166,7 +217,7 @@ class StepClock:
         if not self.complete:
             raise RuntimeError(
                 f"the trainer stopped after {self.done_steps} of the "
-                f"{self.warmup + self.timed} steps a measurement needs (max_steps, "
+                f"{self.timed_from + self.timed} steps a measurement needs (max_steps, "
                 "limit_train_batches or a callback that stops training?)"
             )
         cfg = self.cfg
