@@ -489,9 +489,9 @@ class WorkersOpenSlowly(torch.utils.data.Dataset):
 def test_a_timed_phase_does_not_cross_the_end_of_a_pass(data, workers, persistent) -> None:
     """Where starting a pass costs more than a batch (a stream opening itself again, workers
     started again), the planned run pays that once per epoch and a stream's planned run never:
-    a timed phase that crossed a pass's end counted it among the steady steps. On a lent H100 a
-    WebDataset pass of 6,144 samples fitted in a timed phase three times over, and the search
-    reported 3,970 samples/s for an answer loops over one pass read at 5,868. Here a pass holds
+    a timed phase that crossed a pass's end counted it among the steady steps (on a lent H100
+    the search reported a WebDataset answer at 3,970 samples/s that loops over one pass read at
+    5,868, where a timed phase held that pass almost three times). Here a pass holds
     16 batches; opening one costs 1 s; a chunk of steady steps takes a fraction of that. The
     restart of workers that do not persist is still measured, apart from the steps."""
     from autotune import Budget, TrainingConfig

@@ -4,9 +4,10 @@ Starting a pass costs more than a batch where a stream opens itself again (its s
 shuffle buffer, a connection) and where the loader's workers start again. A stream's planned run
 reads one pass and never pays it; workers that do not persist pay it once per epoch, which a
 measurement counts apart (``restart_seconds``). So a timed phase that crossed a pass's end counted
-it among the steady steps, as often as the pass fitted in the timed phase: on a lent H100 a
-stream's pass of 6,144 samples fitted in a timed phase three times over, and the search reported
-an answer at 3,970 samples/s that loops over one pass read at 5,868. A measurement now times the
+it among the steady steps, as often as the pass fitted in the timed phase. On a lent H100 the
+search reported a WebDataset answer at 3,970 samples/s, its rounds spreading 80%, that loops over
+one pass read at 5,868; at that pace a timed phase of up to 3 s holds the stream's 6,144-sample
+pass almost three times (how much of the gap this was is not measured). A measurement now times the
 steps of one pass (:func:`pass_steps`), starting a new one before its timed phase where the rest
 of the current one would not hold it; a trainer's own loop (Lightning, Hugging Face), which
 begins a new pass only at the end of one, has its timed steps fitted into the first
@@ -61,12 +62,9 @@ class Passes(Iterator[Any]):
             self.position += 1
             return batch
 
-    def new_pass(self) -> None:
-        """Leave the current pass: the next batch is the first of a new one."""
-        self.close()
-
     def close(self) -> None:
-        """Let go of the current pass: a loader whose workers do not persist shuts them down."""
+        """Leave the current pass (a loader whose workers do not persist shuts them down): the
+        next batch, if any is asked for, begins a new one."""
         self._batches = None
 
 

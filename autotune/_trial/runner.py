@@ -456,7 +456,7 @@ def _within_a_pass(
     if timed > room >= unit:
         timed = room // unit * unit
     if timed <= room and _agreed(cfg, int(batches.position + timed > steps)):
-        batches.new_pass()
+        batches.close()  # the next batch begins a new pass
         _settle(trainer, batches, cfg, settle)
     return timed
 
