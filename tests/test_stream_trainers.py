@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import pytest
@@ -331,6 +331,36 @@ def test_a_lightning_measurement_does_not_time_the_batches_its_workers_queued() 
     most = 4 / 0.002  # samples/s: the workers cannot make more
     assert m.throughput <= 1.15 * most, (m.throughput, m.chunk_times)
     assert m.data_wait_fraction > 0.5  # the pipeline, not the model, sets the pace
+
+
+class SlowSteps(lt.SmoothedSGD):
+    """Every training step takes 0.1 s (a model far slower than its loader); counts them."""
+
+    steps: ClassVar[list[int]] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.steps.append(batch_idx)
+        time.sleep(0.1)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_lightning_measurement_steps_through_at_most_a_second_of_the_workers_queue() -> None:
+    """The trainer owns its loop, so the batches its workers may queue (here 4 x 8) are
+    stepped through, not dropped: they train. As the runner drops for at most a second, they
+    are stepped through for at most a second, not 32 steps of 0.1 s."""
+    from autotune import Budget
+
+    start = prepare_lightning(
+        lt.lightning_trainer(max_epochs=None, max_steps=16), SlowSteps(),
+        datamodule=SlowItemsData(val_stream=False), metric="val_acc",
+    )  # fmt: skip
+    workload, loop = start.prepared.workload, start.prepared.workload.loop
+    cfg = start.baseline.replace(num_workers=4, prefetch_factor=8, persistent_workers=True)
+    SlowSteps.steps.clear()
+    budget = Budget(warmup_steps=3, timed_samples=64 * 6, chunks=3, min_timed_seconds=0)
+    m = loop.measure(cfg, workload, budget)
+    untimed = len(SlowSteps.steps) - m.timed_steps
+    assert untimed <= 3 + 12 + 3, untimed  # warm-up, ~1 s of the queue, settling
 
 
 def test_both_arms_of_a_lightning_pair_read_the_stream_in_one_order() -> None:

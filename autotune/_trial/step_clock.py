@@ -27,7 +27,14 @@ from autotune._trial.failures import Diverged
 from autotune._trial.measure import Measurement, MemoryTracker, UtilizationSampler
 from autotune._trial.outcome import Budget
 from autotune._trial.passes import queue_batches
-from autotune._trial.runner import MAX_STRETCH, SETTLE_STEPS, fitted_steps, graphs_compiled, tell
+from autotune._trial.runner import (
+    DROP_SECONDS,
+    MAX_STRETCH,
+    SETTLE_STEPS,
+    fitted_steps,
+    graphs_compiled,
+    tell,
+)
 
 __all__ = ["LossCheck", "StepClock", "check_losses", "loss_of"]
 
@@ -93,10 +100,13 @@ class StepClock:
         k = cfg.gradient_accumulation_steps
         self.unit = budget.chunks * k
         self.warmup, self.timed = budget.steps(cfg.batch_size, k)
-        # Untimed steps after the warm-up: the workers' queue, then settling steps.
+        # Untimed steps after the warm-up: the workers' queue (as many batches as they may
+        # queue, or as many as DROP_SECONDS allow: stepped through, they train), then settling
+        # steps. The timed phase starts after them (``timed_from``, set when the queue is through).
         self.settle = math.ceil(SETTLE_STEPS / k) * k if cfg.num_workers > 0 else 0
-        queue = math.ceil(queue_batches(cfg) / k) * k
-        self.lead = queue + self.settle if self.settle and not budget.longest else 0
+        self.queue = math.ceil(queue_batches(cfg) / k) * k
+        self.lead = self.queue + self.settle if self.settle and not budget.longest else 0
+        self.timed_from = self.warmup + self.lead  # the most it can be
         self.chunk_steps = self.timed // budget.chunks
         self.done_steps = 0
         self.losses: list[torch.Tensor] = []
@@ -105,21 +115,17 @@ class StepClock:
         self.graphs = graphs_compiled()
         self.first_graphs = self.graphs
         self._start = self._first_batch = self._first_step_done = 0.0
-        self._warmup_done = self._chunk_start = self._settle_start = 0.0
+        self._warmup_done = self._chunk_start = 0.0
+        self._settle_start: float | None = None
         self._last_end: float | None = None
         self._pass: int | None = None
         self.utilization = UtilizationSampler(cfg.device)
         self.complete = False
 
     @property
-    def timed_from(self) -> int:
-        """The steps before the timed phase: the warm-up, the queue and the settling steps."""
-        return self.warmup + self.lead
-
-    @property
     def most_steps(self) -> int:
         """The most micro-batches this measurement can take (the timed steps stretched)."""
-        return self.timed_from + self.timed * MAX_STRETCH
+        return self.warmup + self.lead + self.timed * MAX_STRETCH
 
     def fit_to_pass(self, steps: int | None) -> None:
         """The micro-batches a pass of the measured data holds (:func:`pass_steps`; None: no
@@ -163,15 +169,25 @@ class StepClock:
             self.first_graphs = graphs_compiled()
         if n == self.warmup:
             self._end_warmup()
-        if self.lead and n == self.timed_from - self.settle:
+        if self.lead and self._settle_start is None and self._queue_through(n):
             _synchronize(self.cfg.device)
             self._settle_start = time.perf_counter()
-        if self.lead and n == self.timed_from:
+            self.timed_from = n + self.settle
+        elif self.lead and n == self.timed_from:
             self._end_settling()
         elif n > self.timed_from and (n - self.timed_from) % self.chunk_steps == 0:
             self._end_chunk()
         self._last_end = time.perf_counter()
         return self.complete
+
+    def _queue_through(self, n: int) -> bool:
+        """Whether the steps after the warm-up have taken the workers' queue: all the batches
+        they may queue, or (at a whole optimizer step) what :data:`DROP_SECONDS` allow."""
+        after = n - self.warmup
+        if after < 0 or after % self.cfg.gradient_accumulation_steps:
+            return False
+        spent = time.perf_counter() - (self._start + self._warmup_done)
+        return after >= self.queue or (after > 0 and spent > DROP_SECONDS)
 
     def _end_warmup(self) -> None:
         _synchronize(self.cfg.device)
@@ -187,6 +203,7 @@ class StepClock:
 
     def _end_settling(self) -> None:
         _synchronize(self.cfg.device)
+        assert self._settle_start is not None
         settled = time.perf_counter() - self._settle_start
         check_losses(self.losses, self.cfg, self.done_steps)
         self.losses = []
