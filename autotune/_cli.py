@@ -413,6 +413,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(json.dumps(data["config"], indent=2))
     else:
         print_summary(data, sys.stdout)
+    if args.detail:
+        notes = (data.get("search") or {}).get("notes") or []
+        print("\nThe search's reasoning, each line whole:" if notes else "\nNo line was shortened.")
+        for note in notes:
+            print(f"  {note}")
     return 0
 
 
@@ -686,6 +691,11 @@ def _report_arguments(r: argparse.ArgumentParser) -> None:
 def _show_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="print only the config as JSON")
+    p.add_argument(
+        "--detail",
+        action="store_true",
+        help="also print the whole text of every progress line the search shortened",
+    )
 
 
 def _spaces_arguments(p: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from autotune._progress import Lines, Progress, Report, Status, log
+from autotune._progress import Lines, Progress, Report, Status, Whole, log
 from autotune._result.summary import render_summary, summary_parts
 
 __all__ = ["LiveDisplay", "console_progress", "print_summary", "reporter"]
@@ -124,13 +124,14 @@ def console_progress(stream: IO[str], *, prefix: str = "") -> Progress:
 
 
 def reporter(progress: bool | Report | Progress, *, live: bool = False) -> Progress:
-    """``progress`` itself when it is a :class:`Progress`; its event lines to a callable of
-    the user's; to stdout when True (a live display on a terminal, where ``live``); otherwise
-    the ``autotune`` logger at INFO level (silent unless logging is configured)."""
+    """``progress`` itself when it is a :class:`Progress`; its event lines, each whole, to a
+    callable of the user's; to stdout, each within 120 characters, when True (a live display
+    on a terminal, where ``live``); otherwise the ``autotune`` logger at INFO level (silent
+    unless logging is configured)."""
     if isinstance(progress, Progress):
         return progress
     if callable(progress):
-        return Lines(progress)
+        return Whole(progress)  # a program of the user's reads each line whole
     if progress and live:
         return console_progress(sys.stdout)
     if progress:

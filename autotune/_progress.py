@@ -12,9 +12,22 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-__all__ = ["Lines", "Progress", "Report", "Status", "as_progress"]
+__all__ = [
+    "WIDTH",
+    "Briefed",
+    "Lines",
+    "Progress",
+    "Report",
+    "Status",
+    "Whole",
+    "as_progress",
+    "brief",
+]
 
 log = logging.getLogger("autotune")
+
+WIDTH = 120  # the most characters an event line takes; the rest is in the result's detail
+_MORE = " … (more: autotune show --detail)"
 
 Report = Callable[[str], None]
 
@@ -31,7 +44,11 @@ class Status:
 
 class Progress:
     """The search's progress, as a display or a plain line printer receives it. Calling it
-    with a line reports an event; the other methods update the live status."""
+    with a line reports an event; the other methods update the live status. ``whole``: it
+    takes each event line whole, however long (a log kept for reading later, the tests'
+    simulated machine), where a person's display takes it within :data:`WIDTH` characters."""
+
+    whole = False
 
     def __call__(self, line: str) -> None:
         raise NotImplementedError
@@ -63,5 +80,53 @@ class Lines(Progress):
         self.write(line)
 
 
+class Whole(Lines):
+    """Event lines to ``write``, each whole however long (a program reads them)."""
+
+    whole = True
+
+
 def as_progress(report: Progress | Report) -> Progress:
     return report if isinstance(report, Progress) else Lines(report)
+
+
+def brief(line: str, width: int = WIDTH) -> str:
+    """``line`` within ``width`` characters: whole where it fits, else cut at the last clause
+    boundary (``; ``, ``: ``, ``, ``, `` (``) that leaves room to say where the rest is."""
+    if len(line) <= width:
+        return line
+    room = width - len(_MORE)
+    cut = max(line.rfind(mark, 0, room) for mark in ("; ", ": ", ", ", " ("))
+    if cut < room // 2:
+        cut = line.rfind(" ", 0, room)
+    return line[: max(cut, 1)].rstrip(" ,;:") + _MORE
+
+
+class Briefed(Progress):
+    """``inner`` with every event line within :data:`WIDTH` characters (see :func:`brief`);
+    each line's whole text goes to ``keep`` (the result's detail), once."""
+
+    def __init__(self, inner: Progress, keep: Callable[[str], None]) -> None:
+        self.inner = inner
+        self.keep = keep
+
+    def __call__(self, line: str) -> None:
+        short = brief(line)
+        if short != line:
+            self.keep(line)
+        self.inner(line if self.inner.whole else short)
+
+    def trial(self, label: str) -> None:
+        self.inner.trial(label)
+
+    def run(self, what: str, expected: float | None = None) -> None:
+        self.inner.run(what, expected)
+
+    def step(self, phase: str, done: int, total: int) -> None:
+        self.inner.step(phase, done, total)
+
+    def status(self, status: Status) -> None:
+        self.inner.status(status)
+
+    def close(self) -> None:
+        self.inner.close()

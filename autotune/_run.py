@@ -39,6 +39,7 @@ from autotune._task import TaskRefs
 from autotune._trial.bounded import ITEM_HINT, SetUpLimit, bounded, step
 from autotune._trial.executors import make_executor
 from autotune._trial.isolation import worker_env
+from autotune._trial.measure import machine_meter
 from autotune._trial.outcome import Budget
 from autotune._trial.runner import preserved_rng
 from autotune._trial.streaming import first_items
@@ -251,6 +252,7 @@ def run_search(
         report=report,
         fingerprint=env["fingerprint"],
         launcher=options.launcher,
+        load_meter=machine_meter(settings.baseline.device),
     )
     try:
         interrupted = search.run()

@@ -5,6 +5,9 @@ configs (no download), with realistic input pipelines.
   8-128 tokens, padded per batch by a collate function; dict batches with ``labels``.
 - ``resnet``: a ResNet image classifier reading JPEG files from a folder, decoded by PIL per item
   with a random crop and a flip.
+- ``jpeg``: the same ResNet on JPEG bytes held in memory and decoded by PIL in ``__getitem__``
+  (a random crop and a flip), as a dataset of encoded images in one file or array is read:
+  decoding dominates, and no file cache is involved.
 - ``gpt2``: a GPT-2 causal LM (4 layers, hidden 128) whose metric is its loss, through hooks
   (``gpt2_forward``, ``gpt2_loss``, ``gpt2_metric``) defined here, as a user's module would.
 - ``gpt2_own``: the same model and sequences with ``labels`` in every item and no hooks, as a
@@ -43,6 +46,7 @@ __all__ = [
     "gpt2_model",
     "gpt2_own_data",
     "gpt2_own_model",
+    "jpeg_data",
     "resnet_data",
     "resnet_model",
 ]
@@ -224,6 +228,51 @@ def resnet_data() -> tuple[ImageFolder, ImageFolder]:
     return (
         ImageFolder(_image_folder("train", 3000, seed=0), augment=True),
         ImageFolder(_image_folder("val", 600, seed=1), augment=False),
+    )
+
+
+class JpegBytes(Dataset[tuple[torch.Tensor, int]]):
+    """The JPEG files of an :class:`ImageFolder`, read once into memory as encoded bytes and
+    decoded by PIL per item (a random crop and a flip when augmenting), as a dataset kept in
+    one archive or array of encoded images is read: the decoding is the loader's work, and
+    no file cache is between runs."""
+
+    def __init__(self, root: Path, *, augment: bool) -> None:
+        files = sorted(root.glob("class_*/*.jpg"))
+        self.blobs = [f.read_bytes() for f in files]
+        self.targets = [int(f.parent.name.removeprefix("class_")) for f in files]
+        self.augment = augment
+
+    def __len__(self) -> int:
+        return len(self.blobs)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        import io
+
+        from PIL import Image
+
+        with Image.open(io.BytesIO(self.blobs[index])) as image:
+            image = image.convert("RGB")
+            if self.augment:
+                x, y = (
+                    random.randrange(0, IMAGE_SIZE - CROP),
+                    random.randrange(0, IMAGE_SIZE - CROP),
+                )
+            else:
+                x = y = (IMAGE_SIZE - CROP) // 2
+            image = image.crop((x, y, x + CROP, y + CROP))
+            if self.augment and random.random() < 0.5:
+                image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+            data = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
+        pixels = data.view(CROP, CROP, 3).permute(2, 0, 1).float().div_(255)
+        return (pixels - 0.5) / 0.25, self.targets[index]
+
+
+def jpeg_data() -> tuple[JpegBytes, JpegBytes]:
+    """The ResNet's images as JPEG bytes in memory (``resnet_model`` is its model)."""
+    return (
+        JpegBytes(_image_folder("train", 3000, seed=0), augment=True),
+        JpegBytes(_image_folder("val", 600, seed=1), augment=False),
     )
 
 

@@ -16,6 +16,8 @@ from test_space import CPU
 
 from autotune import TrainingConfig, load_space
 from autotune._knobs.registry import Facts
+from autotune._load import Load
+from autotune._progress import Whole
 from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
 from autotune._task import TaskRefs
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 class Clock:
     def __init__(self, now: float = 1.0e9) -> None:
         self.now = now
+        self.start = now
 
     def __call__(self) -> float:
         return self.now
@@ -76,6 +79,9 @@ class Model:
     # example by example: they differ only by as many examples as their metrics do).
     one_order: bool = False
     val_items: int = VAL_ITEMS  # the validation examples each run is scored on
+    # Cores other processes keep busy at a time of the clock (seconds since the start): every
+    # run started then trains 1 / (1 + busy) as fast (they share the machine's two cores).
+    busy: Callable[[float], float] = lambda t: 0.0
 
     def score(self, cfg: TrainingConfig, seed: int, samples: int) -> float:
         if self.metric_at is not None:
@@ -115,6 +121,7 @@ class SimulatedExecutor:
         if self.interrupt_at is not None and self.runs >= self.interrupt_at:
             raise KeyboardInterrupt
         tp = self.model.throughput * self.model.speed(cfg)
+        tp /= 1.0 + self.model.busy(self.clock.now - self.clock.start)
         cost = self.model.overhead
         draw = 1.0
         if measured is None:
@@ -185,6 +192,26 @@ class SimulatedExecutor:
         pass
 
 
+class SimulatedMeter:
+    """The load meter of the simulated machine: other processes' use as the model's ``busy``
+    says at the start of each run (a LoadMeter's interface)."""
+
+    def __init__(self, clock: Clock, model: Model) -> None:
+        self.clock = clock
+        self.model = model
+        self._at: float | None = None
+
+    def start(self) -> None:
+        self._at = self.clock.now
+
+    def stop(self) -> Load | None:
+        at, self._at = self._at, None
+        if at is None:
+            return None
+        others = self.model.busy(at - self.clock.start)
+        return Load(others=others, cores=2, seconds=self.clock.now - at)
+
+
 def search(
     model: Model,
     *,
@@ -230,9 +257,11 @@ def search(
         study=study,
         settings=settings,
         executor=SimulatedExecutor(clock, model, interrupt_at),
-        report=lambda line: lines.append(f"{clock.now - settings.started:7.1f} {line}"),
+        # Each line whole (a person's display shortens the long ones): the tests read them.
+        report=Whole(lambda line: lines.append(f"{clock.now - settings.started:7.1f} {line}")),
         fingerprint="sim",
         clock=clock,
+        load_meter=SimulatedMeter(clock, model),
     )
     run.interrupted = run.run()  # type: ignore[attr-defined]
     return run, clock, lines
@@ -248,7 +277,7 @@ def noise(seed: int, scale: float) -> float:
     return scale * math.sin(1.7 * seed + 0.3)
 
 
-__all__ = ["Clock", "Model", "SimulatedExecutor", "noise", "search"]
+__all__ = ["Clock", "Model", "SimulatedExecutor", "SimulatedMeter", "noise", "search"]
 
 
 def result_of(run: Search, seconds: float = 240.0) -> SearchResult:

@@ -10,7 +10,7 @@ import pytest
 from sim import Model, noise, result_of, search
 
 from autotune import TrainingConfig
-from autotune._search.ledger import Ledger
+from autotune._search.ledger import Ledger, configs_measured, first_win_at
 from autotune._search.record import NoRun, Role
 
 KNOBS = {
@@ -52,7 +52,7 @@ def test_a_slow_real_model_gets_a_confirmed_fast_answer_within_the_budget() -> N
     ledger = _ledger(run)
     # bf16's check (its screening run, three fresh pairs and the baseline's fourth seed, ~70 s
     # at 100 samples/s) leaves room for seven configs in all.
-    assert ledger.configs_measured() >= 7, "\n".join(lines)
+    assert configs_measured(ledger) >= 7, "\n".join(lines)
     best = ledger.best()
     assert best is not None and best.config.precision.value == "bf16", "\n".join(lines)
     assert best.config.batch_size == 32  # the bigger batch loses 0.05: never the answer
@@ -62,8 +62,10 @@ def test_a_slow_real_model_gets_a_confirmed_fast_answer_within_the_budget() -> N
     # A bounded share: the baseline's first runs (a check bought its run of the fourth seed).
     first = accuracy.runs[: run.settings.accuracy_repeats] if accuracy is not None else ()
     assert sum(r.seconds for r in first) <= 0.25 * 240 * 1.2
-    first = ledger.first_win_at()
-    assert first is not None and first - run.settings.started < 0.75 * 240
+    first = first_win_at(ledger)
+    # Within 80% of the budget: the baseline measured again once before the check (~8 s,
+    # issue 56: every ratio against a baseline of the machine's state) comes before it.
+    assert first is not None and first - run.settings.started < 0.8 * 240
 
 
 def test_a_safe_win_comes_first_and_fast() -> None:
@@ -73,7 +75,7 @@ def test_a_safe_win_comes_first_and_fast() -> None:
     ledger = _ledger(run)
     first_fast = next(i for i, e in enumerate(ledger.candidates) if not ledger.safe(e))
     assert first_fast >= 2 and all(ledger.safe(e) for e in ledger.candidates[:first_fast])
-    assert ledger.first_win_at() - run.settings.started < 60, "\n".join(lines)
+    assert first_win_at(ledger) - run.settings.started < 60, "\n".join(lines)
 
 
 def test_a_budget_too_short_for_accuracy_checks_still_delivers_a_safe_win() -> None:

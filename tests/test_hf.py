@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -74,7 +75,7 @@ def test_a_sequence_classifier_is_tuned_from_the_api_with_no_forward_hook() -> N
         "against (batch,) integer labels); every config validated in batches of 32"
     ) in result.summary().splitlines()
     # A candidate ran on the dict batches (loader workers: numerics-free, so no check needed).
-    assert sum(1 for line in lines if line.startswith("trial ")) >= 1, lines
+    assert sum(1 for line in lines if re.match(r" *#\d+\*? ", line)) >= 1, lines
     assert not [t for t in result.trials if t.failure is not None], result.trials
 
 
@@ -99,7 +100,7 @@ def test_a_sequence_classifier_is_tuned_from_the_cli_with_model_data_and_collate
     data = json.loads(out.read_text())
     assert data["search"]["trials"] == 2
     assert data["baseline"]["metrics"]["throughput"] > 0
-    assert "trial 1/1" in captured.err and "failed" not in captured.err
+    assert re.search(r"^ +#1\*? .* 1/1$", captured.err, re.M) and "failed" not in captured.err
 
 
 def test_the_models_own_loss_is_used_where_the_batch_has_labels() -> None:

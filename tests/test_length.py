@@ -287,7 +287,7 @@ def needs_most_of_the_horizon(spread: float):
 
 @pytest.mark.parametrize(
     ("spread", "half"),
-    [(0.005, "outside tolerance"), (0.02, "passed screening")],  # its check then rejects it
+    [(0.005, "outside tol."), (0.02, "screened ok")],  # its check then rejects it
 )
 def test_a_shorter_run_that_fails_at_the_horizon_is_retried_at_a_milder_cut(
     spread: float, half: str
@@ -308,7 +308,7 @@ def test_a_shorter_run_that_fails_at_the_horizon_is_retried_at_a_milder_cut(
         if e.record.metric is not None and not e.record.reused
     ]
     assert accuracy[:2] == [(0.5, "one_cycle"), (0.8, "one_cycle")], lines
-    assert any("50% of the epochs: 2.00x screening, val accuracy" in line and half in line
+    assert any("50% of the epochs" in line and " 2.00x " in line and half in line
                for line in lines), lines  # fmt: skip
     result = result_of(run)
     cfg = result.config

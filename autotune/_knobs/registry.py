@@ -40,11 +40,13 @@ if TYPE_CHECKING:
 __all__ = [
     "KNOBS",
     "KNOB_NAMES",
+    "Change",
     "Exists",
     "Facts",
     "Knob",
     "ValueKind",
     "Where",
+    "changes",
     "complexity",
     "config_from",
     "describe",
@@ -655,6 +657,55 @@ def describe(cfg: TrainingConfig) -> str:
     if cfg.ranks > 1:
         shown.append((RANKS_SHOWN, f"{cfg.ranks} ranks (global batch {cfg.global_batch_size})"))
     return " ".join(words for _, words in sorted(shown, key=lambda pair: pair[0]) if words)
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One knob that differs between two configs, as a person reads it: its ``label``
+    (``precision``, ``workers``, ``channels_last``), its value ``before`` and ``after``, and
+    ``words``, how ``describe()`` names the new value (``precision=bf16``, ``no pin_memory``)."""
+
+    label: str
+    before: str
+    after: str
+    words: str
+
+
+def _label_value(words: str) -> tuple[str, str]:
+    """A knob's words split into what it is and its value: ``workers=2`` -> (workers, 2);
+    ``fused optimizer`` -> (optimizer, fused); a flag's name -> (it, on)."""
+    if "=" in words:
+        label, value = words.split("=", 1)
+        return label, value
+    if words.endswith(" optimizer"):
+        return "optimizer", words.removesuffix(" optimizer")
+    if words.endswith(" of the epochs"):
+        return "length", words.removesuffix(" of the epochs")
+    return words, "on"
+
+
+_UNSET = {"optimizer": "default", "length": "100%", "threads": "default", "prefetch": "default"}
+
+
+def changes(cfg: TrainingConfig, base: TrainingConfig) -> tuple[Change, ...]:
+    """What ``cfg`` changes of ``base``, knob by knob, in ``describe()``'s order (nothing for
+    a knob whose words read alike in both)."""
+    out: list[tuple[int, Change]] = []
+    seen: set[str] = set()
+    for knob in KNOBS:
+        if knob.words is None:
+            continue
+        now, was = knob.words(cfg), knob.words(base)
+        if now == was or (now or "") + "|" + (was or "") in seen:
+            continue
+        seen.add((now or "") + "|" + (was or ""))
+        label, after = _label_value(now) if now else (None, None)
+        label_was, before = _label_value(was) if was else (None, None)
+        name = label or label_was or knob.name
+        unset = _UNSET.get(name, "off")
+        words = now or (f"{name}={unset}" if name in _UNSET else f"no {name}")
+        out.append((knob.shown, Change(name, before or unset, after or unset, words)))
+    return tuple(change for _, change in sorted(out, key=lambda pair: pair[0]))
 
 
 def reset_absent(cfg: TrainingConfig, changes: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,14 @@ from autotune._result.summary import render_summary
 from autotune._search import coverage, derived, ranking
 from autotune._search import storage as stored
 from autotune._search.guard import AccuracyGuard, Verdict
-from autotune._search.ledger import Ledger, TrialRecord, beside
+from autotune._search.ledger import (
+    Ledger,
+    TrialRecord,
+    beside,
+    configs_measured,
+    first_win_at,
+    loads,
+)
 from autotune._search.settings import SearchSettings
 from autotune._trial.probe import MemoryLimits
 
@@ -91,14 +98,14 @@ class SearchResult:
                 "nothing to report yet (is it an autotune study, and has its baseline finished?)."
             )
         best = ledger.best() or base
-        first_win = ledger.first_win_at()
+        first_win = first_win_at(ledger)
         search: dict[str, Any] = {
             "study_name": study_name,
             "storage": storage,
             **settings.described(),
             "seconds": seconds,
             "candidates": len(ledger.candidates),
-            "configs_measured": ledger.configs_measured(),
+            "configs_measured": configs_measured(ledger),
             # Proposals of a config measured already: they ran nothing.
             "proposals_repeated": sum(1 for e in ledger.candidates if e.record.reused),
             # Seconds into this run; a win verified by an earlier run of the study (a resumed
@@ -126,6 +133,8 @@ class SearchResult:
                 for u in coverage.unmeasured(ledger, settings.space, settings.baseline, skipped)
             ],
         }
+        search["machine"] = _machine(ledger)
+        search["notes"] = list(ledger.notes)  # the whole of every shortened event line
         if memory is not None:
             search["memory_probe"] = memory.to_dict()
         foreign = [e.number for e in ledger.entries if not ledger.comparable(e)]
@@ -256,17 +265,16 @@ class SearchResult:
 
     @property
     def throughput_ratio(self) -> float:
-        """The winner's throughput over the baseline's: side by side where the rounds measured
-        both (with throughputs), else of their screening measurements."""
+        """The winner's throughput over the baseline's, both from one source: side by side
+        where the rounds measured both (with throughputs), else the winner's screening
+        measurement over the baseline's measured in its state nearest it (never a figure of
+        one source over one of the other, nor over the baseline's cold first measurement)."""
         base, best = self.baseline_trial, self.winner
-        ours: float | None
-        theirs: float | None
+        if best.config == base.config:
+            return 1.0
         if base.side_throughput is not None and best.side_throughput is not None:
-            ours, theirs = best.side_throughput, base.side_throughput
-        else:
-            ours = best.measurement.throughput if best.measurement is not None else None
-            theirs = base.measurement.throughput if base.measurement is not None else None
-        return ours / theirs if ours and theirs else 1.0
+            return best.side_throughput / base.side_throughput
+        return best.screening_ratio or 1.0
 
     @property
     def failures(self) -> dict[str, int]:
@@ -380,6 +388,22 @@ class SearchResult:
 
     def __repr__(self) -> str:
         return self.summary()
+
+
+def _machine(ledger: Ledger) -> dict[str, Any]:
+    """What the search read of the machine's state (see autotune._load): in how many
+    measurements, in how many other processes used it (a ratio measured then is true of that
+    moment), how much, and every measurement of the baseline's throughput, its trial's first."""
+    read = loads(ledger)
+    shared = [load for load in read if load.busy]
+    return {
+        "readings": len(read),
+        "shared": len(shared),
+        "others_max": round(max((load.others for load in shared), default=0.0), 2),
+        "cores": max((load.cores for load in shared), default=None),
+        "gpu_others": max((load.gpu_others for load in shared), default=0),
+        "baseline_checks": [c.to_dict() for c in ledger.checks],
+    }
 
 
 def _span(study: optuna.Study) -> float:

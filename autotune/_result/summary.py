@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any
 
 from autotune._errors import ConfigError
 from autotune._knobs.config import TrainingConfig
+from autotune._knobs.registry import changes
 from autotune._search.derived import format_speedup
 from autotune._search.guard import ACCURACY_SHARE, answer_claim, lag_words, unseen_note
 from autotune._search.record import NoRun
+from autotune._search.words import ROW_WIDTH, change_words
 
-__all__ = ["render_summary", "summary_parts"]
+__all__ = ["render_summary", "summary_parts", "wrapped"]
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -32,6 +35,14 @@ def render_summary(data: dict[str, Any]) -> str:
     return "\n".join([*lines, "", *tail])
 
 
+def wrapped(line: str) -> str:
+    """A line of the summary within :data:`ROW_WIDTH` characters, its continuation indented."""
+    if len(line) <= ROW_WIDTH:
+        return line
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.fill(line, width=ROW_WIDTH, subsequent_indent=indent, break_on_hyphens=False)
+
+
 def summary_parts(
     data: dict[str, Any],
 ) -> tuple[list[str], list[tuple[str, str, str]], list[str]]:
@@ -39,7 +50,7 @@ def summary_parts(
     after it (the answers, the guard, the search), for a plain or a terminal rendering."""
     m, b = data["metrics"], data["baseline"]["metrics"]
     head = [
-        _headline(data),
+        *_first_lines(data),
         "",
         f"  winner:   {_describe(data['config'])}",
         f"  baseline: {_describe(data['baseline']['config'])}",
@@ -145,12 +156,85 @@ def _val_source(name: str) -> str:
     )
 
 
+def _changes(data: dict[str, Any]) -> str:
+    """What the answer changes of the baseline, knob by knob, with the values before and after."""
+    try:
+        cfg = TrainingConfig.from_dict(data["config"])
+        base = TrainingConfig.from_dict(data["baseline"]["config"])
+    except ConfigError:
+        return "see the winner's config below"
+    return change_words(changes(cfg, base))
+
+
+def _first_lines(data: dict[str, Any]) -> list[str]:
+    """The summary's answer first, in five lines: what to change (with the headline), how much
+    faster and how that was measured, whether it is safe, and how to apply it."""
+    same = data["config"] == data["baseline"]["config"]
+    head = _headline(data)
+    if not same:
+        head += f"\n  change: {_changes(data)}"
+    return [*head.split("\n"), *_speed_line(data), _accuracy_line(data), *_apply_lines(data)]
+
+
+def _speed_line(data: dict[str, Any]) -> list[str]:
+    """How much faster, with its range and how it was measured; the table's ratio beside it
+    where it differs (a ratio of the rounds' medians, not the median of their ratios)."""
+    span = data.get("speedup_range")
+    if data["config"] == data["baseline"]["config"] or not span:
+        return []
+    table = data.get("throughput_ratio")
+    beside = ""
+    if table and abs(table / data["speedup"] - 1) > 0.01:
+        beside = f"; the table's throughputs, medians of the rounds, give {table:.2f}x"
+    return [
+        f"  speed-up: {data['speedup']:.2f}x, range {span[0]:.2f}-{span[1]:.2f}x: the median of "
+        f"{data.get('speedup_rounds')} side-by-side rounds' ratios{beside}"
+    ]
+
+
+def _accuracy_line(data: dict[str, Any]) -> str:
+    """The accuracy verdict of the chosen answer, in one sentence with its horizon."""
+    answers = data.get("answers") or {}
+    if data["config"] == data["baseline"]["config"]:
+        return "  accuracy: your settings, unchanged"
+    if answers.get("chosen") != "fast":
+        return "  accuracy: unchanged: the change leaves the numerics alone (no accuracy risk)"
+    c = (answers.get("fast") or {}).get("confirmation") or {}
+    horizon = (data.get("accuracy_guard") or {}).get("accuracy_samples")
+    planned = data["metrics"].get("planned_samples")
+    where = ""
+    if horizon and planned:
+        where = f", judged at {horizon:,} samples ({min(1.0, horizon / planned):.0%} of the run)"
+    return (
+        f"  accuracy: confirmed within the tolerance {data.get('tolerance'):g}: upper bound "
+        f"{c.get('bound') or 0:+.4f} over {len(c.get('runs', []))} paired seeds{where}"
+    )
+
+
+def _apply_lines(data: dict[str, Any]) -> list[str]:
+    """How to use it: the config from the JSON, and the trainer's settings where a trainer
+    ran the trials."""
+    trainer = data.get("trainer")
+    if isinstance(trainer, dict) and trainer.get("kind"):
+        return [
+            '  apply: autotune.load_config("best.json"), or result.trainer_settings() for your '
+            f"{trainer['kind']} trainer",
+            "  (`autotune show best.json` reads it back; the reasoning: the report and the JSON)",
+        ]
+    return [
+        '  apply: cfg = autotune.load_config("best.json"); loader = cfg.dataloader(dataset); '
+        "model = cfg.prepare(model)",
+        "  or for a trainer: cfg.to_lightning(), cfg.to_transformers() (the README's "
+        '"Applying the config")',
+    ]
+
+
 def _headline(data: dict[str, Any]) -> str:
     m = data["metrics"]
     if data["config"] == data["baseline"]["config"]:
         return (
-            "autotune result: no config was measured faster than the baseline; keep the "
-            "baseline's settings"
+            "autotune result: no config trained faster than yours here: keep your settings "
+            "(the baseline's)"
         )
     span = data.get("speedup_range")
     if not span:
@@ -165,9 +249,8 @@ def _headline(data: dict[str, Any]) -> str:
             "own measurements, one-time costs left out"
         )
     return (
-        f"autotune result: {data['speedup']:.2f}x faster than the baseline (side by side over "
-        f"{data.get('speedup_rounds')} rounds: {span[0]:.2f}-{span[1]:.2f}x; projected for "
-        f"{m.get('planned_samples', 0):,} training samples)" + _length(data)
+        f"autotune result: {data['speedup']:.2f}x faster than the baseline (training time "
+        f"for {m.get('planned_samples', 0):,} samples)" + _length(data)
     )
 
 
@@ -378,6 +461,9 @@ def _search_lines(data: dict[str, Any]) -> list[str]:
         values = "; ".join(f"{u['knob']}={u['value']} ({u['why']})" for u in missing[:8])
         more = f"; and {len(missing) - 8} more" if len(missing) > 8 else ""
         lines.append(f"  not measured: {values}{more}")
+    shared = _shared_words(search.get("machine") or {})
+    if shared:
+        lines.append(shared)
     if search.get("interrupted"):
         lines.append("  (interrupted: this is the best answer found before the stop)")
     if env:
@@ -386,6 +472,24 @@ def _search_lines(data: dict[str, Any]) -> list[str]:
             f"torch {env.get('torch')}, {env.get('cpu_count')} CPUs"
         )
     return lines
+
+
+def _shared_words(machine: dict[str, Any]) -> str | None:
+    """Where other processes used the machine while the search measured: how much, how
+    often, and what that means for its figures (None: it was never seen shared)."""
+    shared, readings = int(machine.get("shared") or 0), int(machine.get("readings") or 0)
+    if not shared:
+        return None
+    cores = machine.get("cores")
+    use = f"~{machine.get('others_max', 0):.1f} of {cores} cores" if cores else "the CPUs"
+    gpu = int(machine.get("gpu_others") or 0)
+    if gpu:
+        use += f" and the GPU ({gpu} process{'es' if gpu > 1 else ''})"
+    return (
+        f"  ! machine shared: other processes used up to {use} during {shared} of "
+        f"{readings} measurements; each ratio is against the baseline measured in the same "
+        "state, and is true of that state, not of training alone on this machine"
+    )
 
 
 def _budget(search: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ from autotune._search.guard import (
 )
 from autotune._search.horizon import HorizonPlan, longer_reason, plan_horizon
 from autotune._search.ledger import Entry, Ledger
-from autotune._search.record import BaselineAccuracy, Record, Role
+from autotune._search.record import BaselineAccuracy, BaselineCheck, Record, Role
 from autotune._space import Choice, SearchSpace
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
@@ -77,13 +77,16 @@ class Baseline:
     entry: Entry
     accuracy: BaselineAccuracy | None  # None until its accuracy runs are measured
     guard: AccuracyGuard | None
+    # Its latest measurement (its trial's, or one taken again during the search): what the
+    # search prices runs from, the machine as it is now (None: its trial's own).
+    latest: BaselineCheck | None = None
 
     @classmethod
     def of(cls, ledger: Ledger) -> Baseline | None:
         entry = ledger.baseline
         if entry is None:
             return None
-        return cls(entry, ledger.baseline_accuracy, ledger.guard)
+        return cls(entry, ledger.baseline_accuracy, ledger.guard, ledger.latest_check)
 
     @property
     def record(self) -> Record:
@@ -91,6 +94,9 @@ class Baseline:
 
     @property
     def throughput(self) -> float:
+        """Samples/s, as the baseline's latest measurement read."""
+        if self.latest is not None and self.latest.throughput:
+            return self.latest.throughput
         m = self.record.measurement
         return m.throughput if m is not None else 0.0
 
@@ -154,7 +160,9 @@ class Baseline:
 
     @property
     def measure_seconds(self) -> float:
-        """Seconds of measuring a config's throughput once, as the baseline's took."""
+        """Seconds of measuring a config's throughput once, as the baseline's latest took."""
+        if self.latest is not None and self.latest.measure_seconds:
+            return SLACK * self.latest.measure_seconds
         return SLACK * self.record.measure_seconds
 
 

@@ -13,7 +13,8 @@ from optuna.trial import TrialState
 
 from autotune._choices import CompileMode
 from autotune._knobs.config import TrainingConfig
-from autotune._progress import Progress, Report, as_progress
+from autotune._load import Meter, meter
+from autotune._progress import Briefed, Progress, Report, as_progress
 from autotune._search import storage
 from autotune._search.deadline import Deadline
 from autotune._search.guard import AccuracyGuard, screening_violation
@@ -57,12 +58,16 @@ class Bench:
         executor: TrialExecutor,
         report: Progress | Report,
         fingerprint: str,
+        load_meter: Meter | None = None,
     ) -> None:
         self.study = study
         self.state = state
         self.executor = executor
-        self.report = as_progress(report)
+        # Event lines within 120 characters; the whole of a longer one is the result's detail.
+        self.report = Briefed(as_progress(report), lambda text: storage.add_note(study, text))
         self.fingerprint = fingerprint
+        # Reads other processes' use of the machine around each run (None: not read).
+        self.load_meter = load_meter
 
     @property
     def settings(self) -> SearchSettings:
@@ -106,16 +111,20 @@ class Bench:
             what = f"accuracy run{'s' if len(accuracy.seeds) > 1 else ''} (seed {seeds})"
         self.report.run(f"{what} of {cfg.describe()}", expected)
         cut = _at_least(self.deadline.trial_limit(limit, keep), floor)
-        outcome = self.executor.run(
-            cfg,
-            budget or self.settings.budget,
-            accuracy=accuracy,
-            measured=measured,
-            time_limit=cut,
-            # Steps from an isolated worker made a fault test's baseline time out (unexplained,
-            # see issue 12's closing note): the panel shows only their elapsed time for now.
-            progress=None if self.executor.isolated else self.report.step,
-        )
+        with meter(self.load_meter) as seen:
+            outcome = self.executor.run(
+                cfg,
+                budget or self.settings.budget,
+                accuracy=accuracy,
+                measured=measured,
+                time_limit=cut,
+                # Steps from an isolated worker made a fault test's baseline time out
+                # (unexplained, see issue 12's closing note): the panel shows only their
+                # elapsed time for now.
+                progress=None if self.executor.isolated else self.report.step,
+            )
+        if seen:
+            outcome = dataclasses.replace(outcome, load=seen[0])
         if (
             outcome.failure is FailureReason.TIMEOUT
             and cut is not None
@@ -163,6 +172,7 @@ class Bench:
             projected_time=projected,
             fingerprint=self.fingerprint,
             at=self.deadline.now(),
+            load=outcome.load,
             **extra,  # type: ignore[arg-type]
         )
 
@@ -172,11 +182,14 @@ class Bench:
         record: Record,
         guard: AccuracyGuard | None,
         baseline_time: float | None,
+        value: float | None = None,
     ) -> bool:
         """Store the record and the constraints, then complete the trial: its value is its
         projected time, or for a trial without one a penalty of :data:`PENALTY` times the
         baseline's (10 s where that is unknown), so a failure never looks fast to the sampler.
-        Returns True when the sampler says it has covered the whole space (a grid)."""
+        ``value``: its projected time as the sampler should compare it (in the machine's
+        latest state, see :meth:`Ledger.normalized`), where not its own. Returns True when the
+        sampler says it has covered the whole space (a grid)."""
         violation = 0.0 if record.role is Role.BASELINE else -self.settings.tolerance
         if record.accuracy and guard is not None and record.role is Role.CANDIDATE:
             violation = screening_violation(guard, record.accuracy)
@@ -188,7 +201,8 @@ class Bench:
         penalty = PENALTY
         if baseline_time is not None and math.isfinite(baseline_time):
             penalty *= baseline_time
-        value = record.projected_time if record.projected_time is not None else penalty
+        if value is None:
+            value = record.projected_time if record.projected_time is not None else penalty
         try:
             if record.pruned:
                 self.study.tell(trial, state=TrialState.PRUNED)

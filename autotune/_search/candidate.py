@@ -15,7 +15,7 @@ from autotune._choices import CompileMode
 from autotune._errors import ConfigError, DeviceError
 from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
-from autotune._search import derived, ranking, storage
+from autotune._search import derived, ranking, rebase, storage
 from autotune._search.baseline import SLACK, Baseline, measurement_seconds
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm
@@ -57,17 +57,16 @@ def expected_seconds(
     trial, a compile's cost is unknown (seconds for an MLP, minutes for a large model): the
     steady-state part is returned, and :func:`first_compile` says how the first one runs."""
     typical = baseline.measure_seconds
-    m = baseline.record.measurement
-    if m is not None:
+    rate = baseline.throughput  # as its latest measurement read: the machine now
+    if baseline.record.measurement is not None and rate:
         # Per-rank batches (a DDP measurement's batch_size is every rank's together).
         base = baseline.record.config
         base_cost = measurement_seconds(
-            base.batch_size, budget, m.throughput, 0.0, base.gradient_accumulation_steps,
-            base.ranks,
-        )  # fmt: skip
-        overhead = max(0.0, baseline.record.measure_seconds - base_cost)
+            base.batch_size, budget, rate, 0.0, base.gradient_accumulation_steps, base.ranks
+        )
+        overhead = max(0.0, baseline.measure_seconds / SLACK - base_cost)
         k = cfg.gradient_accumulation_steps
-        steps = measurement_seconds(cfg.batch_size, budget, m.throughput, overhead, k, cfg.ranks)
+        steps = measurement_seconds(cfg.batch_size, budget, rate, overhead, k, cfg.ranks)
         typical = SLACK * steps
     if cfg.compile_mode is CompileMode.NONE:
         return typical
@@ -202,7 +201,13 @@ def _measure(
     eager = cfg.replace(compile_mode=CompileMode.NONE, compile_dynamic=False)
     expected = expected_seconds(eager, ledger, baseline, budget)
     outcome = bench.execute(cfg, expected=expected, keep=reserve + bench.deadline.grace)
-    measured = outcome.seconds
+    measured, load = outcome.seconds, outcome.load
+    if outcome.ok:
+        # Where it ran in another state of the machine than every baseline measurement (or
+        # the last is old), the baseline is measured again first: its ratio, the decisions
+        # below and its progress line compare like with like.
+        rebase.recheck(bench, load, reserve=reserve, trial=trial.number)
+        ledger = bench.ledger()
     if not outcome.ok or ledger.same_numerics(cfg, baseline.record.config):
         return bench.record(outcome, role=Role.CANDIDATE, measure_seconds=measured)
     known = ledger.accuracy_of_numerics(cfg)
@@ -232,7 +237,7 @@ def _measure(
         expected=baseline.run_seconds(outcome),
         keep=reserve,
     )
-    outcome = dataclasses.replace(outcome, seconds=outcome.seconds + measured)
+    outcome = dataclasses.replace(outcome, seconds=outcome.seconds + measured, load=load)
     return bench.record(
         outcome, role=Role.CANDIDATE, measure_seconds=measured, accuracy_samples=check.samples
     )
@@ -276,7 +281,9 @@ def _no_accuracy_run(
     if baseline.check is None:
         return NoRun.NO_GUARD, "no accuracy check: the baseline's accuracy runs were not measured"
     s = bench.settings
-    projected = s.projected_time(outcome.measurement, outcome.config)
+    # In the machine's latest state, as every draw it is compared with (Ledger.normalized).
+    projected = ledger.normalized(bench.record(outcome, role=Role.CANDIDATE))
+    assert projected is not None
     trial.report(projected, step=0)  # Optuna's intermediate value: the throughput phase
     # Each by every screening draw of its steps, not one: one high draw of a safe config
     # ruled out every change of the numerics an idle README run screened, among them an 80%
@@ -391,7 +398,14 @@ def _finish(
     repeated: bool = False,
     seconds: float | None = None,
 ) -> CandidateRun:
-    exhausted = bench.tell(trial, record, baseline.guard, baseline.record.projected_time)
+    before = bench.ledger()
+    exhausted = bench.tell(
+        trial,
+        record,
+        baseline.guard,
+        before.normalized(baseline.record),
+        value=before.normalized(record),
+    )
     ledger = bench.ledger()
     entry = next(e for e in ledger.entries if e.number == trial.number)
     if not repeated:  # a proposal of a config measured already runs nothing: not a line
@@ -400,8 +414,8 @@ def _finish(
                 ledger,
                 entry,
                 stage=step.stage.value,
+                left=bench.deadline.left(),
                 n_trials=bench.settings.n_trials,
-                time_left=bench.deadline.describe(),
             )
         )
     bench.report.status(

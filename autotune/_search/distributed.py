@@ -39,6 +39,7 @@ from autotune._search.storage import (
 from autotune._trial.data import DataModuleLike
 from autotune._trial.executors import make_executor
 from autotune._trial.isolation import worker_env
+from autotune._trial.measure import machine_meter
 from autotune._trial.workload import prepare_workload
 
 __all__ = [
@@ -238,6 +239,7 @@ def join_search(
         executor=executor,
         report=report,
         fingerprint=environment(device_str)["fingerprint"],
+        load_meter=machine_meter(device_str),
     )
     try:
         search.run_worker()

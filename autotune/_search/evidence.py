@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from autotune._search import storage
+from autotune._search import storage, words
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.guard import (
@@ -153,10 +153,21 @@ def confirm(
         result = more
         _file(bench, entry, result)  # at every look: a search cut off keeps what it bought
     if looked:
-        verdict = f"{result.verdict} ({result.describe()})"
-        bench.report(f"confirmation of trial #{entry.number}: {verdict}")
+        # One short line; the whole reasoning (and what would settle it) is the detail.
+        whole = f"confirmation of trial #{entry.number}: {result.verdict} ({result.describe()})"
+        storage.add_note(bench.study, whole)
         if result.settle:
-            bench.report(f"  to settle it: {result.settle}")
+            storage.add_note(bench.study, f"  to settle trial #{entry.number}: {result.settle}")
+        bench.report(
+            words.check_line(
+                entry.number,
+                str(result.verdict),
+                result.drop,
+                result.bound,
+                result.tolerance or 0.0,
+                len(result.runs),
+            )
+        )
     return result
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from autotune._load import Load
 from autotune._search import derived, ranking, storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
@@ -304,7 +305,12 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
             _rounds(bench, baseline, [*again, *fitting], keep=0.0)
     ledger = bench.ledger()
     best, base = ledger.best(), ledger.baseline
-    if best is not None and base is not None and best.number != base.number:
+    if best is not None and base is not None and best.config == base.config:
+        bench.report(
+            "side by side: no config trained faster than the baseline in the rounds; the "
+            "answer is your own settings"
+        )
+    elif best is not None and base is not None and best.number != base.number:
         speedups = ledger.round_speedups(best)
         figure = derived.side_by_side(speedups)  # the result's headline figure
         if figure is not None:
@@ -333,6 +339,7 @@ def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry], *, keep: 
         bench.report.trial(f"side by side with the baseline: round {r + 1}/{ROUNDS}")
         measured: dict[int, float] = {}
         rates: dict[int, float] = {}
+        loads: dict[int, Load] = {}
         timed_out = False
         for entry in order:
             expected = stretch * baseline.measure_seconds * _relative_cost(entry, baseline)
@@ -340,8 +347,10 @@ def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry], *, keep: 
             if outcome.ok and outcome.measurement is not None:
                 measured[entry.number] = s.projected_time(outcome.measurement, entry.config)
                 rates[entry.number] = outcome.measurement.throughput
+                if outcome.load is not None:
+                    loads[entry.number] = outcome.load
             timed_out = timed_out or outcome.failure is FailureReason.TIMEOUT
-        storage.add_round(bench.study, measured, rates)
+        storage.add_round(bench.study, measured, rates, loads)
         done += 1
         failed = [e for e in order if e.number not in measured]
         if failed:

@@ -22,7 +22,8 @@ import optuna
 
 from autotune._device import describe_device
 from autotune._errors import AutotuneError
-from autotune._search import coverage, storage
+from autotune._load import Meter
+from autotune._search import coverage, storage, words
 from autotune._search.baseline import (
     Baseline,
     calibrate,
@@ -70,6 +71,7 @@ class Search:
         fingerprint: str,
         launcher: Callable[[optuna.Study], None] | None = None,
         clock: Callable[[], float] = time.time,
+        load_meter: Meter | None = None,
     ) -> None:
         self.state = LoopState.start(settings, clock)
         self.bench = Bench(
@@ -78,6 +80,7 @@ class Search:
             executor=executor,
             report=report,
             fingerprint=fingerprint,
+            load_meter=load_meter,
         )
         self.launcher = launcher
         self.worker = False  # joined a coordinator's study: it owns the baseline's accuracy runs
@@ -169,13 +172,14 @@ class Search:
             self.bench.report("the space has a single config (the baseline's): nothing to search")
             return
         policy = self._policy()
+        self.bench.report(words.trial_header())
         while True:
             ledger = self.ledger()
             baseline = Baseline.of(ledger) or state.baseline
             assert baseline is not None
             state.measured(baseline)  # with the guard, once the coordinator measured it
             if self._trials_done(ledger):
-                if self._others_running() and state.waited < storage.GRACE_PERIOD + 5:
+                if storage.running_elsewhere(study) and state.waited < storage.GRACE_PERIOD + 5:
                     self._wait()  # for a running trial to finish or be found dead (and retried)
                     continue
                 return
@@ -296,10 +300,6 @@ class Search:
         if state.no_checks:
             return False
         return True if ledger.guard else None
-
-    def _others_running(self) -> bool:
-        """Whether trials of other processes are running (a dead one's heartbeat goes stale)."""
-        return storage.running_elsewhere(self.bench.study)
 
     def _guard_coming(self, ledger: Ledger) -> bool:
         """Whether a worker should wait for the coordinator's accuracy guard (the space changes

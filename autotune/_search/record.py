@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune._knobs.config import TrainingConfig
+from autotune._load import Load
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
 from autotune._trial.outcome import AccuracyRun
 
-__all__ = ["BaselineAccuracy", "NoRun", "Record", "Role"]
+__all__ = ["BaselineAccuracy", "BaselineCheck", "CheckReason", "NoRun", "Record", "Role"]
 
 
 class Role(str, enum.Enum):
@@ -60,6 +61,7 @@ class Record:
     fingerprint: str = ""  # of the machine that measured it (see autotune._device.fingerprint)
     accuracy_samples: int | None = None  # samples each accuracy run trained on
     at: float | None = None  # wall-clock time the trial ended
+    load: Load | None = None  # other processes' use of the machine while it ran (None: unread)
 
     @property
     def ok(self) -> bool:
@@ -90,6 +92,7 @@ class Record:
             "fingerprint": self.fingerprint,
             "accuracy_samples": self.accuracy_samples,
             "at": self.at,
+            "load": self.load.to_dict() if self.load is not None else None,
         }
 
     @classmethod
@@ -112,6 +115,68 @@ class Record:
             fingerprint=str(data.get("fingerprint") or ""),
             accuracy_samples=_int(data.get("accuracy_samples")),
             at=_float(data.get("at")),
+            load=Load.from_dict(data.get("load")),
+        )
+
+
+class CheckReason(str, enum.Enum):
+    """Why the baseline was measured (again)."""
+
+    FIRST = "first"  # the baseline's trial itself
+    CADENCE = "cadence"  # time had passed since the last: the machine drifts
+    STATE = "state"  # a candidate ran while other processes used the machine differently
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BaselineCheck:
+    """One measurement of the baseline's throughput, and the machine's state during it: a
+    candidate's screening ratio is taken against the one of its own state nearest it in time
+    (see :meth:`autotune._search.ledger.Ledger.reference`)."""
+
+    at: float  # wall-clock time it ended
+    projected_time: float  # for the planned run, as a trial's
+    throughput: float  # samples/s
+    measure_seconds: float = 0.0  # how long the measurement took
+    load: Load | None = None
+    reason: CheckReason = CheckReason.CADENCE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "projected_time": self.projected_time,
+            "throughput": self.throughput,
+            "measure_seconds": self.measure_seconds,
+            "load": self.load.to_dict() if self.load is not None else None,
+            "reason": self.reason.value,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BaselineCheck:
+        return cls(
+            at=float(data["at"]),
+            projected_time=float(data["projected_time"]),
+            throughput=float(data["throughput"]),
+            measure_seconds=float(data.get("measure_seconds") or 0.0),
+            load=Load.from_dict(data.get("load")),
+            reason=CheckReason(data.get("reason") or CheckReason.CADENCE.value),
+        )
+
+    @classmethod
+    def of(cls, record: Record) -> BaselineCheck | None:
+        """The baseline trial's own measurement as the first check (None: it has none)."""
+        m = record.measurement
+        if record.projected_time is None or m is None:
+            return None
+        return cls(
+            at=record.at or 0.0,
+            projected_time=record.projected_time,
+            throughput=m.throughput,
+            measure_seconds=record.measure_seconds or record.seconds,
+            load=record.load,
+            reason=CheckReason.FIRST,
         )
 
 

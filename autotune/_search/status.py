@@ -1,41 +1,75 @@
-"""The progress line of a finished trial (what it was, how it ended, the best so far) and the
-search's status for a live display."""
+"""The facts of a finished trial's row (what it changes, its speed and ratio, its accuracy
+state; :mod:`autotune._search.words` writes the row) and the search's status for a live
+display."""
 
 from __future__ import annotations
 
+from autotune._knobs import registry
 from autotune._progress import Status
-from autotune._search import derived
+from autotune._search import derived, words
+from autotune._search.guard import Verdict
 from autotune._search.ledger import Entry, Ledger, trials_counted
+from autotune._search.words import Accuracy, TrialFacts
 
-__all__ = ["search_status", "trial_line"]
+__all__ = ["search_status", "trial_facts", "trial_line"]
 
 
-def trial_line(
-    ledger: Ledger, entry: Entry, *, stage: str, n_trials: int | None, time_left: str
-) -> str:
-    """``trial n/N [#number, stage] config: outcome | best | failures | time left``."""
+def trial_facts(
+    ledger: Ledger,
+    entry: Entry,
+    *,
+    stage: str,
+    left: float | None = None,
+    n_trials: int | None = None,
+) -> TrialFacts:
+    """What a finished trial's row says (see :func:`words.trial_row`)."""
     r = entry.record
-    name = ledger.guard.metric_name if ledger.guard is not None else "metric"
-    if r.failure is not None:
-        outcome = f"failed ({r.failure.value}): {r.message}"
-    elif r.pruned:
-        outcome = f"{_speedup(ledger, entry)}, {r.message or 'pruned'}"
-    else:
-        metric = "" if r.metric is None else f", val {name} {r.metric:.4f}"
-        outcome = f"{_speedup(ledger, entry)}{metric}{_verdict(ledger, entry)}"
-    best_text, failures = _best(ledger), _failures(ledger)
-    done = trials_counted(ledger)
-    total = f"/{n_trials}" if n_trials is not None else ""
-    return (
-        f"trial {done}{total} [#{entry.number}, {stage}] {r.config.describe()}: {outcome}"
-        f" | {best_text} | failures: {failures} | {time_left}"
+    base = ledger.baseline
+    side = ledger.side_speedup(entry)
+    best = ledger.best()
+    return TrialFacts(
+        number=entry.number,
+        stage=stage,
+        changes=registry.changes(r.config, base.config if base is not None else r.config),
+        throughput=r.measurement.throughput if r.measurement is not None and r.ok else None,
+        ratio=side if side is not None else ledger.screening_speedup(entry),
+        side_by_side=side is not None,
+        accuracy=_accuracy(ledger, entry),
+        failure=r.failure.value if r.failure is not None else None,
+        note=r.no_run.value if r.no_run is not None and r.failure is None else None,
+        left=left,
+        trials=None if n_trials is None else f"{trials_counted(ledger)}/{n_trials}",
+        best=best is not None and best.number == entry.number,
     )
 
 
-def _verdict(ledger: Ledger, entry: Entry) -> str:
-    """What its accuracy check says so far."""
-    verdict = derived.accuracy_verdict(ledger.confirmation(entry), ledger.screened(entry))
-    return "" if verdict is None else f" ({verdict})"
+def trial_line(
+    ledger: Ledger,
+    entry: Entry,
+    *,
+    stage: str,
+    left: float | None = None,
+    n_trials: int | None = None,
+) -> str:
+    """A finished trial's row of the progress story."""
+    return words.trial_row(trial_facts(ledger, entry, stage=stage, left=left, n_trials=n_trials))
+
+
+def _accuracy(ledger: Ledger, entry: Entry) -> Accuracy:
+    """Its accuracy state, as a fact: its check's verdict, else its screening's."""
+    if ledger.safe(entry):
+        return Accuracy.NOT_NEEDED
+    c = ledger.confirmation(entry)
+    if c is not None and c.failure is None:
+        return {
+            Verdict.CONFIRMED: Accuracy.CONFIRMED,
+            Verdict.REJECTED: Accuracy.REJECTED,
+            Verdict.UNRESOLVED: Accuracy.UNRESOLVED,
+        }[c.verdict]
+    screened = ledger.screened(entry)
+    if screened is None:
+        return Accuracy.NOT_RUN
+    return Accuracy.SCREENED if screened else Accuracy.OUTSIDE
 
 
 def _speedup(ledger: Ledger, entry: Entry) -> str:

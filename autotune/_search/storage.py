@@ -33,14 +33,17 @@ import psutil
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune._errors import StorageError
+from autotune._load import Load
 from autotune._search.guard import Confirmation
-from autotune._search.record import BaselineAccuracy, Record
+from autotune._search.record import BaselineAccuracy, BaselineCheck, Record
 from autotune._search.settings import SearchSettings, differences
 from autotune._trial.outcome import AccuracyRun
 from autotune._trial.probe import MemoryLimits
 
 __all__ = [
+    "add_baseline_check",
     "add_baseline_runs",
+    "add_note",
     "add_round",
     "file_confirmation",
     "heartbeat",
@@ -49,9 +52,12 @@ __all__ = [
     "open_study",
     "publish_settings",
     "read_baseline_accuracy",
+    "read_baseline_checks",
     "read_confirmations",
     "read_memory",
+    "read_notes",
     "read_records",
+    "read_round_loads",
     "read_round_throughputs",
     "read_rounds",
     "read_settings",
@@ -79,6 +85,8 @@ BASELINE_RUN = "autotune_baseline_run:"  # + seed: a baseline run a check bought
 ROUNDS = "autotune_rounds"  # study attribute: side-by-side rounds, trial -> time, throughput
 # One study attribute per key, so that processes adding them at once never overwrite each other.
 CONFIRMATION = "autotune_confirmation:"  # + numerics id: the confirmation filed under it
+BASELINE_CHECK = "autotune_baseline_check:"  # + time and process: the baseline measured again
+NOTE = "autotune_note:"  # + time and process: an event line's whole text (the result's detail)
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 ORPHAN_SECONDS = 600.0  # a RUNNING trial with no owner this long after it started is dead
 
@@ -190,18 +198,76 @@ def read_round_throughputs(study: optuna.Study) -> list[dict[int, float]]:
     ]
 
 
+def read_round_loads(study: optuna.Study) -> list[dict[int, Load]]:
+    """The same rounds' machine states, trial number -> other processes' use during it."""
+    out = []
+    for r in _round_values(study):
+        loads = {}
+        for n, v in r.items():
+            load = Load.from_dict(v.get("load")) if isinstance(v, dict) else None
+            if load is not None:
+                loads[n] = load
+        out.append(loads)
+    return out
+
+
 def add_round(
-    study: optuna.Study, measured: dict[int, float], throughputs: dict[int, float] | None = None
+    study: optuna.Study,
+    measured: dict[int, float],
+    throughputs: dict[int, float] | None = None,
+    loads: dict[int, Load] | None = None,
 ) -> None:
-    """File a side-by-side round: each trial's projected time, and its throughput."""
-    rates = throughputs or {}
+    """File a side-by-side round: each trial's projected time, its throughput and the
+    machine's state while it was measured."""
+    rates, states = throughputs or {}, loads or {}
 
     def value(n: int, time: float) -> Any:
-        return {"time": time, "throughput": rates[n]} if n in rates else time
+        if n not in rates:
+            return time
+        out: dict[str, Any] = {"time": time, "throughput": rates[n]}
+        if n in states:
+            out["load"] = states[n].to_dict()
+        return out
 
     rounds = study.user_attrs.get(ROUNDS)
     rounds = rounds if isinstance(rounds, list) else []
     study.set_user_attr(ROUNDS, [*rounds, {str(n): value(n, t) for n, t in measured.items()}])
+
+
+def add_baseline_check(study: optuna.Study, check: BaselineCheck) -> None:
+    """File a measurement of the baseline taken during the search (its own key: processes
+    filing at once never overwrite each other)."""
+    key = f"{BASELINE_CHECK}{check.at:.6f}:{os.getpid()}"
+    study.set_user_attr(key, check.to_dict())
+
+
+def add_note(study: optuna.Study, text: str) -> None:
+    """Keep an event line's whole text (its progress line was shortened): the detail a
+    result shows with ``autotune show --detail``."""
+    study.set_user_attr(f"{NOTE}{datetime.datetime.now().timestamp():.6f}:{os.getpid()}", text)
+
+
+def read_notes(study: optuna.Study) -> list[str]:
+    """The event lines' whole texts, in the order they were said."""
+    notes = [
+        (key, value)
+        for key, value in study.user_attrs.items()
+        if key.startswith(NOTE) and isinstance(value, str)
+    ]
+    return [
+        text for _, text in sorted(notes, key=lambda kv: float(kv[0][len(NOTE) :].split(":")[0]))
+    ]
+
+
+def read_baseline_checks(study: optuna.Study) -> list[BaselineCheck]:
+    """The baseline's measurements taken during the search (its trial's own aside), in time
+    order."""
+    checks = [
+        BaselineCheck.from_dict(value)
+        for key, value in study.user_attrs.items()
+        if key.startswith(BASELINE_CHECK) and isinstance(value, dict)
+    ]
+    return sorted(checks, key=lambda c: c.at)
 
 
 def read_confirmations(study: optuna.Study) -> dict[str, Confirmation]:

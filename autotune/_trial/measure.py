@@ -18,7 +18,9 @@ from typing import Any
 import psutil
 import torch
 
-__all__ = ["Measurement", "MemoryTracker", "UtilizationSampler", "nvml_handle"]
+from autotune._load import LoadMeter, nvml_others
+
+__all__ = ["Measurement", "MemoryTracker", "UtilizationSampler", "machine_meter", "nvml_handle"]
 
 NOISY_SPREAD = 0.10  # relative spread above which a measurement is flagged as noisy
 
@@ -265,6 +267,21 @@ def nvml_handle(nvml: Any, device: torch.device) -> tuple[Any, str | None]:
             return None, "not available: NVML reports no utilisation for a MIG instance"
         return handle, None
     return None, f"not available: NVML knows no GPU with this device's UUID ({bare})"
+
+
+def machine_meter(device: str) -> LoadMeter:
+    """What the search reads of the machine's state around each run: other processes' CPU
+    time, and on a GPU the compute processes of others on it (NVML, where it can be read)."""
+    gpu = None
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        with contextlib.suppress(Exception):  # no NVML: the CPU reading alone
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle, _ = nvml_handle(pynvml, torch.device(device))
+            if handle is not None:
+                gpu = nvml_others(pynvml, handle)
+    return LoadMeter(gpu_others=gpu)
 
 
 class UtilizationSampler:

@@ -10,6 +10,7 @@ import statistics
 from typing import Any
 
 from autotune._knobs.config import TrainingConfig
+from autotune._load import Load
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
 
@@ -118,6 +119,7 @@ class TrialOutcome:
     message: str | None = None
     seconds: float = 0.0
     initial_metric: float | None = None  # the untrained model's, where asked for
+    load: Load | None = None  # other processes' use of the machine during it (the search reads it)
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,104 @@
+"""The baseline measured again while the search runs, so that every ratio is against a baseline
+measured in the same state of the machine.
+
+The baseline's first measurement comes when caches are cold and the machine may still be
+busy (a README run, its first minute shared with an install, read its baseline at 134
+samples/s and at 941 in the closing rounds: every screening ratio ran 7-15x high). It is
+taken again
+
+- when a candidate ran while other processes used the machine differently from every baseline
+  measurement so far (:meth:`Load.differs`; at most :data:`STATE_RUNS` times in a row, then the
+  candidate keeps its reading with the state named), and
+- every so often (:data:`CHECK_SHARE` of the time between two), since machines drift,
+
+within :data:`CHECK_SHARE` of the budget for the second kind. Each measurement is filed in the
+study (:func:`storage.add_baseline_check`); the ledger compares each trial with the one of its
+own state nearest it (:meth:`Ledger.reference`) and prices runs from the latest.
+"""
+
+from __future__ import annotations
+
+from autotune._load import Load
+from autotune._search import storage
+from autotune._search.baseline import SLACK, Baseline
+from autotune._search.bench import Bench
+from autotune._search.ledger import Ledger
+from autotune._search.record import BaselineCheck, CheckReason
+
+__all__ = ["CHECK_SHARE", "STATE_RUNS", "due", "recheck"]
+
+# The share of the search's time its regular re-measurements of the baseline may take: one
+# measurement per (its length / CHECK_SHARE) seconds, and no more in all.
+CHECK_SHARE = 0.08
+STATE_RUNS = 2  # re-measurements for a change of state in a row, at most
+
+
+def due(ledger: Ledger, load: Load | None, now: float, budget: float | None) -> CheckReason | None:
+    """Why the baseline should be measured again now, after a candidate measured in the state
+    ``load`` at time ``now`` (None: it is not due). ``budget``: the search's time budget in
+    seconds (None: no time limit, where only the cadence bounds it)."""
+    checks = ledger.checks
+    if not checks:
+        return None
+    latest = checks[-1]
+    if load is not None and all(load.differs(c.load) for c in checks):
+        recent = ledger.baseline_checks[-STATE_RUNS:]
+        if len(recent) < STATE_RUNS or any(c.reason is not CheckReason.STATE for c in recent):
+            return CheckReason.STATE
+    cost = SLACK * (latest.measure_seconds or 0.0)
+    if cost <= 0:
+        return None
+    spent = sum(SLACK * c.measure_seconds for c in ledger.baseline_checks)
+    if budget is not None and spent + cost > CHECK_SHARE * budget:
+        return None
+    return CheckReason.CADENCE if now - latest.at >= cost / CHECK_SHARE else None
+
+
+def recheck(
+    bench: Bench, load: Load | None, *, reserve: float, trial: int | None = None
+) -> BaselineCheck | None:
+    """Measure the baseline again where :func:`due` says so and the time left holds it beside
+    the ``reserve`` kept for pending work; file it and say so in one line. ``load``: the
+    machine's state during the candidate just measured (trial number ``trial``). Returns the
+    new measurement (None: none was taken, or it failed)."""
+    ledger = bench.ledger()
+    deadline = bench.deadline
+    reason = due(ledger, load, deadline.now(), deadline.budget)
+    baseline = Baseline.of(ledger)
+    if reason is None or baseline is None:
+        return None
+    if not deadline.fits(baseline.measure_seconds + reserve):
+        return None
+    cfg = baseline.record.config
+    outcome = bench.execute(cfg, expected=baseline.measure_seconds / SLACK, keep=reserve)
+    m = outcome.measurement
+    if not outcome.ok or m is None:
+        bench.report(f"baseline: measuring it again failed ({outcome.failure}): {outcome.message}")
+        return None
+    check = BaselineCheck(
+        at=deadline.now(),
+        projected_time=bench.settings.projected_time(m, cfg),
+        throughput=m.throughput,
+        measure_seconds=outcome.seconds,
+        load=outcome.load,
+        reason=reason,
+    )
+    storage.add_baseline_check(bench.study, check)
+    bench.report(_words(check, ledger.latest_check, load, trial))
+    return check
+
+
+def _words(
+    check: BaselineCheck, before: BaselineCheck | None, load: Load | None, trial: int | None
+) -> str:
+    was = f" (was {before.throughput:,.0f})" if before is not None else ""
+    figure = f"{check.throughput:,.0f} samples/s{was}"
+    if check.reason is CheckReason.STATE and load is not None:
+        who = f"trial #{trial}" if trial is not None else "the last trial"
+        state = (
+            f"other processes used ~{load.others:.1f} of {load.cores} cores during {who}"
+            if load.busy
+            else f"the machine was free again during {who}"
+        )
+        return f"machine: {state}; baseline measured again in that state: {figure}"
+    return f"baseline measured again: {figure}"

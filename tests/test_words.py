@@ -1,0 +1,89 @@
+"""The answer at a glance (issue 57): rows in columns within 120 characters, long event lines
+shortened with their whole text kept as the result's detail, and a summary whose first lines
+say what to change, how much faster, whether it is safe and how to apply it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sim import Model, result_of, search
+from test_rebase import SAFE, _speed
+
+from autotune import TrainingConfig
+from autotune._cli import main
+from autotune._knobs.registry import changes
+from autotune._progress import WIDTH, Briefed, Lines, brief
+from autotune._result.summary import render_summary
+from autotune._search.words import Accuracy, TrialFacts, change_words, trial_header, trial_row
+
+
+def test_a_row_names_only_what_changed_and_fits_the_width() -> None:
+    base = TrainingConfig()
+    cfg = base.replace(
+        num_workers=2, persistent_workers=True, prefetch_factor=4, channels_last=True,
+        optimizer_impl="fused", intra_op_threads=1, precision="bf16", batch_size=256,
+    )  # fmt: skip
+    facts = TrialFacts(
+        number=123, stage="explore", changes=changes(cfg, base), throughput=36412.0,
+        ratio=1.834, accuracy=Accuracy.UNRESOLVED, left=1234.0, best=True,
+    )  # fmt: skip
+    row = trial_row(facts)
+    assert len(row) <= 120 and len(trial_header()) <= 120
+    assert row.lstrip().startswith("#123* explore ")
+    assert "batch=256" in row and "36,412" in row and "1.83x" in row and "unresolved" in row
+    assert "lr=" not in row  # unchanged knobs are not named
+    assert change_words(changes(base.replace(precision="bf16", channels_last=True), base)) == (
+        "precision fp32 → bf16, channels_last off → on"
+    )
+    failed = trial_row(
+        TrialFacts(number=4, stage="fast", changes=(), failure="oom", accuracy=Accuracy.NOT_RUN)
+    )
+    assert "your settings" in failed and "failed: oom" in failed
+
+
+def test_a_long_event_line_is_cut_at_a_clause_and_kept_whole() -> None:
+    long = "accuracy guard: " + "; ".join(
+        f"clause {i} says something long enough" for i in range(9)
+    )
+    kept: list[str] = []
+    shown: list[str] = []
+    Briefed(Lines(shown.append), kept.append)(long)
+    assert kept == [long] and len(shown[0]) <= WIDTH
+    assert shown[0].startswith("accuracy guard: clause 0") and "autotune show --detail" in shown[0]
+    assert brief("short line") == "short line"
+
+
+def test_a_search_story_and_summary_read_as_a_person_needs(tmp_path) -> None:
+    """A simulated search's story: every row and note within 120 characters, none of the
+    long reasoning lost (the result's detail holds it); its summary's first five lines hold
+    the change, the speed-up with its range, the accuracy verdict and how to apply it."""
+    model = Model(speed=_speed)
+    knobs = {**SAFE, "precision": ["fp32", "bf16"]}
+    run, _, _ = search(model, knobs=knobs, timeout=240.0)
+    data = result_of(run).to_dict()
+    first = render_summary(data).splitlines()[:6]
+    assert re.match(r"autotune result: \d\.\d\dx faster than the baseline", first[0]), first
+    assert first[1].startswith("  change: ") and "workers 0 → 2" in first[1]
+    assert re.match(r"  speed-up: \d\.\d\dx, range \d\.\d\d-\d\.\d\dx: the median of 3 ", first[2])
+    assert first[3].startswith("  accuracy: ")
+    assert 'autotune.load_config("best.json")' in first[4]
+    assert all(len(line) <= 120 for line in first)
+    # `autotune show --detail` prints the whole of each shortened line.
+    notes = data["search"]["notes"]
+    assert notes and any(len(note) > 120 for note in notes)
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps(data))
+    assert main(["show", str(path), "--detail"]) == 0
+
+
+def test_show_detail_prints_the_notes(tmp_path, capsys) -> None:
+    model = Model(speed=_speed)
+    run, _, _ = search(model, knobs={**SAFE, "precision": ["fp32", "bf16"]}, timeout=240.0)
+    data = result_of(run).to_dict()
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps(data))
+    assert main(["show", str(path), "--detail"]) == 0
+    out = capsys.readouterr().out
+    assert "The search's reasoning, each line whole:" in out
+    assert all(note in out for note in data["search"]["notes"])
