@@ -117,7 +117,12 @@ class SearchOptions:
         "samples per accuracy-check run (default: from the time budget)",
         type=int,
     )
-    accuracy_repeats: int = 3
+    accuracy_repeats: int = _cli(
+        3,
+        "--accuracy-repeats",
+        "the baseline's accuracy runs, one per data-order seed: the pairs of a check's first look",
+        type=int,
+    )
     min_pairs: int | None = _cli(
         None,
         "--min-pairs",

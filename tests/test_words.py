@@ -87,3 +87,28 @@ def test_show_detail_prints_the_notes(tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "The search's reasoning, each line whole:" in out
     assert all(note in out for note in data["search"]["notes"])
+
+
+def test_advice_names_options_that_exist_on_the_command_line_and_in_search_options() -> None:
+    """Every option advice names (guard.py's, through words.option) is a flag of `autotune
+    search` and a field of SearchOptions: "accuracy_repeats=34" named no flag the CLI had."""
+    import dataclasses
+    from pathlib import Path
+
+    import autotune
+    from autotune._cli import build_parser
+    from autotune._search import guard, words
+
+    source = Path(guard.__file__).read_text(encoding="utf-8")
+    named = set(re.findall(r"words\.option\('(\w+)'", source))
+    assert named >= {"accuracy_repeats", "accuracy_samples"}
+    parser = build_parser()
+    search = next(
+        a.choices["search"] for a in parser._actions if getattr(a, "choices", None)
+    )  # the subcommand's parser
+    flags = {flag for action in search._actions for flag in action.option_strings}
+    fields = {f.name for f in dataclasses.fields(autotune.SearchOptions)}
+    for name in named:
+        text = words.option(name, 13)
+        flag, field = re.match(r"(--[\w-]+) 13 / SearchOptions\((\w+)=13\)", text).groups()
+        assert flag in flags and field in fields, text

@@ -303,7 +303,7 @@ def _no_accuracy_run(
             else "only its LR schedule and a longer run differ"
         )
         return NoRun.COULD_NOT_WIN, (
-            f"it trains as trial #{same.number}, an answer already, does ({what}, which "
+            f"it makes the steps of trial #{same.number}, an answer already ({what}, which "
             "changes no step's cost): no accuracy run, it could not win"
         )
     run = baseline.run_seconds(outcome)

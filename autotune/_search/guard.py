@@ -92,6 +92,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from autotune._search import words
+
 __all__ = [
     "ALPHA",
     "FIRST_PAIR",
@@ -1332,7 +1334,7 @@ def settle_advice(
         return (
             f"the baseline's {guard.metric_name} barely moved from the untrained model's in "
             f"{guard.accuracy_samples} samples per run: a longer accuracy budget "
-            "(a longer timeout, or accuracy_samples=) would let the check tell"
+            f"(a longer timeout, or {words.option('accuracy_samples')}) would let the check tell"
         ), None
     if len(drops) < 2:
         return "accuracy_repeats >= 2 would let the check measure its own noise", None
@@ -1404,7 +1406,8 @@ def settle_advice(
     )
     text = (
         f"the paired differences vary by ±{sd:.4f} (mean paired drop {mean:+.4f}{counting}): "
-        f"{would} (accuracy_repeats={need}), or a longer accuracy budget would settle it "
+        f"{would} ({words.option('accuracy_repeats', need)}), or a longer accuracy budget "
+        "would settle it "
         f"against the tolerance {guard.tolerance:g}"
     )
     lag = lagging_run(
@@ -1504,7 +1507,8 @@ def plan_accuracy_budget(
         note = (
             f"the accuracy check trains on {samples} samples per run ({samples / n_train:.0%} "
             f"of an epoch), {why}: a weaker check, said in the result. A timeout of "
-            f"{need:.0f} s or more gives it a full epoch (or pass accuracy_samples= to choose)."
+            f"{need:.0f} s or more gives it a full epoch (or choose: "
+            f"{words.option('accuracy_samples')})."
         )
     elif room < min(planned, target):
         note = (

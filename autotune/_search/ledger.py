@@ -338,7 +338,6 @@ class Ledger:
         (:func:`yardstick.normalized`)."""
         return yardstick.normalized(self.checks, record)
 
-
     def projected(self, entry: Entry) -> float | None:
         """Projected training time: the median over the side-by-side rounds where they
         measured it (at least :data:`derived.MIN_ROUNDS`: every figure of such a config comes

@@ -19,6 +19,7 @@ __all__ = [
     "change_words",
     "check_line",
     "compact",
+    "option",
     "trial_header",
     "trial_row",
 ]
@@ -121,3 +122,12 @@ def check_line(number: int, verdict: str, drop: float | None, bound: float | Non
         f"accuracy check of trial #{number}: {verdict}{figures} against tolerance "
         f"{tolerance:g}, {seeds} paired seeds"
     )
+
+
+def option(field: str, value: object = None) -> str:
+    """A search option as advice names it, in both ways in: the command line's flag and the
+    :class:`~autotune.SearchOptions` field (``--accuracy-repeats 13 / SearchOptions(
+    accuracy_repeats=13)``); tests hold each to the parser and the dataclass."""
+    shown = "..." if value is None else str(value)
+    flag = f"--{field.replace('_', '-')}" + ("" if value is None else f" {value}")
+    return f"{flag} / SearchOptions({field}={shown})"
