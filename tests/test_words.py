@@ -112,3 +112,33 @@ def test_advice_names_options_that_exist_on_the_command_line_and_in_search_optio
         text = words.option(name, 13)
         flag, field = re.match(r"(--[\w-]+) 13 / SearchOptions\((\w+)=13\)", text).groups()
         assert flag in flags and field in fields, text
+
+
+def _sim_result() -> dict:
+    run, _, _ = search(Model(speed=_speed), knobs={**SAFE, "precision": ["fp32", "bf16"]})
+    return result_of(run).to_dict()
+
+
+def test_no_two_lines_of_one_output_disagree() -> None:
+    """The contradictions a newcomer found: a trial whose row said "outside tol." called
+    "passed screening" by the summary with no word that it was judged again; the baseline's
+    accuracy over its first seeds (the progress line) and over all of them (the summary);
+    the table's throughput ratio beside a different headline, unexplained."""
+    data = _sim_result()
+    number = data["trials"][-1]["number"]
+    data["trials"][-1]["screened_then"] = False
+    data["answers"]["pending"] = {"trial": number, "speedup": 1.5, "confirmation": None}
+    text = render_summary(data)
+    assert "passed screening (judged against all the baseline's seeds; its progress row" in text
+    data["accuracy_guard"]["baseline_runs"] = [0.99, 0.985, 0.995, 0.99, 0.73, 0.78]
+    data["search"]["accuracy_repeats"] = 3
+    text = render_summary(data)
+    assert "(its first 3 seeds: 0.9900 ± 0.0050; seed 4 is furthest from the mean, at 0.7300)" in (
+        text
+    )
+    data["throughput_ratio"] = data["speedup"] * 0.95
+    first = render_summary(data).splitlines()[2]
+    assert (
+        f"the table's throughputs, medians of the rounds, give {data['throughput_ratio']:.2f}x"
+        in (first)
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import textwrap
 from typing import Any
 
@@ -376,9 +377,18 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
                 f" (mean drop {c['drop']:+.4f}, upper bound {c['bound']:+.4f} over "
                 f"{len(c.get('runs', []))} seeds, tolerance {data.get('tolerance'):g})"
             )
+        trials = {t.get("number"): t for t in data.get("trials") or []}
+        then = (trials.get(pending["trial"]) or {}).get("screened_then")
+        rejudged = (
+            " (judged against all the baseline's seeds; its progress row, against the first "
+            "ones, said outside the tolerance)"
+            if then is False
+            else ""
+        )
         lines.append(
             f"  ! trial #{pending['trial']} ({format_speedup(pending.get('speedup'))}) changes "
-            f"the numerics and passed screening, but its accuracy is not settled{bound}: {why}"
+            f"the numerics and passed screening{rejudged}, but its accuracy is not "
+            f"settled{bound}: {why}"
         )
     for r in answers.get("rejected") or []:
         c = r.get("confirmation") or {}
@@ -396,6 +406,7 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
             f"  accuracy guard: tolerance {guard['tolerance']:g}, paired runs; baseline {name} "
             f"{guard['baseline_metric']:.4f} ± {guard['baseline_spread']:.4f} over "
             f"{len(guard['baseline_runs'])} seeds of {guard['accuracy_samples']:,} samples"
+            + _first_seeds(guard, data)
         )
         if guard.get("advice"):
             lines.append(f"  ! {guard['advice']}")
@@ -414,6 +425,23 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
     if note:
         lines.append(f"  ! {note}")
     return lines
+
+
+def _first_seeds(guard: dict[str, Any], data: dict[str, Any]) -> str:
+    """Where checks bought the baseline more seeds than its first runs: what the first ones
+    read (the progress line said that figure), and the seed furthest from the rest."""
+    runs = [float(r) for r in guard.get("baseline_runs") or []]
+    first = int((data.get("search") or {}).get("accuracy_repeats") or 0)
+    if not first or len(runs) <= first or first < 2:
+        return ""
+    head = runs[:first]
+    mean = statistics.fmean(runs)
+    far = max(range(len(runs)), key=lambda i: abs(runs[i] - mean))
+    return (
+        f" (its first {first} seeds: {statistics.fmean(head):.4f} ± "
+        f"{statistics.stdev(head):.4f}; seed {far} is furthest from the mean, at "
+        f"{runs[far]:.4f})"
+    )
 
 
 def _validation_lines(data: dict[str, Any]) -> list[str]:

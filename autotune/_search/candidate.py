@@ -399,6 +399,10 @@ def _finish(
     seconds: float | None = None,
 ) -> CandidateRun:
     before = bench.ledger()
+    if record.accuracy and not record.reused:  # the verdict its row says, kept as a fact
+        record = dataclasses.replace(
+            record, screened_then=before.screened(Entry(trial.number, record))
+        )
     exhausted = bench.tell(
         trial,
         record,

@@ -74,6 +74,7 @@ class TrialRecord:
     confirmation: Confirmation | None = None
     safe: bool = False  # trains the baseline's model: numerics unchanged, no accuracy risk
     screened: bool | None = None  # passed its one-run accuracy screening (None: not checked)
+    screened_then: bool | None = None  # that verdict when it finished (its progress row's)
     no_accuracy_run: str | None = None  # why a change of the numerics got none (NoRun's value)
     # Measured again side by side with the baseline: in how many rounds, and its throughput
     # there (the median); its figures then come from those rounds, not its screening.
@@ -153,6 +154,7 @@ class TrialRecord:
             "confirmation": self.confirmation.summary() if self.confirmation else None,
             "safe": self.safe,
             "screened": self.screened,
+            "screened_then": self.screened_then,
             "no_accuracy_run": self.no_accuracy_run,
             "measured_as": self.measured_as,
             "screening_throughput": (
@@ -562,6 +564,7 @@ class Ledger:
             confirmation=self.confirmation(entry),
             safe=self.safe(entry),
             screened=self.screened(entry),
+            screened_then=r.screened_then,
             no_accuracy_run=r.no_run.value if r.no_run is not None else None,
             side_rounds=len(self.remeasured(entry)),
             side_throughput=self.side_throughput(entry),

@@ -62,6 +62,9 @@ class Record:
     accuracy_samples: int | None = None  # samples each accuracy run trained on
     at: float | None = None  # wall-clock time the trial ended
     load: Load | None = None  # other processes' use of the machine while it ran (None: unread)
+    # Its screening verdict when it finished (what its progress row said); the ledger judges
+    # it again as the baseline's runs grow, and the summary says where the two differ.
+    screened_then: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -93,6 +96,7 @@ class Record:
             "accuracy_samples": self.accuracy_samples,
             "at": self.at,
             "load": self.load.to_dict() if self.load is not None else None,
+            "screened_then": self.screened_then,
         }
 
     @classmethod
@@ -116,6 +120,7 @@ class Record:
             accuracy_samples=_int(data.get("accuracy_samples")),
             at=_float(data.get("at")),
             load=Load.from_dict(data.get("load")),
+            screened_then=data.get("screened_then"),
         )
 
 
