@@ -32,7 +32,7 @@ from autotune._result.result import SearchResult
 from autotune._search import coverage
 from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
-from autotune._search.storage import open_study, redact
+from autotune._search.storage import open_study, read_guard_failure, redact
 from autotune._space import Choice, SearchSpace, load_space
 from autotune._stream import Stream
 from autotune._task import TaskRefs
@@ -265,6 +265,7 @@ def run_search(
         interrupted=interrupted,
         memory=search.memory,
         skipped=coverage.read_skipped(study),
+        no_check=read_guard_failure(study),
     )
 
 

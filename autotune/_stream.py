@@ -16,7 +16,14 @@ from typing import Any, TypeGuard
 
 from torch.utils.data import Dataset, IterableDataset
 
-__all__ = ["Stream", "is_stream", "source_of"]
+from autotune._errors import DataError
+
+__all__ = ["Stream", "StreamEnded", "is_stream", "source_of"]
+
+
+class StreamEnded(DataError):
+    """A stream gave fewer items than a run reads from it (its name is in the trial's failure
+    message, which says why an accuracy run failed: see ``record.NoCheck``)."""
 
 
 class Stream(IterableDataset[Any]):

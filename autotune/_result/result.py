@@ -27,6 +27,7 @@ from autotune._search import coverage, derived, ranking
 from autotune._search import storage as stored
 from autotune._search.guard import AccuracyGuard, Verdict
 from autotune._search.ledger import Ledger, TrialRecord, beside
+from autotune._search.record import GuardFailure
 from autotune._search.settings import SearchSettings
 from autotune._trial.probe import MemoryLimits
 
@@ -81,6 +82,7 @@ class SearchResult:
         interrupted: bool,
         memory: MemoryLimits | None,
         skipped: Sequence[coverage.Skipped] = (),
+        no_check: GuardFailure | None = None,
     ) -> SearchResult:
         """The result a study's ledger amounts to: the ledger's best trial wins. ``skipped``:
         the trials failed before they ran (why a listed value was not measured)."""
@@ -115,6 +117,7 @@ class SearchResult:
                 settings.space.numerics_knobs(split_free=settings.split_free)
             ),
             "accuracy_note": ledger.baseline_accuracy.note if ledger.baseline_accuracy else None,
+            "no_accuracy_check": no_check.to_dict() if no_check else None,  # a NoCheck, why
             # The settings every accuracy run trained with (None: the baseline's own).
             "accuracy_runs_config": (
                 ledger.baseline_accuracy.config.to_dict()
@@ -196,6 +199,7 @@ class SearchResult:
             interrupted=False,
             memory=stored.read_memory(study),
             skipped=coverage.read_skipped(study),
+            no_check=stored.read_guard_failure(study),
         )
 
     @property

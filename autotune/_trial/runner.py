@@ -34,7 +34,7 @@ from autotune._device import is_accelerator
 from autotune._errors import DataError
 from autotune._knobs import apply
 from autotune._knobs.config import TrainingConfig
-from autotune._stream import Stream
+from autotune._stream import Stream, StreamEnded
 from autotune._trial.failures import (
     Diverged,
     FailureReason,
@@ -712,7 +712,7 @@ def stream_items(
         given += 1
         yield item
     if given < needed:
-        raise DataError(
+        raise StreamEnded(
             f"The stream ({type(stream.source).__name__}) ended after {given:,} items: this "
             f"run trains {needed:,} (the planned run reads {stream.samples:,}). Give a "
             "planned_samples= it holds, or a longer stream."
