@@ -68,7 +68,7 @@ class SearchResult:
     metric_reason: str = ""  # why the guarded metric is the one it is
     eval_batch_size: int | None = None  # every config validated in batches of this size
     trainer: str | None = None  # the user's trainer whose loop ran the trials (tune)
-    streams: bool = False  # the training set streams: its run is planned_samples, one pass
+    streams: bool = False  # the training set streams: its run is planned_samples (passes: epochs)
 
     @classmethod
     def from_ledger(
@@ -317,9 +317,10 @@ class SearchResult:
                 "This result was searched with find_best, not through a trainer: use "
                 "result.config.to_lightning() / to_transformers()."
             )
-        # A stream's run is counted in samples: its trainer stops at max_steps of the batch.
+        # A stream's run: its samples (max_steps of the batch), its passes (Lightning's epochs).
         samples = self.planned_samples if self.streams else None
-        settings = trainer_settings(self.trainer, self.config, self.baseline, samples)
+        passes = self.search.get("planned_epochs") if self.streams else None
+        settings = trainer_settings(self.trainer, self.config, self.baseline, samples, passes)
         return {"kind": self.trainer, **settings}
 
     def _answers(self) -> dict[str, Any]:
