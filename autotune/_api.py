@@ -88,6 +88,7 @@ def find_best(
             seed=options.seed,
             eval_batch_size=baseline.batch_size,  # every candidate validates in the same batches
             planned_samples=options.planned_samples,
+            planned_epochs=options.planned_epochs,  # a stream's passes (a dataset's: the run's)
         )
         return SearchStart(prepared, baseline)
 

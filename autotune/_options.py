@@ -50,10 +50,13 @@ class SearchOptions:
       a proposal of a config measured already counts, though it runs nothing.
     - ``planned_epochs``: the length of your real run; candidates are ranked by the projected
       time to train it, one-time costs (compilation) amortised over it. None: your trainer's
-      ``max_epochs`` / ``num_train_epochs`` with ``tune``, else 10.
+      ``max_epochs`` / ``num_train_epochs`` with ``tune``, else 10. With a stream: its passes
+      (a stream with no ``len()`` is read whole once to learn its length; an endless one is
+      an error).
     - ``planned_samples``: with a dataset that streams (an ``IterableDataset``), the samples
-      your real run reads from it, one pass from its start (None: its ``len()``; a stream with
-      neither is an error).
+      your real run reads from it, from its start and again from its start past its end, as
+      trainers read a finite stream (None: one pass, its ``len()``; a stream with neither is
+      an error).
     - ``baseline``: your current settings (a :class:`TrainingConfig` or a dict of its fields),
       measured first; PyTorch's defaults when None.
     - ``storage``, ``study_name``: the Optuna storage (a URL: ``sqlite:///autotune.db``,
@@ -102,8 +105,8 @@ class SearchOptions:
     planned_samples: int | None = _cli(
         None,
         "--planned-samples",
-        "samples the real run reads from a streaming dataset (an IterableDataset; default: "
-        "its length)",
+        "samples the real run reads from a streaming dataset (an IterableDataset; several "
+        "passes where it holds fewer; default: its length, or --planned-epochs passes)",
         type=int,
     )
     baseline: TrainingConfig | Mapping[str, Any] | None = None

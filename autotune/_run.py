@@ -23,7 +23,7 @@ from torch import nn
 from autotune._checks import check_number
 from autotune._device import describe_device, environment
 from autotune._display import reporter
-from autotune._errors import ArgumentError, ConfigError
+from autotune._errors import ArgumentError, ConfigError, DataError
 from autotune._knobs import apply, registry
 from autotune._knobs.config import TrainingConfig
 from autotune._options import PLANNED_EPOCHS, TIMEOUT, SearchOptions
@@ -32,7 +32,7 @@ from autotune._result.result import SearchResult
 from autotune._search import coverage
 from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
-from autotune._search.storage import open_study, redact
+from autotune._search.storage import open_study, read_guard_failure, redact
 from autotune._space import Choice, SearchSpace, load_space
 from autotune._stream import Stream
 from autotune._task import TaskRefs
@@ -128,7 +128,7 @@ def search(
         )
         if options.planned_epochs is None and start.planned_epochs is not None:
             options = options.replace(planned_epochs=start.planned_epochs)
-        options = stream_length(options, start.prepared.workload)
+        options = stream_length(options, start.prepared.workload, start.baseline)
         return run_search(
             start.prepared,
             start.baseline,
@@ -144,9 +144,13 @@ def search(
         report.close()  # a live display stops; its lines stay
 
 
-def stream_length(options: SearchOptions, workload: Workload) -> SearchOptions:
-    """A stream's run is one pass of its planned samples (the training set's size to every
-    reader that plans by samples): ``planned_epochs`` 1, which a stream cannot be given."""
+def stream_length(
+    options: SearchOptions, workload: Workload, baseline: TrainingConfig | None = None
+) -> SearchOptions:
+    """A stream's run is its planned samples, over as many passes as they take (the training
+    set's size to every reader that plans by samples is one pass, ``len(Stream)``):
+    ``planned_epochs`` its passes. A stream whose pass is shorter than ``baseline``'s batch is
+    an error: no batch could be read whole."""
     if not isinstance(workload.train, Stream):
         if options.planned_samples is not None:
             raise ArgumentError(
@@ -154,12 +158,15 @@ def stream_length(options: SearchOptions, workload: Workload) -> SearchOptions:
                 "the dataset is map-style: give planned_epochs= (--planned-epochs) instead."
             )
         return options
-    if options.planned_epochs not in (None, 1.0):
-        raise ArgumentError(
-            f"planned_epochs={options.planned_epochs:g} with a stream: a stream's run is one "
-            "pass of planned_samples (--planned-samples); give its length that way."
+    stream = workload.train
+    batch = None if baseline is None else baseline.batch_size * baseline.ranks
+    if stream.length is not None and batch is not None and stream.length < batch:
+        raise DataError(
+            f"The stream ({type(stream.source).__name__}) holds {stream.length:,} items, fewer "
+            f"than one batch of the baseline's ({batch:,}): no batch can be read whole. Give a "
+            "longer stream, or a smaller batch_size."
         )
-    return options.replace(planned_epochs=1.0)
+    return options.replace(planned_epochs=stream.passes)
 
 
 def run_search(
@@ -267,6 +274,7 @@ def run_search(
         interrupted=interrupted,
         memory=search.memory,
         skipped=coverage.read_skipped(study),
+        no_check=read_guard_failure(study),
     )
 
 

@@ -83,9 +83,11 @@ def tune(
 
     **Streams**: training data that streams (a torch ``IterableDataset``, such as a Hugging
     Face dataset loaded with ``streaming=True``) is read by every trial from its start with the
-    trial's loader settings. Its run is one pass of its planned samples:
-    ``options.planned_samples`` where given, else your trainer's ``max_steps`` x its batch x
-    accumulation, else the stream's length (with one epoch). A validation stream's first
+    trial's loader settings. Its run is its planned samples, over as many passes as they
+    take (each pass reads the stream again from its start, as your trainer does):
+    ``options.planned_samples`` (or ``options.planned_epochs`` passes) where given, else your
+    trainer's ``max_steps`` x its batch x accumulation, else its epochs' passes over the
+    stream (its length read whole where it has no ``len()``). A validation stream's first
     2,048 items are kept.
 
     ``tolerance``, ``timeout``, ``space``, ``progress`` and ``options`` are
@@ -120,7 +122,7 @@ def tune(
                 trainer, model, datamodule=datamodule, train_dataloaders=train_dataloaders,
                 val_dataloaders=val_dataloaders, metric=metric,
                 higher_is_better=higher_is_better, seed=options.seed,
-                planned_samples=options.planned_samples,
+                planned_samples=options.planned_samples, passes=options.planned_epochs,
             )  # fmt: skip
         extra = [name for name, value in given.items() if value is not None]
         if extra:
@@ -132,7 +134,7 @@ def tune(
 
         return prepare_hf(
             trainer, metric=metric, higher_is_better=higher_is_better, seed=options.seed,
-            planned_samples=options.planned_samples,
+            planned_samples=options.planned_samples, passes=options.planned_epochs,
         )  # fmt: skip
 
     return search(

@@ -75,6 +75,10 @@ class Model:
     crashes: Callable[[TrainingConfig, int], bool] = lambda cfg, n: False
     # Whether a config's run with these accuracy seeds never ends (it is stopped at its limit).
     stalls: Callable[[TrainingConfig, tuple[int, ...]], bool] = lambda cfg, seeds: False
+    # Whether a run of this accuracy check fails, and how: (reason, message); None: it does not.
+    fails: Callable[[TrainingConfig, AccuracyCheck], tuple[FailureReason, str] | None] = (
+        lambda cfg, check: None
+    )
     # Every seed gets the validation examples right in one order (a task whose runs agree
     # example by example: they differ only by as many examples as their metrics do).
     one_order: bool = False
@@ -153,6 +157,12 @@ class SimulatedExecutor:
                 peak_memory_bytes=10**8 + 10**6 * cfg.batch_size,
             )
         runs = []
+        failed = None if accuracy is None else self.model.fails(cfg, accuracy)
+        if failed is not None:
+            self.clock.now += cost
+            return TrialOutcome(
+                config=cfg, measurement=m, failure=failed[0], message=failed[1], seconds=cost
+            )
         if accuracy is not None:
             arm = accuracy.config or cfg
             self.arms.append((cfg, arm))
@@ -284,9 +294,10 @@ def result_of(run: Search, seconds: float = 240.0) -> SearchResult:
     """The result a simulated search ``run`` reports, from its study (budget ``seconds``)."""
     from autotune._result.result import SearchResult
     from autotune._search.ledger import Ledger
+    from autotune._search.storage import read_guard_failure
 
     ledger = Ledger.read(run.bench.study, run.settings)
     return SearchResult.from_ledger(
         ledger, run.settings, study_name="s", storage=None, seconds=seconds, interrupted=False,
-        memory=None, skipped=(),
+        memory=None, skipped=(), no_check=read_guard_failure(run.bench.study),
     )  # fmt: skip

@@ -94,13 +94,19 @@ class StreamData(pl.LightningDataModule):
     streams."""
 
     def __init__(
-        self, *, length: bool = True, val_stream: bool = True, open_seconds: float = 0.0
+        self,
+        *,
+        length: bool = True,
+        val_stream: bool = True,
+        open_seconds: float = 0.0,
+        items: int = 512,
     ) -> None:
         super().__init__()
         self.length, self.val_stream, self.open_seconds = length, val_stream, open_seconds
+        self.items = items
 
     def train_dataloader(self) -> DataLoader[Any]:
-        stream = NoisyStream(512, length=self.length, open_seconds=self.open_seconds)
+        stream = NoisyStream(self.items, length=self.length, open_seconds=self.open_seconds)
         return DataLoader(stream, batch_size=32)
 
     def val_dataloader(self) -> DataLoader[Any]:
@@ -172,7 +178,7 @@ def test_a_hugging_face_trainer_over_a_stream_is_tuned_for_its_max_steps(tmp_pat
     # The batch change was screened: accuracy runs read the stream through the user's Trainer.
     assert result.guard is not None
     search = result.to_dict()["search"]
-    assert search["planned_epochs"] == 1.0  # one pass of the planned samples
+    assert search["planned_epochs"] == 1.0  # the stream holds the planned samples: one pass
     # max_steps=24 optimizer steps of 16: 384 samples, read from the stream's start.
     assert "the planned run reads 384 samples" in search["data"]
     assert "96 items of the stream `eval_dataset`" in search["data"]
@@ -182,6 +188,31 @@ def test_a_hugging_face_trainer_over_a_stream_is_tuned_for_its_max_steps(tmp_pat
         assert changed["max_steps"] == 12 and changed["per_device_train_batch_size"] == 32
     else:
         assert "max_steps" not in changed
+
+
+@pytest.mark.slow  # ~40 s: a search through a Hugging Face Trainer, three passes of its stream
+def test_a_hugging_face_trainer_whose_max_steps_cover_three_passes_is_tuned(tmp_path) -> None:
+    """max_steps=72 of 16 read 1,152 samples of a 384-item stream loaded with
+    streaming=True: the Trainer reads it again from its start twice, and so do the trials."""
+    result = autotune.tune(
+        hf_stream_trainer(tmp_path, max_steps=72),
+        metric="eval_accuracy",
+        space={"knobs": {"batch_size": [16, 32]}},
+        tolerance=0.2,
+        options=autotune.SearchOptions(**{**FAST, "accuracy_samples": 512}, n_trials=2),
+    )
+    assert not [t.message for t in result.trials if t.failure]
+    search = result.to_dict()["search"]
+    assert search["planned_epochs"] == 3.0
+    assert "1,152 samples, 3 passes" in search["data"], search["data"]
+    changed = result.trainer_settings()["training_arguments"]
+    steps = changed.get("max_steps", 72)
+    assert steps * result.config.global_batch_size == 1152
+    # ... settings the Trainer accepts.
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "export"), report_to="none", use_cpu=True, **changed
+    )
+    assert args.max_steps == steps or "max_steps" not in changed
 
 
 def _hf_items(loop: Any, cfg: autotune.TrainingConfig, workload: Any, seed: int) -> torch.Tensor:
@@ -211,7 +242,7 @@ def test_a_hugging_face_eval_set_may_be_map_style_beside_a_training_stream(tmp_p
     )
     assert len(start.prepared.workload.train) == 200
     assert len(start.prepared.workload.val) == 96
-    assert start.planned_epochs == 1.0
+    assert start.planned_epochs is None  # a stream's: its passes, from its planned samples
     notes = (start.prepared.note or "").split("; ")
     assert not [n for n in notes if n.startswith("validation")]  # the set as it is
     assert any("the planned run reads 200 samples" in n for n in notes), notes
@@ -219,7 +250,7 @@ def test_a_hugging_face_eval_set_may_be_map_style_beside_a_training_stream(tmp_p
     assert any("the same items in the same order at every data-order seed" in n for n in notes)
 
 
-def test_a_hugging_face_stream_trained_for_epochs_is_refused_before_any_trial(tmp_path) -> None:
+def test_a_hugging_face_stream_trained_for_epochs_plans_its_passes(tmp_path) -> None:
     from autotune.examples import hf_collate
 
     args = transformers.TrainingArguments(
@@ -230,8 +261,9 @@ def test_a_hugging_face_stream_trained_for_epochs_is_refused_before_any_trial(tm
         model=tiny_bert(), args=args, train_dataset=TokenStream(), eval_dataset=TokenStream(32),
         data_collator=hf_collate,
     )  # fmt: skip
-    with pytest.raises(DataError, match=r"num_train_epochs=3 over a stream \(TokenStream\)"):
-        autotune.tune(trainer, options=autotune.SearchOptions(**FAST, n_trials=1))
+    start = prepare_hf(trainer, metric=None, higher_is_better=None)
+    stream = start.prepared.workload.train
+    assert (stream.samples, stream.length, stream.passes) == (768, 256, 3.0)
 
 
 # -- Lightning -------------------------------------------------------------------------------
@@ -251,7 +283,7 @@ def test_a_lightning_datamodule_that_streams_is_tuned_for_the_trainers_max_steps
     assert not [t.message for t in result.trials if t.failure]
     assert {t.config.batch_size for t in result.trials} == {32, 64}
     search = result.to_dict()["search"]
-    assert search["planned_epochs"] == 1.0
+    assert search["planned_epochs"] == 1.0  # the stream holds the planned samples
     # max_steps=16 optimizer steps of the loader's 32: 512 samples.
     assert "the planned run reads 512 samples" in search["data"]
     assert "256 items of the stream `val_dataloaders` (NoisyStream)" in search["data"]
@@ -411,21 +443,47 @@ def test_a_lightning_accuracy_run_starts_the_stream_workers_with_the_users_worke
     assert sorted((tmp_path / "workers.txt").read_text().split()) == ["0", "1"]
 
 
+def test_a_lightning_trainer_with_max_epochs_over_a_stream_is_tuned_for_its_passes() -> None:
+    """max_epochs=3 over an IterableDataset with no length: Lightning reads it three times,
+    so the planned run is three passes of its 512 items (its length read whole once), and the
+    export sets max_epochs=3, which the Trainer accepts and trains."""
+    result = autotune.tune(
+        lt.lightning_trainer(max_epochs=3),
+        lt.SmoothedSGD(),
+        datamodule=StreamData(length=False),
+        metric="val_acc",
+        space={"knobs": {"batch_size": [32, 64]}},
+        tolerance=0.05,
+        options=autotune.SearchOptions(**{**FAST, "accuracy_samples": 768}, n_trials=2),
+    )
+    assert not [t.message for t in result.trials if t.failure]
+    search = result.to_dict()["search"]
+    assert search["planned_epochs"] == 3.0
+    assert "a stream (NoisyStream) of 512 items, read whole to learn it" in search["data"]
+    assert "1,536 samples, 3 passes" in search["data"]
+    settings = result.trainer_settings()
+    assert settings["trainer"]["max_epochs"] == 3 and "max_steps" not in settings["trainer"]
+    trainer = pl.Trainer(logger=False, enable_checkpointing=False, **settings["trainer"])
+    loader = DataLoader(NoisyStream(512, length=False), batch_size=result.config.batch_size)
+    trainer.fit(lt.SmoothedSGD(), train_dataloaders=loader)
+    assert trainer.current_epoch == 3
+
+
 @pytest.mark.parametrize(
     ("trainer", "data", "options", "words"),
     [
-        ({"max_epochs": 3}, {}, {}, "max_epochs=3 over a stream (NoisyStream)"),
         (
             {"max_epochs": None},
             {"length": False},
             {},
-            "loads a stream (NoisyStream) with no length, and your Trainer sets no max_steps",
+            "loads a stream (NoisyStream) with no length, and your Trainer sets neither "
+            "max_steps nor max_epochs",
         ),
         (
             {"max_epochs": None},
-            {},
+            {"items": 16},
             {"planned_samples": 5000},
-            "planned_samples=5,000 is more than `train_dataloaders` holds",
+            "The stream (NoisyStream) holds 16 items, fewer than one batch of the baseline's (32)",
         ),
     ],
 )

@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 import autotune
 from autotune._errors import ArgumentError, DataError, ModelError
-from autotune._stream import Stream
-from autotune._trial import runner
+from autotune._stream import PASS_STRIDE, Stream, StreamEnded
+from autotune._trial import runner, streaming
 from autotune._trial.outcome import AccuracyCheck
 from autotune._trial.streaming import Items, make_stream, worker_limit
 from autotune._trial.workload import prepare_workload, stream_note
@@ -74,6 +74,46 @@ class Lying(Blobs):
         return 4096
 
 
+class OneShot(IterableDataset[Any]):
+    """A stream whose ``__iter__`` returns one generator object: read once, then empty."""
+
+    def __init__(self, inner: IterableDataset[Any]) -> None:
+        self.items = iter(inner)
+
+    def __iter__(self):
+        return self.items
+
+
+class EpochShuffled(Blobs):
+    """Reshuffles its items from the value ``set_epoch`` was told (as a Hugging Face stream
+    reshuffles from its seed plus the epoch), and records each value."""
+
+    def __init__(self, n: int = 64) -> None:
+        super().__init__(n)
+        self.epoch, self.told = 0, []
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.told.append(epoch)
+
+    def __iter__(self):
+        items = list(super().__iter__())
+        order = torch.randperm(len(items), generator=torch.Generator().manual_seed(self.epoch))
+        yield from (items[i] for i in order.tolist())
+
+
+class OnceOnly(Blobs):
+    """Says it holds 100 items, and gives them on its first read only."""
+
+    def __init__(self) -> None:
+        super().__init__(n=100)
+        self.reads = 0
+
+    def __iter__(self):
+        self.reads += 1
+        return super().__iter__() if self.reads == 1 else iter(())
+
+
 class PyRandomFlips(Blobs):
     """Augments from Python's own generator (as many image pipelines do): replays wherever
     ``random`` is seeded, as an accuracy run seeds it."""
@@ -124,7 +164,7 @@ def test_a_search_over_webdataset_jpeg_shards_completes_and_its_loader_settings_
     assert not [t.message for t in result.trials if t.failure]
     data = result.to_dict()
     note = data["search"]["data"]
-    assert "a stream (WebDataset)" in note and "384 samples" in note
+    assert "a stream (WebDataset), read as far as the run (" in note and "384 samples" in note
     assert "validation: 128 items of the stream `val_dataset` (WebDataset)" in note
     assert data["metrics"]["planned_samples"] == 384
     path = result.save(tmp_path / "best.json")
@@ -135,6 +175,75 @@ def test_a_search_over_webdataset_jpeg_shards_completes_and_its_loader_settings_
     batches = list(loader)  # a stream's loader: no sampler, every item once
     assert sum(len(b[1]) for b in batches) == 384
     assert batches[0][0].shape[1:] == (3, 16, 16)
+
+
+def test_a_search_over_webdataset_shards_trains_several_passes(shards) -> None:
+    """The shards hold 384 items and say no length; the planned run reads four passes, as a
+    plain loop over the shards for four epochs does: the search learns the length from one
+    whole read, and every trial (accuracy runs past a pass's end too) completes."""
+    train_urls, val_urls = shards
+    result = find(
+        small_cnn(),
+        jpeg_stream(train_urls),
+        val_dataset=jpeg_stream(val_urls),
+        planned_samples=4 * 384,
+        n_trials=3,  # no deadline: the accuracy runs are made, however busy the machine
+        budget=FAST_BUDGET,
+        device="cpu",
+        isolation="none",
+        accuracy_samples=512,  # past the end of a pass
+        space={"knobs": {"batch_size": [32, 64], "num_workers": [0, 2]}},
+    )
+    assert not [t.message for t in result.trials if t.failure]
+    assert result.guard is not None and result.guard.accuracy_samples == 512
+    data = result.to_dict()
+    note = data["search"]["data"]
+    assert "a stream (WebDataset) of 384 items, read whole to learn it (" in note, note
+    assert "1,536 samples, 4 passes, each read again from the stream's start" in note, note
+    assert data["search"]["planned_epochs"] == 4.0
+    assert data["metrics"]["planned_samples"] == 4 * 384
+    cfg = result.config
+    assert cfg.to_lightning(planned_samples=4 * 384, passes=4.0).trainer["max_epochs"] == 4
+    steps = cfg.to_transformers(planned_samples=4 * 384)["max_steps"]
+    assert steps == 4 * 384 // cfg.global_batch_size
+
+
+def test_a_resampled_webdataset_with_epochs_is_searched_for_several_of_them(shards) -> None:
+    """WebDataset's docs recommend resampled=True with with_epoch(n) for several epochs: each
+    epoch is n samples drawn from the shards, and planned_epochs=3 trains three."""
+    wds = pytest.importorskip("webdataset")
+    from jpeg_shards import to_tensor
+
+    train_urls, val_urls = shards
+    stream = (
+        wds.WebDataset(train_urls, resampled=True, shardshuffle=False, empty_check=False)
+        .decode("pil")
+        .to_tuple("jpg", "cls")
+        .map_tuple(to_tensor, int)
+        .with_epoch(192)
+    )
+    result = find(
+        small_cnn(),
+        stream,
+        val_dataset=jpeg_stream(val_urls),
+        planned_epochs=3,
+        timeout=20,
+        budget=FAST_BUDGET,
+        device="cpu",
+        isolation="none",
+        space={"knobs": {"batch_size": [32], "num_workers": [0, 1]}},
+    )
+    assert not [t.message for t in result.trials if t.failure]
+    data = result.to_dict()
+    assert data["search"]["planned_epochs"] == 3.0
+    assert data["metrics"]["planned_samples"] == 3 * 192
+    lightning = result.config.to_lightning(planned_samples=3 * 192, passes=3.0)
+    assert lightning.trainer["max_epochs"] == 3
+    # The exported loader reads an epoch of with_epoch's samples, three times over.
+    loader = result.config.dataloader(stream, collate_fn=None)
+    assert sum(len(b[1]) for _ in range(3) for b in loader) >= 3 * 192 - 32 * max(
+        1, result.config.num_workers
+    )
 
 
 def test_a_stream_with_fewer_shards_than_workers_searches_only_the_workers_it_can_feed(
@@ -233,14 +342,39 @@ def test_a_search_over_a_hugging_face_stream_from_local_json_completes(tmp_path)
     ("dataset", "kwargs", "error", "words"),
     [
         (Endless(), {}, DataError, "with no length: say how many samples"),
-        (Blobs(512), {"planned_samples": 600}, DataError, "the stream (Blobs) has 512 items"),
-        (Blobs(512), {"planned_epochs": 3}, ArgumentError, "a stream's run is one pass"),
+        (
+            Endless(),
+            {"planned_epochs": 2},
+            DataError,
+            "planned_epochs=2 with `dataset`, a stream (Endless) with no length: read whole to "
+            "learn it, it gave",
+        ),
+        (
+            Blobs(512, length=False),
+            {"planned_epochs": 2, "planned_samples": 600},
+            ArgumentError,
+            "planned_epochs=2 and planned_samples=600 with a stream: give one",
+        ),
+        (
+            Blobs(16),
+            {"planned_samples": 600},
+            DataError,
+            "The stream (Blobs) holds 16 items, fewer than one batch of the baseline's (32)",
+        ),
+        (
+            OneShot(Blobs(96, length=False)),
+            {"planned_samples": 200},
+            DataError,
+            "`dataset` (OneShot) gave no items when read again from its start",
+        ),
         (Blobs(0), {}, DataError, "is a stream that gave no items"),
     ],
+    ids=["endless", "endless-epochs", "both", "shorter-than-a-batch", "one-shot", "empty"],
 )
 def test_a_stream_that_cannot_plan_a_run_is_refused_before_any_trial(
-    dataset, kwargs, error, words
+    dataset, kwargs, error, words, monkeypatch
 ) -> None:
+    monkeypatch.setattr(streaming, "LENGTH_SECONDS", 0.5)  # an endless read is cut at once
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
         find(blob_model(), dataset, val_dataset=Blobs(64, seed=1), n_trials=1, **kwargs)
 
@@ -257,7 +391,9 @@ def test_a_stream_whose_items_the_model_cannot_take_is_refused_naming_the_batch(
         find(nn.Linear(5, 4), Blobs(256), val_dataset=Blobs(64, seed=1), n_trials=1)
 
 
-def test_an_accuracy_run_past_the_end_of_a_stream_says_how_many_items_it_gave() -> None:
+def test_an_accuracy_run_past_the_end_of_a_stream_reads_it_again_from_its_start() -> None:
+    """Lying says it holds 4,096 items and gives 100: a run of 1,024 reads it over 11 passes,
+    as a trainer would, rather than failing at its end."""
     prepared = prepare_workload(
         blob_model(), Lying(), Blobs(64, seed=1), autotune.Task(), val_fraction=0.1, seed=0
     )
@@ -268,8 +404,68 @@ def test_an_accuracy_run_past_the_end_of_a_stream_says_how_many_items_it_gave() 
         FAST_BUDGET,
         accuracy=AccuracyCheck(samples=1024, seeds=(0,)),
     )
-    assert outcome.failure is not None
-    assert "The stream (Lying) ended after 100 items: this run trains 1,024" in outcome.message
+    assert outcome.ok, outcome.message
+    assert outcome.accuracy[0].samples == 1024
+
+
+def test_a_stream_whose_next_pass_gives_nothing_says_how_many_items_it_gave() -> None:
+    stream = Stream(OnceOnly(), samples=1024, length=100)
+    cfg = autotune.TrainingConfig(batch_size=32)
+    with pytest.raises(StreamEnded, match=r"again from its start \(pass 2\), after 100: this"):
+        list(runner.stream_items(cfg, stream, 0, 1024))
+
+
+def test_a_long_stream_read_past_its_cap_keeps_one_pass_and_says_its_passes_are_not_known(
+    monkeypatch,
+) -> None:
+    monkeypatch.setattr(streaming, "LOOKAHEAD_SECONDS", 0.2)
+    stream = make_stream(Endless(), 10**9, workers=False)
+    assert stream.length is None and stream.passes == 1.0 and stream.read is not None
+    assert not stream.read.ended and 0 < stream.read.items < 10**9
+    assert "without an end: how many passes the run takes is not known" in stream_note(stream)
+    # One that holds the run is read only as far as it: one pass.
+    held = make_stream(Blobs(512, length=False), 300, workers=False)
+    assert (held.length, held.passes, held.read.items) == (None, 1.0, 300)
+    assert "read as far as the run" in stream_note(held)
+
+
+def test_the_planned_run_over_several_passes_counts_each_restart() -> None:
+    """A run of two passes starts the stream again once: its measurement prices that start,
+    workers or none (one pass never pays it)."""
+    prepared = prepare_workload(
+        blob_model(), Blobs(256), Blobs(64, seed=1), autotune.Task(), val_fraction=0.1, seed=0,
+        planned_samples=512,
+    )  # fmt: skip
+    assert prepared.workload.train.passes == 2.0
+    cfg = autotune.TrainingConfig(batch_size=32)
+    m = runner.run_trial(cfg, prepared.workload, FAST_BUDGET).measurement
+    assert m is not None and m.epoch_restart and m.restart_seconds is not None
+    assert m.projected_time(512, 2.0) == m.projected_time(512, 1.0) + m.restart_cost
+    one = prepare_workload(
+        blob_model(), Blobs(256), Blobs(64, seed=1), autotune.Task(), val_fraction=0.1, seed=0
+    )
+    single = runner.run_trial(cfg, one.workload, FAST_BUDGET).measurement
+    assert single is not None and not single.epoch_restart
+
+
+def test_two_accuracy_seeds_over_a_two_pass_stream_read_different_data_in_each_pass() -> None:
+    """Each (seed, pass) is told its own set_epoch value: seed 1's first pass is not seed 0's
+    second, and no two of the four passes read the items in one order."""
+    source = EpochShuffled(64)
+    stream = make_stream(source, 128, workers=False)
+    assert (stream.length, stream.passes, len(stream)) == (64, 2.0, 64)
+    cfg = autotune.TrainingConfig(batch_size=16)
+    source.told.clear()
+    passes = {}
+    for seed in (0, 1):
+        items = torch.stack([x for x, _ in runner.stream_items(cfg, stream, seed, 128)])
+        passes[seed, 0], passes[seed, 1] = items[:64], items[64:]
+    assert source.told == [0, PASS_STRIDE, 1, 1 + PASS_STRIDE]
+    for a, b in itertools.combinations(passes, 2):
+        assert not torch.equal(passes[a], passes[b]), (a, b)
+    # ... each pass the whole stream: every item once.
+    for items in passes.values():
+        assert torch.allclose(items.sum(0), passes[0, 0].sum(0))
 
 
 # -- what the guard needs of a stream --------------------------------------------------------

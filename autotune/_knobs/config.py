@@ -368,8 +368,9 @@ class TrainingConfig:
         ``planned_epochs`` (the ``num_train_epochs`` you train now) sets ``num_train_epochs``:
         this config's share of them (:meth:`epochs`); a config that trains a share needs it.
         A run over a stream (an ``IterableDataset``, which Hugging Face's Trainer reads with no
-        epochs) is counted in samples: ``planned_samples`` (one pass of the stream) sets
-        ``max_steps``, the optimizer steps of this config's global batch that read its share.
+        epochs) is counted in samples: ``planned_samples`` (over as many passes as they take:
+        the Trainer reads the stream again from its start) sets ``max_steps``, the optimizer
+        steps of this config's global batch that read its share.
         """
         return trainer_args.transformers_kwargs(
             self,
@@ -379,7 +380,11 @@ class TrainingConfig:
         )
 
     def to_lightning(
-        self, *, planned_epochs: float | None = None, planned_samples: int | None = None
+        self,
+        *,
+        planned_epochs: float | None = None,
+        planned_samples: int | None = None,
+        passes: float | None = None,
     ) -> LightningSettings:
         """``lightning.pytorch.Trainer`` arguments (``.trainer``: accelerator, devices,
         precision such as ``"bf16-mixed"``, cuDNN ``benchmark``), the ``DataLoader`` arguments
@@ -387,9 +392,11 @@ class TrainingConfig:
         knobs through :meth:`prepare`, the LR schedule in ``configure_optimizers``, TF32 and
         threads through :meth:`backends`). See :class:`autotune.LightningSettings`. With
         ``planned_epochs`` (your ``max_epochs`` now), ``max_epochs`` is this config's share;
-        with ``planned_samples`` (a stream's run, one pass of its samples), ``max_steps``: the
-        optimizer steps of this config's global batch that read its share of them.
+        with ``planned_samples`` (a stream's run), ``max_steps``: the optimizer steps of this
+        config's global batch that read its share of them; or, where that run is ``passes``
+        whole passes over the stream (the result's ``search["planned_epochs"]``),
+        ``max_epochs``: this config's share of them (:meth:`epochs`), where whole.
         """
         return trainer_args.lightning_settings(
-            self, planned_epochs=planned_epochs, planned_samples=planned_samples
+            self, planned_epochs=planned_epochs, planned_samples=planned_samples, passes=passes
         )

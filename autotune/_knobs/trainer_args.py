@@ -78,9 +78,10 @@ def transformers_kwargs(
     number of steps (``lr_scheduler_kwargs={"num_decay_steps": ...}``), counted as the Trainer
     counts its optimizer steps from ``planned_epochs`` and ``train_size``, which it then needs.
 
-    A run over a stream is counted in samples: ``planned_samples`` (one pass of the stream)
-    sets ``max_steps`` instead, the optimizer steps of the config's global batch that read the
-    config's share of them (:func:`stream_steps`); no epochs.
+    A run over a stream is counted in samples: ``planned_samples`` (over as many passes of the
+    stream as they take: the Trainer reads it again from its start) sets ``max_steps``
+    instead, the optimizer steps of the config's global batch that read the config's share of
+    them (:func:`stream_steps`); no epochs.
     """
     names = frozenset(accepted) if accepted is not None else _training_arguments_names()
     out: dict[str, Any] = {}
@@ -90,7 +91,7 @@ def transformers_kwargs(
         if planned_epochs is not None:
             raise ConfigError(
                 "Pass planned_epochs= (a map-style dataset's run) or planned_samples= (a "
-                "stream's run, one pass of its samples), not both."
+                "stream's run, in samples), not both."
             )
         steps = stream_steps(cfg, planned_samples)
         out["max_steps"] = steps
@@ -174,11 +175,14 @@ def lightning_settings(
     *,
     planned_epochs: float | None = None,
     planned_samples: int | None = None,
+    passes: float | None = None,
 ) -> LightningSettings:
     """The Trainer and DataLoader arguments for ``cfg``, and notes for the rest; with
     ``planned_epochs`` (the epochs you train now), ``max_epochs``: the config's share of them
     (a whole number; otherwise a note says the steps to stop at); with ``planned_samples`` (a
-    stream's run, one pass of its samples), ``max_steps`` (:func:`stream_steps`)."""
+    stream's run), ``max_steps`` (:func:`stream_steps`), or, where the run is ``passes``
+    whole passes over the stream (each epoch reads it again from its start), ``max_epochs``:
+    the config's share of them, where that is a whole number too."""
     kind = device_type(cfg.device)
     trainer: dict[str, Any] = {
         "accelerator": kind,
@@ -189,9 +193,13 @@ def lightning_settings(
         if planned_epochs is not None:
             raise ConfigError(
                 "Pass planned_epochs= (a map-style dataset's run) or planned_samples= (a "
-                "stream's run, one pass of its samples), not both."
+                "stream's run, in samples), not both."
             )
-        trainer["max_steps"] = stream_steps(cfg, planned_samples)
+        share = None if passes is None else cfg.epochs(passes)
+        if passes is not None and passes > 1 and share is not None and share.is_integer():
+            trainer["max_epochs"] = int(share)
+        else:
+            trainer["max_steps"] = stream_steps(cfg, planned_samples)
     elif planned_epochs is not None:
         epochs = cfg.epochs(planned_epochs)
         if float(epochs).is_integer():
@@ -229,14 +237,19 @@ def lightning_settings(
 
 
 def trainer_settings(
-    kind: str, cfg: TrainingConfig, baseline: TrainingConfig, planned_samples: int | None = None
+    kind: str,
+    cfg: TrainingConfig,
+    baseline: TrainingConfig,
+    planned_samples: int | None = None,
+    passes: float | None = None,
 ) -> dict[str, Any]:
     """What to change in the trainer ``autotune.tune`` measured, to train as ``cfg`` did: for a
     Hugging Face ``Trainer`` the ``TrainingArguments`` that differ from the baseline's (your
     own), for Lightning the ``Trainer`` and ``DataLoader`` arguments and the notes, with the
     factor the trials multiplied your learning rates by. Both come from the mappings the trials
-    applied, so they reproduce what was measured. ``planned_samples``: the run over a stream,
-    whose ``max_steps`` then read those samples with ``cfg``'s batch (where it changes)."""
+    applied, so they reproduce what was measured. ``planned_samples``: the run over a stream
+    (``passes`` over it), whose ``max_steps`` then read those samples with ``cfg``'s batch
+    (where it changes); Lightning's ``max_epochs`` its whole passes, where they are."""
     if kind == "transformers":
         tuned = transformers_kwargs(cfg, planned_samples=planned_samples)
         yours = transformers_kwargs(baseline, planned_samples=planned_samples)
@@ -252,7 +265,7 @@ def trainer_settings(
             },
             "backends": "with cfg.backends(): trainer.train()  # cuDNN benchmark, TF32, threads",
         }
-    settings = lightning_settings(cfg, planned_samples=planned_samples).to_dict()
+    settings = lightning_settings(cfg, planned_samples=planned_samples, passes=passes).to_dict()
     # Trials convert the module (cfg.prepare), never the batches a training_step receives.
     inputs = ex.pl_channels_last(cfg).notes
     settings["notes"] = [n for n in settings["notes"] if n not in inputs]

@@ -293,6 +293,9 @@ def _guard_line(result: SearchResult) -> str:
         f"baseline {guard.metric_name} {guard.baseline_metric:.4f} ± {guard.spread:.4f} over "
         f"{guard.repeats} seeds of {guard.accuracy_samples:,} samples."
     )
+    if result.search.get("no_accuracy_check"):  # a longer horizon's runs failed: no check
+        words = no_check_words(result.to_dict()["search"])
+        return f"{line} {words[0].upper()}{words[1:]}."
     advice = guard.advice()
     return f"{line} {advice}" if advice else line
 

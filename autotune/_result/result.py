@@ -34,6 +34,7 @@ from autotune._search.ledger import (
     first_win_at,
     loads,
 )
+from autotune._search.record import GuardFailure
 from autotune._search.settings import SearchSettings
 from autotune._trial.probe import MemoryLimits
 
@@ -74,7 +75,7 @@ class SearchResult:
     metric_reason: str = ""  # why the guarded metric is the one it is
     eval_batch_size: int | None = None  # every config validated in batches of this size
     trainer: str | None = None  # the user's trainer whose loop ran the trials (tune)
-    streams: bool = False  # the training set streams: its run is planned_samples, one pass
+    streams: bool = False  # the training set streams: its run is planned_samples (passes: epochs)
 
     @classmethod
     def from_ledger(
@@ -88,6 +89,7 @@ class SearchResult:
         interrupted: bool,
         memory: MemoryLimits | None,
         skipped: Sequence[coverage.Skipped] = (),
+        no_check: GuardFailure | None = None,
     ) -> SearchResult:
         """The result a study's ledger amounts to: the ledger's best trial wins. ``skipped``:
         the trials failed before they ran (why a listed value was not measured)."""
@@ -122,6 +124,7 @@ class SearchResult:
                 settings.space.numerics_knobs(split_free=settings.split_free)
             ),
             "accuracy_note": ledger.baseline_accuracy.note if ledger.baseline_accuracy else None,
+            "no_accuracy_check": no_check.to_dict() if no_check else None,  # a NoCheck, why
             # The settings every accuracy run trained with (None: the baseline's own).
             "accuracy_runs_config": (
                 ledger.baseline_accuracy.config.to_dict()
@@ -133,8 +136,7 @@ class SearchResult:
                 for u in coverage.unmeasured(ledger, settings.space, settings.baseline, skipped)
             ],
         }
-        search["machine"] = _machine(ledger)
-        search["notes"] = list(ledger.notes)  # the whole of every shortened event line
+        search["machine"], search["notes"] = _machine(ledger), list(ledger.notes)
         if memory is not None:
             search["memory_probe"] = memory.to_dict()
         foreign = [e.number for e in ledger.entries if not ledger.comparable(e)]
@@ -205,6 +207,7 @@ class SearchResult:
             interrupted=False,
             memory=stored.read_memory(study),
             skipped=coverage.read_skipped(study),
+            no_check=stored.read_guard_failure(study),
         )
 
     @property
@@ -321,9 +324,10 @@ class SearchResult:
                 "This result was searched with find_best, not through a trainer: use "
                 "result.config.to_lightning() / to_transformers()."
             )
-        # A stream's run is counted in samples: its trainer stops at max_steps of the batch.
+        # A stream's run: its samples (max_steps of the batch), its passes (Lightning's epochs).
         samples = self.planned_samples if self.streams else None
-        settings = trainer_settings(self.trainer, self.config, self.baseline, samples)
+        passes = self.search.get("planned_epochs") if self.streams else None
+        settings = trainer_settings(self.trainer, self.config, self.baseline, samples, passes)
         return {"kind": self.trainer, **settings}
 
     def _answers(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import changes
 from autotune._search.derived import format_speedup
 from autotune._search.guard import ACCURACY_SHARE, answer_claim, lag_words, unseen_note
-from autotune._search.record import NoRun
+from autotune._search.record import GuardFailure, NoRun
 from autotune._search.words import ROW_WIDTH, change_words
 
 __all__ = ["render_summary", "summary_parts", "wrapped"]
@@ -118,6 +118,12 @@ def no_check_words(search: dict[str, Any]) -> str:
     """Why a result has no accuracy guard, from its ``search`` section."""
     if search.get("numerics_searched") is False:
         return "no accuracy check was needed: no knob searched changes the numerics"
+    failed = search.get("no_accuracy_check")
+    if failed:
+        return (
+            f"no accuracy check was possible: {GuardFailure.from_dict(failed).describe()}; "
+            "only knobs that leave the numerics alone could win"
+        )
     why = (
         "the search was interrupted before the baseline's accuracy runs"
         if search.get("interrupted")
@@ -408,7 +414,9 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
             f"{len(guard['baseline_runs'])} seeds of {guard['accuracy_samples']:,} samples"
             + _first_seeds(guard, data)
         )
-        if guard.get("advice"):
+        if (data.get("search") or {}).get("no_accuracy_check"):
+            lines.append(f"  ! {no_check_words(data['search'])}")
+        elif guard.get("advice"):
             lines.append(f"  ! {guard['advice']}")
         lag = guard.get("lagging_run")
         if lag:

@@ -25,7 +25,14 @@ from autotune._search.guard import (
 )
 from autotune._search.horizon import HorizonPlan, longer_reason, plan_horizon
 from autotune._search.ledger import Entry, Ledger
-from autotune._search.record import BaselineAccuracy, BaselineCheck, Record, Role
+from autotune._search.record import (
+    BaselineAccuracy,
+    BaselineCheck,
+    GuardFailure,
+    NoCheck,
+    Record,
+    Role,
+)
 from autotune._space import Choice, SearchSpace
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
@@ -36,6 +43,7 @@ __all__ = [
     "Baseline",
     "Calibration",
     "GuardCost",
+    "GuardRunsFailed",
     "budget_note",
     "calibrate",
     "choose_horizon",
@@ -480,8 +488,14 @@ def measure_baseline_accuracy(
         s.baseline, accuracy=check, measured=baseline.record.measurement, expected=expected
     )
     if not outcome.ok:
-        raise AutotuneError(
-            f"The baseline config failed its accuracy runs ({outcome.failure}): {outcome.message}."
+        raise GuardRunsFailed(
+            GuardFailure(
+                why=NoCheck.of(outcome.failure, outcome.message),
+                failure=outcome.failure,
+                message=outcome.message or "",
+                samples=samples,
+                longer=bool(plans),
+            )
         )
     accuracy = BaselineAccuracy(
         runs=outcome.accuracy,
@@ -524,6 +538,18 @@ def measure_baseline_accuracy(
     if advice:
         bench.report(f"accuracy guard: {advice}")
     return measured
+
+
+class GuardRunsFailed(AutotuneError):
+    """The baseline's accuracy runs failed (an error, a stream that ended, a hang stopped at
+    its limit): no accuracy check can be made. The search goes on with the knobs that leave
+    the numerics alone (see ``AccuracyQuestion.ask``)."""
+
+    def __init__(self, failure: GuardFailure) -> None:
+        super().__init__(
+            f"The baseline config failed its accuracy runs ({failure.failure}): {failure.message}."
+        )
+        self.failure = failure
 
 
 def joined_note(*parts: str | None) -> str:

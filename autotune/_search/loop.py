@@ -296,7 +296,7 @@ class Search:
                 "the rest of the budget goes to knobs that leave the numerics alone"
             )
         if self.worker:  # the coordinator measures the baseline's accuracy, not a worker
-            return ledger.guard is not None
+            return ledger.guard is not None and not self.question.failed()
         if state.no_checks:
             return False
         return True if ledger.guard else None
@@ -305,8 +305,8 @@ class Search:
         """Whether a worker should wait for the coordinator's accuracy guard (the space changes
         the numerics, and the guard is not measured yet) rather than end."""
         numerics = self.state.space.numerics_knobs(split_free=self.settings.split_free)
-        waited = self.state.waited
-        return self.worker and waited < GUARD_WAIT and ledger.guard is None and bool(numerics)
+        coming = ledger.guard is None and not self.question.failed()  # (its runs may fail)
+        return self.worker and self.state.waited < GUARD_WAIT and coming and bool(numerics)
 
     def _wait(self) -> None:
         time.sleep(1.0)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from autotune._search import storage
 from autotune._search.baseline import (
     Baseline,
+    GuardRunsFailed,
     accuracy_plan_seconds,
     choose_horizon,
     measure_baseline_accuracy,
@@ -70,7 +72,7 @@ class AccuracyQuestion:
         after that share, say so now, with the timeout that would hold one."""
         state, bench = self.state, self.bench
         left = bench.deadline.left()
-        if not self.pending(worker=worker) or left is None:
+        if self.failed() or not self.pending(worker=worker) or left is None:
             return
         assert state.baseline is not None
         ledger = bench.ledger()
@@ -132,7 +134,7 @@ class AccuracyQuestion:
         does, say that only the knobs that leave the numerics alone are searched."""
         state, bench = self.state, self.bench
         assert state.baseline is not None
-        if state.baseline.guard is not None or state.no_checks:
+        if self.failed() or state.baseline.guard is not None or state.no_checks:
             return
         if not state.space.numerics_knobs(split_free=state.settings.split_free):
             state.drop_checks()
@@ -147,8 +149,29 @@ class AccuracyQuestion:
         if not cost.fits:
             self._no_time(cost.least_question_seconds + fixed + reserve)
             return
-        state.measured(measure_baseline_accuracy(bench, state.baseline, reserve=reserve, left=room))
-        state.measured(choose_horizon(bench, state.baseline, self.reserve(bench.ledger())))
+        try:
+            state.measured(
+                measure_baseline_accuracy(bench, state.baseline, reserve=reserve, left=room)
+            )
+            state.measured(choose_horizon(bench, state.baseline, self.reserve(bench.ledger())))
+        except GuardRunsFailed as failed:
+            # ~40 s into a search, a stream that ended took the 14 safe configs it had
+            # measured down with it: what was found stands, and the safe stage goes on.
+            storage.write_guard_failure(bench.study, failed.failure)
+            state.drop_checks()
+            bench.report(
+                f"accuracy guard: {failed.failure.describe()}: no accuracy check is possible; "
+                "only the knobs that leave the numerics alone are searched"
+            )
+
+    def failed(self) -> bool:
+        """Whether the baseline's accuracy runs failed, as the study says (a worker's search,
+        a resumed one, as well as this one's): then no accuracy check is made, and none waited
+        for."""
+        if storage.read_guard_failure(self.bench.study) is None:
+            return False
+        self.state.drop_checks()
+        return True
 
     def overhead(self, ledger: Ledger, baseline: Baseline) -> float:
         """Seconds a first check costs besides its runs' training: the candidate's throughput

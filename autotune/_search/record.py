@@ -15,11 +15,21 @@ from typing import Any
 
 from autotune._knobs.config import TrainingConfig
 from autotune._load import Load
+from autotune._stream import StreamEnded
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
 from autotune._trial.outcome import AccuracyRun
 
-__all__ = ["BaselineAccuracy", "BaselineCheck", "CheckReason", "NoRun", "Record", "Role"]
+__all__ = [
+    "BaselineAccuracy",
+    "BaselineCheck",
+    "CheckReason",
+    "GuardFailure",
+    "NoCheck",
+    "NoRun",
+    "Record",
+    "Role",
+]
 
 
 class Role(str, enum.Enum):
@@ -40,6 +50,73 @@ class NoRun(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class NoCheck(str, enum.Enum):
+    """Why no accuracy check was possible at all: the baseline's accuracy runs failed, and
+    how. The result keeps this value; its words are written from it (see ``summary``)."""
+
+    FAILED = "baseline runs failed"  # an error in the baseline's accuracy runs
+    STREAM_ENDED = "stream ended"  # the training stream ended before the runs' samples
+    HUNG = "baseline runs hung"  # stopped at their time limit
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of(cls, failure: FailureReason | None, message: str | None) -> NoCheck:
+        """The reason for runs that ended with ``failure`` and ``message``."""
+        if failure is FailureReason.TIMEOUT:
+            return cls.HUNG
+        # The trial's message starts with the exception's name (failures.classify).
+        if message and StreamEnded.__name__ in message:
+            return cls.STREAM_ENDED
+        return cls.FAILED
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GuardFailure:
+    """The baseline's accuracy runs that failed, so that no accuracy check could be made: why
+    (:class:`NoCheck`), the trial's failure reason and message, the samples each run was to
+    train (the horizon tried), and whether a shorter horizon's runs had been measured before."""
+
+    why: NoCheck
+    failure: FailureReason | None
+    message: str
+    samples: int
+    longer: bool = False  # the runs of a longer horizon (choose_horizon), after a shorter one
+
+    def describe(self) -> str:
+        """In words (the progress line and the summary say it): which runs failed, and how."""
+        runs = "the baseline's accuracy runs"
+        if self.longer:
+            runs += f" at a longer horizon ({self.samples:,} samples each)"
+        how = {
+            NoCheck.FAILED: "failed",
+            NoCheck.STREAM_ENDED: "ran out of stream",
+            NoCheck.HUNG: "hung, stopped at their limit",
+        }[self.why]
+        return f"{runs} {how} ({self.message or self.failure})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "why": self.why.value,
+            "failure": None if self.failure is None else self.failure.value,
+            "message": self.message,
+            "samples": self.samples,
+            "longer": self.longer,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GuardFailure:
+        failure = data.get("failure")
+        return cls(
+            why=NoCheck(data["why"]),
+            failure=None if failure is None else FailureReason(failure),
+            message=str(data.get("message") or ""),
+            samples=int(data.get("samples") or 0),
+            longer=bool(data.get("longer")),
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -35,7 +35,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune._errors import StorageError
 from autotune._load import Load
 from autotune._search.guard import Confirmation
-from autotune._search.record import BaselineAccuracy, BaselineCheck, Record
+from autotune._search.record import BaselineAccuracy, BaselineCheck, GuardFailure, Record
 from autotune._search.settings import SearchSettings, differences
 from autotune._trial.outcome import AccuracyRun
 from autotune._trial.probe import MemoryLimits
@@ -81,6 +81,7 @@ ROLE = "autotune_role"  # trial attribute: "baseline" or "candidate"
 SETTINGS = "autotune_settings"  # study attribute: the search's settings
 MEMORY = "autotune_memory"  # study attribute: the memory probe's findings
 BASELINE_ACCURACY = "autotune_baseline_accuracy"  # study attribute: the guard's baseline runs
+GUARD_FAILURE = "autotune_guard_failure"  # study attribute: the baseline's runs that failed
 BASELINE_RUN = "autotune_baseline_run:"  # + seed: a baseline run a check bought later
 ROUNDS = "autotune_rounds"  # study attribute: side-by-side rounds, trial -> time, throughput
 # One study attribute per key, so that processes adding them at once never overwrite each other.
@@ -164,6 +165,16 @@ def read_baseline_accuracy(study: optuna.Study) -> BaselineAccuracy | None:
 
 def write_baseline_accuracy(study: optuna.Study, accuracy: BaselineAccuracy) -> None:
     study.set_user_attr(BASELINE_ACCURACY, accuracy.to_dict())
+
+
+def read_guard_failure(study: optuna.Study) -> GuardFailure | None:
+    """The baseline's accuracy runs that failed, so that no check could be made (None: none)."""
+    data = study.user_attrs.get(GUARD_FAILURE)
+    return GuardFailure.from_dict(data) if isinstance(data, dict) else None
+
+
+def write_guard_failure(study: optuna.Study, failure: GuardFailure) -> None:
+    study.set_user_attr(GUARD_FAILURE, failure.to_dict())
 
 
 def add_baseline_runs(study: optuna.Study, runs: Sequence[AccuracyRun]) -> None:

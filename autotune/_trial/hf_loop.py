@@ -40,7 +40,7 @@ from autotune._space import SearchSpace
 from autotune._stream import source_of
 from autotune._trial.measure import Measurement, MemoryTracker
 from autotune._trial.outcome import AccuracyRun, Budget
-from autotune._trial.passes import pass_steps
+from autotune._trial.passes import pass_steps, pays_restarts
 from autotune._trial.runner import accuracy_data, measured_data, seeded
 from autotune._trial.step_clock import LossCheck, StepClock
 from autotune._trial.workload import Workload
@@ -133,7 +133,7 @@ class HFLoop:
                         n = min(len(workload.val), self.args.per_device_eval_batch_size)  # type: ignore[arg-type]
                         trainer.evaluate(eval_dataset=Subset(workload.val, range(n)))
                         memory.sample()
-        return clock.measurement()
+        return clock.measurement(restarts=pays_restarts(cfg, workload.train))
 
     def initial_metric(self, cfg: TrainingConfig, workload: Workload) -> float:
         with (

@@ -57,9 +57,11 @@ def prepare_hf(
     higher_is_better: bool | None,
     seed: int = 0,
     planned_samples: int | None = None,
+    passes: float | None = None,
 ) -> SearchStart:
     """Read and check everything a Hugging Face search needs, before any trial runs.
-    ``planned_samples``: a training stream's run (else its ``max_steps``, else its length)."""
+    ``planned_samples``, or ``passes`` over it: a training stream's run (else its
+    ``max_steps``, else its ``num_train_epochs`` passes)."""
     args: TrainingArguments = trainer.args
     if getattr(trainer, "optimizer", None) is not None:
         raise ArgumentError(
@@ -80,7 +82,7 @@ def prepare_hf(
                 "(with __len__ and __getitem__) nor a stream (a torch IterableDataset, as a "
                 "Hugging Face dataset loaded with streaming=True is)."
             )
-    samples = _planned_samples(args, train, planned_samples)
+    samples, passes = _stream_run(args, train, planned_samples, passes)
     name = _metric_name(metric or args.metric_for_best_model or "loss")
     choice = choose_direction(name, higher_is_better, said=_said(args, name))
     not_searched = _not_searched(trainer, args)
@@ -97,8 +99,9 @@ def prepare_hf(
     model = cpu_copy(trainer.model)
     _check(loop, model, train, val)
     train_set, val_set, notes = trainer_data(
-        train, val, planned_samples=samples, seed=seed, names=("train_dataset", "eval_dataset")
-    )
+        train, val, planned_samples=samples, passes=passes, seed=seed,
+        names=("train_dataset", "eval_dataset"),
+    )  # fmt: skip
     workload = Workload(
         model=model,
         train=train_set,
@@ -113,8 +116,8 @@ def prepare_hf(
     prepared = Prepared(
         workload=workload, stratified=False, refs=refs, metric=choice, note="; ".join(notes)
     )
-    # A stream's run is one pass of its planned samples (see make_stream).
-    epochs = 1.0 if is_stream(train) else _planned_epochs(args, len(train))
+    # A stream's run is its planned samples, its passes counted from them (see make_stream).
+    epochs = None if is_stream(train) else _planned_epochs(args, len(train))
     return SearchStart(prepared, _baseline(args, loop), epochs)
 
 
@@ -220,34 +223,28 @@ def _planned_epochs(args: TrainingArguments, n_train: int) -> float:
     return float(args.num_train_epochs)
 
 
-def _planned_samples(args: TrainingArguments, train: Any, given: int | None) -> int | None:
-    """The samples a run over a training stream reads: ``given`` (the options'), else the
-    arguments' ``max_steps`` optimizer steps of the baseline's global batch, else None (the
-    stream's length: one pass, where the arguments train one epoch). None for a map-style
-    set."""
+def _stream_run(
+    args: TrainingArguments, train: Any, given: int | None, passes: float | None
+) -> tuple[int | None, float | None]:
+    """(the samples a run over a training stream reads, or its passes over it): ``given`` or
+    ``passes`` (the options'), else the arguments' ``max_steps`` optimizer steps of the
+    baseline's global batch (the Trainer reads the stream again from its start where they
+    outrun it), else their ``num_train_epochs`` passes of a stream with a length. (None,
+    None) for a map-style set."""
     if not is_stream(train):
-        return None
-    if given is not None:
-        return given
+        return None, None
+    if given is not None or passes is not None:
+        return given, passes
     if args.max_steps and args.max_steps > 0:
         per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
-        return int(args.max_steps * per_step)
-    length = stream_length(train)
-    if length is None:
+        return int(args.max_steps * per_step), None
+    if stream_length(train) is None:
         raise DataError(
             f"Your Trainer's train_dataset is a stream ({type(train).__name__}) with no length "
             "and its TrainingArguments set no max_steps: set max_steps (the optimizer steps of "
             "your run), or pass SearchOptions(planned_samples=N)."
         )
-    if float(args.num_train_epochs) != 1.0:
-        raise DataError(
-            f"Your TrainingArguments train num_train_epochs={args.num_train_epochs:g} over a "
-            f"stream ({type(train).__name__}): autotune plans a stream's run as one pass of its "
-            "planned samples, and each epoch of a stream re-reads it from its start. Set "
-            "max_steps (the optimizer steps of your run), or pass "
-            "SearchOptions(planned_samples=N)."
-        )
-    return None
+    return None, float(args.num_train_epochs)
 
 
 def _check(loop: HFLoop, model: Any, train: Any, val: Any) -> None:

@@ -41,7 +41,7 @@ from autotune._space import SearchSpace
 from autotune._stream import is_stream, source_of
 from autotune._trial.measure import Measurement, MemoryTracker
 from autotune._trial.outcome import AccuracyRun, Budget
-from autotune._trial.passes import pass_steps
+from autotune._trial.passes import pass_steps, pays_restarts
 from autotune._trial.runner import accuracy_data, measured_data, restart_seconds, seeded
 from autotune._trial.step_clock import LossCheck, StepClock, loss_of
 from autotune._trial.workload import Workload
@@ -112,7 +112,9 @@ class LightningLoop:
                 # peak counts too (a batch that trains but does not validate does not fit).
                 self.validate(trainer, module, self.val_loader(first_batch(workload, self)))
                 memory.sample()
-        return clock.measurement(lambda wait: restart_seconds(loader, wait))
+        return clock.measurement(
+            lambda wait: restart_seconds(loader, wait), restarts=pays_restarts(cfg, workload.train)
+        )
 
     def initial_metric(self, cfg: TrainingConfig, workload: Workload) -> float:
         trainer = self.trainer(cfg, max_steps=0, callbacks=[])

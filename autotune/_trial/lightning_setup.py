@@ -57,10 +57,11 @@ def prepare_lightning(
     higher_is_better: bool | None = None,
     seed: int = 0,
     planned_samples: int | None = None,
+    passes: float | None = None,
 ) -> SearchStart:
     """Read and check everything a Lightning search needs, before any trial runs.
-    ``planned_samples``: a training stream's run (else the Trainer's ``max_steps``, else the
-    stream's length)."""
+    ``planned_samples``, or ``passes`` over it: a training stream's run (else the Trainer's
+    ``max_steps``, else its ``max_epochs`` passes, else one)."""
     if not isinstance(module, pl.LightningModule):
         raise TypeError(
             f"`model` must be the LightningModule that `trainer.fit` trains, but got "
@@ -115,10 +116,12 @@ def prepare_lightning(
         )
         said = None
     choice = choose_direction(checked.metric, higher_is_better, said=said)
+    samples, passes = _stream_run(trainer, train, planned_samples, passes)
     train_set, val_set, data_notes = trainer_data(
         train.dataset,
         val.dataset,
-        planned_samples=_planned_samples(trainer, train, planned_samples),
+        planned_samples=samples,
+        passes=passes,
         seed=seed,
         names=("train_dataloaders", "val_dataloaders"),
     )
@@ -140,8 +143,8 @@ def prepare_lightning(
     prepared = Prepared(
         workload=workload, stratified=False, refs=refs, metric=choice, note="; ".join(notes) or None
     )
-    # A stream's run is one pass of its planned samples (see make_stream).
-    epochs = 1.0 if is_stream(train.dataset) else _planned_epochs(trainer, train)
+    # A stream's run is its planned samples, its passes counted from them (see make_stream).
+    epochs = None if is_stream(train.dataset) else _planned_epochs(trainer, train)
     return SearchStart(prepared, baseline, epochs)
 
 
@@ -288,39 +291,38 @@ def _planned_epochs(trainer: Any, train: DataLoader[Any]) -> float:
     return PLANNED_EPOCHS
 
 
-def _planned_samples(trainer: Any, train: DataLoader[Any], given: int | None) -> int | None:
-    """The samples a run over a training stream reads: ``given`` (the options'), else the
-    Trainer's ``max_steps`` optimizer steps of the loader's batch x accumulation, else one
-    epoch of its ``limit_train_batches`` batches (a whole number), else None (the stream's
-    length). A stream trained for several epochs re-reads its start each epoch: refused, as
-    one with no length and nothing that says its run. None for a map-style set."""
+def _stream_run(
+    trainer: Any, train: DataLoader[Any], given: int | None, passes: float | None
+) -> tuple[int | None, float | None]:
+    """(the samples a run over a training stream reads, or its passes over it): ``given`` or
+    ``passes`` (the options'), else the Trainer's ``max_steps`` optimizer steps of the loader's
+    batch x accumulation, else one epoch of its ``limit_train_batches`` batches (a whole
+    number) per epoch, else its ``max_epochs`` passes (each epoch reads the stream again from
+    its start; one where it sets none). A stream with no length and nothing that says its run
+    is refused. (None, None) for a map-style set."""
     stream = train.dataset
     if not is_stream(stream):
-        return None
-    if given is not None:
-        return given
+        return None, None
+    if given is not None or passes is not None:
+        return given, passes
     per_step = int(train.batch_size or 1) * int(trainer.accumulate_grad_batches)
     if trainer.max_steps and trainer.max_steps > 0:
-        return int(trainer.max_steps) * per_step
-    name = type(stream).__name__
+        return int(trainer.max_steps) * per_step, None
     epochs = trainer.max_epochs
-    if epochs not in (None, -1, 1, LIGHTNING_DEFAULT_EPOCHS):
-        raise DataError(
-            f"Your Trainer trains max_epochs={epochs} over a stream ({name}): autotune plans a "
-            "stream's run as one pass of its planned samples, and each epoch of a stream "
-            "re-reads it from its start. Set max_steps (the optimizer steps of your run), or "
-            "pass SearchOptions(planned_samples=N)."
-        )
+    said = epochs is not None and epochs > 0 and epochs != LIGHTNING_DEFAULT_EPOCHS
     limit = trainer.limit_train_batches
     if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
-        return limit * int(train.batch_size or 1)
+        return limit * int(train.batch_size or 1) * (int(epochs) if said else 1), None
+    if said:
+        return None, float(epochs)
     if stream_length(stream) is None:
         raise DataError(
-            f"`train_dataloaders` loads a stream ({name}) with no length, and your Trainer sets "
-            "no max_steps: set Trainer(max_steps=N) (the optimizer steps of your run), or pass "
-            "SearchOptions(planned_samples=N)."
+            f"`train_dataloaders` loads a stream ({type(stream).__name__}) with no length, and "
+            "your Trainer sets neither max_steps nor max_epochs: set one (Trainer(max_steps=N), "
+            "the optimizer steps of your run, or max_epochs=N, its passes over the stream), or "
+            "pass SearchOptions(planned_samples=N)."
         )
-    return None
+    return None, None
 
 
 # -- The check before any trial ----------------------------------------------------------

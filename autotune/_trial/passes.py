@@ -1,18 +1,18 @@
 """A loader's batches pass after pass, and how many a timed phase may take from one pass.
 
-Starting a pass costs more than a batch where a stream opens itself again (its shards, its
-shuffle buffer, a connection) and where the loader's workers start again. A stream's planned run
-reads one pass and never pays it; workers that do not persist pay it once per epoch, which a
-measurement counts apart (``restart_seconds``). So a timed phase that crossed a pass's end counted
-it among the steady steps, as often as the pass fitted in the timed phase. On a lent H100 the
+Starting a pass costs more than a batch where a stream opens itself again (its shards, its shuffle
+buffer, a connection) and where the loader's workers start again. A stream's planned run pays it
+once per pass after the first, and workers that do not persist once per epoch, which a measurement
+counts apart (``restart_seconds``, see :func:`pays_restarts`). So a timed phase that crossed a
+pass's end counted it among the steady steps, as often as the pass fitted in it. On a lent H100 the
 search reported a WebDataset answer at 3,970 samples/s, its rounds spreading 80%, that loops over
-one pass read at 5,868; at that pace a timed phase of up to 3 s holds the stream's 6,144-sample
-pass almost three times (how much of the gap this was is not measured). A measurement now times the
-steps of one pass (:func:`pass_steps`), starting a new one before its timed phase where the rest
-of the current one would not hold it; a trainer's own loop (Lightning, Hugging Face), which
-begins a new pass only at the end of one, has its timed steps fitted into the first
-(``StepClock.fit_to_pass``). Persistent workers over a map-style dataset only refill their
-queue at an epoch's start, which the planned run pays too: their epochs are timed as they come.
+one pass read at 5,868; at that pace a timed phase of up to 3 s holds the stream's 6,144-sample pass
+almost three times (how much of the gap this was is not measured). A measurement now times the steps
+of one pass (:func:`pass_steps`), starting a new one before its timed phase where the rest of the
+current one would not hold it; a trainer's own loop (Lightning, Hugging Face), which begins a new
+pass only at the end of one, has its timed steps fitted into the first (``StepClock.fit_to_pass``).
+Persistent workers over a map-style dataset only refill their queue at an epoch's start, which the
+planned run pays too: their epochs are timed as they come.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from autotune._knobs import apply
 from autotune._knobs.config import TrainingConfig
 from autotune._stream import Stream
 
-__all__ = ["Passes", "pass_steps", "queue_batches"]
+__all__ = ["Passes", "pass_steps", "pays_restarts", "queue_batches"]
 
 
 class Passes(Iterator[Any]):
@@ -68,6 +68,14 @@ class Passes(Iterator[Any]):
         self._batches = None
 
 
+def pays_restarts(cfg: TrainingConfig, data: Dataset[Any]) -> bool:
+    """Whether each pass after the first pays a restart the planned run counts (see
+    ``Measurement.restart_cost``): loader workers that do not persist start again; a stream
+    read over several passes opens itself again (its shards, its shuffle buffer)."""
+    several = isinstance(data, Stream) and data.passes > 1
+    return several or (cfg.num_workers > 0 and not cfg.persistent_workers)
+
+
 def queue_batches(cfg: TrainingConfig) -> int:
     """Batches a loader's workers may queue ahead of the training steps."""
     return cfg.num_workers * (cfg.prefetch_factor or 2)
@@ -79,11 +87,12 @@ def pass_steps(cfg: TrainingConfig, data: Dataset[Any]) -> int | None:
     again each epoch. None otherwise: a new epoch in the training process is a new order of
     indices, and persistent workers' refill is paid by the planned run's epochs alike.
 
-    A stream's pass holds at least the planned run's samples (``Stream.samples``), split over
-    the ranks; each worker reads its own part and drops its own last incomplete batch, so a pass
-    may hold a batch fewer per worker. A dataset's pass: its whole batches, each rank's."""
+    A stream's pass holds its items where known, else at least the planned run's samples
+    (``Stream.pass_samples``), split over the ranks; each worker reads its own part and drops
+    its own last incomplete batch, so a pass may hold a batch fewer per worker. A dataset's
+    pass: its whole batches, each rank's."""
     if isinstance(data, Stream):
-        return max(0, data.samples // cfg.ranks // cfg.batch_size - cfg.num_workers)
+        return max(0, data.pass_samples // cfg.ranks // cfg.batch_size - cfg.num_workers)
     if cfg.num_workers == 0 or cfg.persistent_workers:
         return None
     return len(data) // cfg.ranks // cfg.batch_size  # type: ignore[arg-type]

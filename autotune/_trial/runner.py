@@ -34,7 +34,7 @@ from autotune._device import is_accelerator
 from autotune._errors import DataError
 from autotune._knobs import apply
 from autotune._knobs.config import TrainingConfig
-from autotune._stream import Stream
+from autotune._stream import Stream, StreamEnded, epoch_of
 from autotune._trial.failures import (
     Diverged,
     FailureReason,
@@ -44,7 +44,7 @@ from autotune._trial.failures import (
 )
 from autotune._trial.measure import Measurement, MemoryTracker, UtilizationSampler
 from autotune._trial.outcome import AccuracyCheck, AccuracyRun, Budget, TrialOutcome
-from autotune._trial.passes import Passes, pass_steps, queue_batches
+from autotune._trial.passes import Passes, pass_steps, pays_restarts, queue_batches
 from autotune._trial.workload import Workload
 
 __all__ = [
@@ -369,7 +369,7 @@ def _measure(
         # A validation batch of the same size: its peak counts too (after the timed region).
         _eval_batch(trainer, cfg, workload)
         memory.sample()
-    epoch_restart = cfg.num_workers > 0 and not cfg.persistent_workers
+    epoch_restart = pays_restarts(cfg, workload.train)
     restart = None
     if epoch_restart and not budget.longest:
         batches.close()  # this epoch's workers shut down, as at the end of an epoch
@@ -701,22 +701,34 @@ def stream_items(
     """A stream's first ``needed`` items at data-order ``seed``, loaded one by one by the
     config's workers (each worker's items interleave item by item, so the order does not
     depend on the batch size: two configs of one seed and one worker count see the same
-    samples in the same order). A stream that ends first is an error saying how many items
-    it gave. ``worker_init_fn``: the user's loader's, which starts each worker."""
-    stream.at_epoch(seed)
-    loader = apply.make_item_loader(
-        cfg, stream, generator=torch.Generator().manual_seed(seed), worker_init_fn=worker_init_fn
-    )
+    samples in the same order). Past a pass's end the stream is read again from its start, as
+    a trainer reads a finite stream (its workers started again: the run pays the restart),
+    each pass at the (seed, pass)'s own data-order value (:func:`~autotune._stream.epoch_of`).
+    A pass that gives no item is an error saying how many items the stream gave.
+    ``worker_init_fn``: the user's loader's, which starts each worker."""
     given = 0
-    for item in itertools.islice(loader, needed):
-        given += 1
-        yield item
-    if given < needed:
-        raise DataError(
-            f"The stream ({type(stream.source).__name__}) ended after {given:,} items: this "
-            f"run trains {needed:,} (the planned run reads {stream.samples:,}). Give a "
-            "planned_samples= it holds, or a longer stream."
+    for pass_ in itertools.count():
+        stream.at_epoch(seed, pass_)
+        loader = apply.make_item_loader(
+            cfg,
+            stream,
+            generator=torch.Generator().manual_seed(epoch_of(seed, pass_)),
+            worker_init_fn=worker_init_fn,
         )
+        before = given
+        for item in itertools.islice(loader, needed - given):
+            given += 1
+            yield item
+        if given >= needed:
+            return
+        if given == before:
+            raise StreamEnded(
+                f"The stream ({type(stream.source).__name__}) gave no items when read again "
+                f"from its start (pass {pass_ + 1}), after {given:,}: this run trains "
+                f"{needed:,} (the planned run reads {stream.samples:,}). A stream read again "
+                "must give its items again: an __iter__ that returns one generator object gives "
+                "them once; make it start a new one."
+            )
 
 
 class InOrder(IterableDataset[Any]):

@@ -228,9 +228,13 @@ class StepClock:
             self.utilization.__exit__()
         self._chunk_start = time.perf_counter()
 
-    def measurement(self, restart: Callable[[float], float | None] | None = None) -> Measurement:
+    def measurement(
+        self, restart: Callable[[float], float | None] | None = None, *, restarts: bool = False
+    ) -> Measurement:
         """The measurement, once complete. ``restart(steady_wait)``: what an epoch's restart
-        costs the loader (None where its workers persist or there are none)."""
+        costs the loader (None where its workers persist or there are none); ``restarts``:
+        each pass pays one even so (a stream read over several passes, see
+        ``passes.pays_restarts``)."""
         if not self.complete:
             raise RuntimeError(
                 f"the trainer stopped after {self.done_steps} of the "
@@ -239,7 +243,7 @@ class StepClock:
             )
         cfg = self.cfg
         timed = self.chunk_steps * len(self.chunk_times)
-        epoch_restart = cfg.num_workers > 0 and not cfg.persistent_workers
+        epoch_restart = restarts or (cfg.num_workers > 0 and not cfg.persistent_workers)
         step = statistics.median(self.chunk_times) / self.chunk_steps
         first_step = self._first_step_done - self._start - self._first_batch
         return Measurement(

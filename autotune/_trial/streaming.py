@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,19 +19,23 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from autotune._errors import DataError
+from autotune._errors import ArgumentError, DataError
 from autotune._knobs.apply import split_by_node
-from autotune._stream import Stream
+from autotune._stream import LengthRead, Stream
 from autotune._trial.bounded import ITEM_HINT, step
 
 __all__ = [
+    "LENGTH_SECONDS",
+    "LOOKAHEAD_SECONDS",
     "REPLAY_ITEMS",
     "Items",
     "check_rank_parts",
+    "check_second_pass",
     "first_items",
     "make_stream",
     "order_facts",
     "planned_length",
+    "read_length",
     "stream_length",
     "validation_items",
     "worker_limit",
@@ -82,32 +87,105 @@ def first_items(stream: IterableDataset[Any], n: int, *, argument: str = "datase
     return items
 
 
+LENGTH_SECONDS = 60.0  # the most a stream's first whole read may take where the run needs it
+# ... and where it only tells whether the planned samples outrun one pass: past this, the trials
+# still read it again from its start where a run outruns it, its passes only not known before.
+LOOKAHEAD_SECONDS = 10.0
+LENGTH_STEP = 256  # items between two of that read's steps (the bounded set-up's checks)
+
+
+def read_length(
+    stream: IterableDataset[Any],
+    cap: int | None,
+    *,
+    seconds: float = LENGTH_SECONDS,
+    argument: str = "dataset",
+) -> LengthRead:
+    """Read the stream from its start to its end, in this process, counting its items: at most
+    ``cap`` of them (None: no cap but the time's) for at most ``seconds``; its price is said
+    in the search's notes (the budget pays it, as it pays every trial)."""
+    start = time.perf_counter()
+    doing = f"the stream `{argument}` ({_name(stream)}) read whole, to learn its length"
+    step(doing, ITEM_HINT)
+    items = 0
+    for _ in stream:
+        items += 1
+        if (cap is not None and items >= cap) or time.perf_counter() - start > seconds:
+            break
+        if items % LENGTH_STEP == 0:
+            step(f"{doing}: item {items:,}", ITEM_HINT)
+    else:
+        return LengthRead(items, True, time.perf_counter() - start)
+    return LengthRead(items, False, time.perf_counter() - start)
+
+
 def planned_length(
-    stream: IterableDataset[Any], planned_samples: int | None, *, argument: str = "dataset"
-) -> tuple[int, int | None]:
-    """(the samples the planned run reads from the stream, the stream's own length where it
-    has one): ``planned_samples`` where given, else the stream's length. An endless stream
-    with neither, or a planned run longer than the stream, is an error naming both."""
+    stream: IterableDataset[Any],
+    planned_samples: int | None,
+    *,
+    passes: float | None = None,
+    argument: str = "dataset",
+) -> tuple[int, int | None, LengthRead | None]:
+    """(the samples the planned run reads from the stream, the items of one pass where known,
+    the read that learned them where the stream has no ``len()``). The run is
+    ``planned_samples``, or ``passes`` passes of the stream, else one pass: a run longer than
+    the stream reads it again from its start, as a trainer does. Where the stream has no
+    ``len()`` and the run needs it (``passes``), or may be longer than a pass
+    (``planned_samples``), the stream is read whole once, capped (see :func:`read_length`).
+    An endless stream with ``passes`` or with neither, an empty one, and both given, are errors
+    naming them."""
+    if passes is not None and planned_samples is not None:
+        raise ArgumentError(
+            f"planned_epochs={passes:g} and planned_samples={planned_samples:,} with a stream: "
+            "give one (the passes over the stream, or the samples its run reads)."
+        )
     length = stream_length(stream)
+    read = None
+    if length is None and (passes is not None or planned_samples is not None):
+        cut = LENGTH_SECONDS if passes is not None else LOOKAHEAD_SECONDS
+        read = read_length(stream, planned_samples, seconds=cut, argument=argument)
+        if read.ended:
+            length = read.items
+        elif passes is not None:
+            raise DataError(
+                f"planned_epochs={passes:g} with `{argument}`, a stream ({_name(stream)}) with no "
+                f"length: read whole to learn it, it gave {read.items:,} items in "
+                f"{read.seconds:.0f} s without an end (an endless stream, or one too long to read "
+                "before the search). Give planned_samples= (the samples your run reads) instead, "
+                "or the stream a length (WebDataset's .with_length(n), .with_epoch(n))."
+            )
+    if length == 0:
+        raise DataError(f"`{argument}` is an empty stream (it gave no items).")
+    if passes is not None:
+        assert length is not None
+        return max(1, round(passes * length)), length, read
     if planned_samples is None:
         if length is None:
             raise DataError(
                 f"`{argument}` is a stream ({_name(stream)}) with no length: say how many "
                 "samples your real run reads from it with planned_samples= "
                 "(SearchOptions(planned_samples=N), --planned-samples N; a Hugging Face "
-                "Trainer's max_steps says it), or give the stream a length (WebDataset's "
-                ".with_length(n))."
+                "Trainer's max_steps says it), or its passes with planned_epochs=, or give the "
+                "stream a length (WebDataset's .with_length(n))."
             )
-        if length == 0:
-            raise DataError(f"`{argument}` is an empty stream (len 0).")
-        return length, length
-    if length is not None and planned_samples > length:
-        raise DataError(
-            f"planned_samples={planned_samples:,} is more than `{argument}` holds: the stream "
-            f"({_name(stream)}) has {length:,} items. A run reads one pass of a stream; give "
-            "planned_samples <= its length, or a longer stream."
-        )
-    return planned_samples, length
+        return length, length, read
+    return planned_samples, length, read
+
+
+def check_second_pass(
+    stream: IterableDataset[Any], samples: int, length: int | None, *, argument: str = "dataset"
+) -> None:
+    """Where the planned run reads the stream more than once: an error where a second read
+    from its start gives nothing (an ``__iter__`` that returns one generator object, read once
+    and then empty)."""
+    if length is None or samples <= length or first_items(stream, 1, argument=argument):
+        return
+    raise DataError(
+        f"`{argument}` ({_name(stream)}) gave no items when read again from its start: the "
+        f"planned run reads {samples:,} samples, {samples / length:.3g} passes of its "
+        f"{length:,} items, so each pass reads it again, as a trainer does. An __iter__ that "
+        "returns one generator object gives its items once: make it start a new one."
+    )
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -227,12 +305,17 @@ def make_stream(
     stream: IterableDataset[Any],
     planned_samples: int | None,
     *,
+    passes: float | None = None,
     workers: bool = True,
     argument: str = "dataset",
 ) -> Stream:
-    """The user's training stream with what its trials need to know of it. ``workers``: find
+    """The user's training stream with what its trials need to know of it: its planned run
+    (``planned_samples``, or ``passes`` over it, see :func:`planned_length`). ``workers``: find
     the most DataLoader workers it can feed (a search over them)."""
-    samples, length = planned_length(stream, planned_samples, argument=argument)
+    samples, length, read = planned_length(
+        stream, planned_samples, passes=passes, argument=argument
+    )
+    check_second_pass(stream, samples, length, argument=argument)
     limit, why = worker_limit(stream, argument=argument) if workers else (None, "")
     replays, seeded = order_facts(stream, argument=argument)
     return Stream(
@@ -243,6 +326,7 @@ def make_stream(
         workers_why=why,
         replays=replays,
         seeded=seeded,
+        read=read,
     )
 
 

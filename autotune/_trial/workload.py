@@ -158,6 +158,7 @@ def prepare_workload(
     seed: int,
     eval_batch_size: int = EVAL_BATCH_SIZE,
     planned_samples: int | None = None,
+    planned_epochs: float | None = None,
     search_workers: bool = True,
 ) -> Prepared:
     """The task resolved, the datasets checked (and split, without a validation set),
@@ -167,8 +168,9 @@ def prepare_workload(
     search's baseline's batch size; the default baseline's where no search says).
 
     ``dataset`` may stream (an ``IterableDataset``): each trial then reads it from its start
-    with its own loader settings; its planned run is ``planned_samples`` (else its length; a
-    map-style dataset's run is counted in epochs, and ignores it), and
+    with its own loader settings; its planned run is ``planned_samples``, or
+    ``planned_epochs`` passes over it, else one pass (a map-style dataset's run is counted in
+    epochs, and ignores ``planned_samples``), and
     it needs a ``val_dataset``, map-style or a stream whose first :data:`MAX_VAL_ITEMS` items
     are kept as the validation set. ``search_workers``: find how many DataLoader workers the
     stream can feed (a search over them)."""
@@ -188,7 +190,7 @@ def prepare_workload(
     setup = set_up_task(model, given, given_val, task.replace(collate_fn=data.collate_fn))
     resolved = setup.resolved
     if is_stream(given):
-        given = make_stream(given, planned_samples, workers=search_workers)
+        given = make_stream(given, planned_samples, passes=planned_epochs, workers=search_workers)
         notes.append(stream_note(given))
     if given_val is not None:
         train, val, stratified = given, given_val, False
@@ -240,14 +242,16 @@ def trainer_data(
     planned_samples: int | None,
     seed: int,
     names: tuple[str, str],
+    passes: float | None = None,
 ) -> tuple[Dataset[Any], Dataset[Any], list[str]]:
     """(training set, validation set, notes) of a trainer's search (``names``: how the user
-    gave them): a training stream with its planned run (``planned_samples``, else its length)
-    and the workers it can feed; the validation set as :func:`validation_set` keeps it."""
+    gave them): a training stream with its planned run (``planned_samples``, or ``passes``
+    over it, else one pass) and the workers it can feed; the validation set as
+    :func:`validation_set` keeps it."""
     val, note = validation_set(val, seed=seed, argument=names[1])
     notes = [note] if note else []
     if is_stream(train):
-        train = make_stream(train, planned_samples, argument=names[0])
+        train = make_stream(train, planned_samples, passes=passes, argument=names[0])
         notes.append(stream_note(train))
     return train, val, notes
 
@@ -255,9 +259,24 @@ def trainer_data(
 def stream_note(stream: Stream) -> str:
     """What a search says of the stream it trains on."""
     length = "" if stream.length is None else f" of {stream.length:,} items"
+    read = stream.read
+    if read is not None:
+        if read.ended:
+            length += f", read whole to learn it ({read.seconds:.1f} s)"
+        elif read.items >= stream.samples:
+            length += f", read as far as the run ({read.seconds:.1f} s)"
+        else:
+            length += (
+                f", read for {read.seconds:.0f} s ({read.items:,} items) without an end: how many "
+                "passes the run takes is not known before, each read again from its start"
+            )
+    passes = ""
+    if stream.passes > 1:
+        passes = f", {stream.passes:.3g} passes, each read again from the stream's start"
     out = (
-        f"data: a stream{length} ({type(stream.source).__name__}); each trial reads it from its "
-        f"start with its own loader settings; the planned run reads {stream.samples:,} samples"
+        f"data: a stream ({type(stream.source).__name__}){length}; each trial reads it from "
+        f"its start with its own loader settings; the planned run reads {stream.samples:,} "
+        f"samples{passes}"
     )
     if not stream.replays:
         out += (
