@@ -12,6 +12,11 @@ the one place that knows where autotune keeps what in it.
   beatless; one left without an owner long after it started (its process died while asking)
   is failed and retried too.
 - Each trial is told (stored) before the next one is asked for: nothing finished is lost.
+- Processes that open one SQLite file at once (searches started together, a search's workers)
+  create its tables and their studies one at a time, under a lock on a file beside it
+  (``autotune.db.lock``); a write waits up to :data:`SQLITE_TIMEOUT` for another's, and what
+  SQLite still answers "locked" or "already exists" while a storage or study is being created
+  is tried again, within :data:`CREATION_WAIT`.
 """
 
 from __future__ import annotations
@@ -19,17 +24,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import importlib
 import logging
 import os
+import re
 import socket
 import threading
+import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 import psutil
+import sqlalchemy.exc
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune._errors import StorageError
@@ -40,11 +49,17 @@ from autotune._search.settings import SearchSettings, differences
 from autotune._trial.outcome import AccuracyRun
 from autotune._trial.probe import MemoryLimits
 
+try:
+    import fcntl
+except ImportError:  # Windows: no file lock, the retries alone
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = [
     "add_baseline_check",
     "add_baseline_runs",
     "add_note",
     "add_round",
+    "creating",
     "file_confirmation",
     "heartbeat",
     "load_study",
@@ -73,6 +88,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("autotune")
+T = TypeVar("T")
 
 OWNER = "autotune_owner"  # trial attribute: which process runs the trial
 RETRY_OF = "autotune_retry_of"  # trial attribute: the failed trial this one retries
@@ -328,7 +344,13 @@ def resolve(storage: str | optuna.storages.BaseStorage | None) -> Any:
     """The one place a storage URL becomes an Optuna storage, for the search, the workers, the
     reports and ``from_study`` alike: ``journal:///path`` is a file journal, any other URL a
     database (SQLite, PostgreSQL, MySQL) with heartbeats, so a process that dies has its trial
-    failed and retried; a storage object is used as it is."""
+    failed and retried; a storage object is used as it is. A SQLite file's tables are created
+    under its lock (see :func:`creating`)."""
+    return _resolve(storage, held=False)
+
+
+def _resolve(storage: str | optuna.storages.BaseStorage | None, *, held: bool) -> Any:
+    """:func:`resolve`; ``held``: the caller holds :func:`creating`'s lock already."""
     if storage is None or isinstance(storage, optuna.storages.BaseStorage):
         return storage
     if not isinstance(storage, str):
@@ -352,14 +374,125 @@ def resolve(storage: str | optuna.storages.BaseStorage | None) -> Any:
             f"'postgresql://user@host/db' (or journal:///path/to/file), but got "
             f"{redact(storage)!r}."
         )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(
-            storage,
-            heartbeat_interval=HEARTBEAT_INTERVAL,
-            grace_period=GRACE_PERIOD,
-            heartbeat_stale_trial_callback=retry_once,
-        )
+    if held:
+        return _database(storage)
+    with creating(storage):
+        return _database(storage)
+
+
+def _database(url: str) -> optuna.storages.RDBStorage:
+    """The database storage of ``url``, its tables created where they are not yet (under
+    :func:`creating`, where ``url`` is a SQLite file)."""
+    engine_kwargs: dict[str, Any] = {}
+    if _sqlite_file(url) is not None and not re.search(r"[?&]timeout=", url):
+        # Python's default busy timeout is 5 s: a write then fails "database is locked" while
+        # other processes' writes queue before it (four searches on two cores).
+        engine_kwargs["connect_args"] = {"timeout": SQLITE_TIMEOUT}
+
+    def make() -> optuna.storages.RDBStorage:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_INTERVAL,
+                grace_period=GRACE_PERIOD,
+                heartbeat_stale_trial_callback=retry_once,
+            )
+
+    return _retried(make)
+
+
+# -- Opening one SQLite file from many processes at once ----------------------------------------
+SQLITE_TIMEOUT = 30.0  # seconds a SQLite statement waits for another process's write
+CREATION_WAIT = 120.0  # seconds to wait for the lock, and to retry creating tables and study
+# What SQLite (or another database) answers a process that creates what another is creating,
+# or writes while another does: transient while a storage or study is being created.
+_TRANSIENT = ("database is locked", "database table is locked", "already exists", "unique")
+SQLITE_ADVICE = (
+    "A SQLite file takes one writer at a time, and not on a network file system: for many "
+    "processes on one study use a journal file (--storage journal:///path/study.log, on a "
+    "local or shared disk) or a database server (--storage postgresql://user@host/db, with "
+    'pip install "autotune[postgres]").'
+)
+
+
+def _sqlite_file(storage: Any) -> Path | None:
+    """The file of a ``sqlite:///path`` storage (a URL or an RDBStorage); None for any other."""
+    url = getattr(storage, "url", storage)
+    if not isinstance(url, str):
+        return None
+    match = re.match(r"sqlite(\+pysqlite)?:///([^?]+)", url)
+    if match is None or match.group(2) == ":memory:":
+        return None
+    return Path(match.group(2))
+
+
+@contextlib.contextmanager
+def creating(storage: Any) -> Iterator[None]:
+    """Hold the lock beside a SQLite file (``<file>.lock``) while its tables or a study in it
+    are created, so that processes opening it at once do so one after the other; other
+    storages, or a folder where no lock file can be made, go without (the retries remain).
+    Waits at most :data:`CREATION_WAIT` seconds, then says which file holds it."""
+    path = _sqlite_file(storage)
+    if path is None or fcntl is None:
+        yield
+        return
+    _import_database_modules()  # seconds of imports, not to be taken one process at a time
+    lock = path.with_name(f"{path.name}.lock")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:  # a folder that is missing or read-only: the database names the problem
+        yield
+        return
+    try:
+        deadline = time.monotonic() + CREATION_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StorageError(
+                        f"Cannot open storage {redact(storage)!r}: another process has held "
+                        f"{str(lock)!r} for {CREATION_WAIT:.0f} s while creating the study. "
+                        f"{SQLITE_ADVICE}"
+                    ) from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # and with it the lock
+
+
+def _import_database_modules() -> None:
+    """What Optuna imports when it first opens a database (its schema, Alembic)."""
+    for name in ("optuna.storages._rdb.models", "alembic.migration", "alembic.script",
+                 "alembic.command", "alembic.config"):  # fmt: skip
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
+def _transient(exc: BaseException) -> bool:
+    if not isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.IntegrityError):
+        return False
+    text = str(exc).splitlines()[0].lower() if str(exc) else ""
+    return any(word in text for word in _TRANSIENT)
+
+
+def _retried(make: Callable[[], T]) -> T:
+    """``make()``, tried again while the database answers that another process is creating or
+    writing the same thing (see :data:`_TRANSIENT`), for at most :data:`CREATION_WAIT`."""
+    deadline = time.monotonic() + CREATION_WAIT
+    pause = 0.05
+    while True:
+        try:
+            return make()
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as exc:
+            if not _transient(exc) or time.monotonic() + pause >= deadline:
+                raise
+            log.debug("storage busy (%s); trying again", _first_line(exc, None))
+            time.sleep(pause)
+            pause = min(2 * pause, 1.0)
 
 
 def open_study(
@@ -379,8 +512,8 @@ def open_study(
                 constant_liar=True,
                 n_startup_trials=6,
             )
-    try:
-        backend = resolve(storage)
+
+    def create(backend: Any) -> optuna.Study:
         return optuna.create_study(
             storage=backend,
             study_name=study_name,
@@ -392,11 +525,20 @@ def open_study(
             direction="minimize",
             load_if_exists=True,
         )
+
+    try:
+        # One lock for the tables and the study: processes started together on one SQLite
+        # file create them one after the other (the first), or find them (the others).
+        with creating(storage):
+            backend = _resolve(storage, held=True)
+            return _retried(lambda: create(backend))
     except (StorageError, TypeError):
         raise
     except Exception as exc:  # SQLAlchemy's errors for unreachable or malformed databases
+        advice = f" {SQLITE_ADVICE}" if _transient(exc) and _sqlite_file(storage) else ""
         raise StorageError(
-            f"Cannot open the study in storage {redact(storage)!r}: {_first_line(exc, storage)}"
+            f"Cannot open the study in storage {redact(storage)!r}: "
+            f"{_first_line(exc, storage)}{advice}"
         ) from exc
 
 
