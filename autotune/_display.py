@@ -23,6 +23,7 @@ from rich.text import Text
 
 from autotune._progress import Lines, Progress, Report, Status, log
 from autotune._result.summary import render_summary, summary_parts
+from autotune._trial.fingerprint import measured_on
 
 __all__ = ["LiveDisplay", "console_progress", "print_summary", "reporter"]
 
@@ -145,10 +146,13 @@ def reporter(progress: bool | Report | Progress, *, live: bool = False) -> Progr
 def print_summary(data: dict[str, Any], stream: IO[str]) -> None:
     """A result's summary: on a terminal its figures as a table, plain text elsewhere."""
     console = Console(file=stream)
+    measured = measured_on(data.get("search") or {})
+    more = [] if measured is None else [f"  {measured}"]
     if not console.is_terminal:
-        print(render_summary(data), file=stream, flush=True)
+        print("\n".join([render_summary(data), *more]), file=stream, flush=True)
         return
     head, rows, tail = summary_parts(data)
+    tail = [*tail, *more]
     table = Table(box=box.SIMPLE, padding=(0, 2))
     table.add_column("")
     table.add_column("winner", justify="right", style="bold")

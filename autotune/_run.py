@@ -38,6 +38,7 @@ from autotune._stream import Stream
 from autotune._task import TaskRefs
 from autotune._trial.bounded import ITEM_HINT, SetUpLimit, bounded, step
 from autotune._trial.executors import make_executor
+from autotune._trial.fingerprint import model_fingerprint
 from autotune._trial.isolation import worker_env
 from autotune._trial.outcome import Budget
 from autotune._trial.runner import preserved_rng
@@ -243,6 +244,8 @@ def run_search(
         min_pairs=options.min_pairs or 0,
         data_note=prepared.note,
         streams=isinstance(workload.train, Stream),
+        model_fingerprint=model_fingerprint(workload.model),
+        data_fingerprint=prepared.data_fingerprint,
     )
     search = Search(
         study=study,
