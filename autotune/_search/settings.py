@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune._knobs.config import TrainingConfig
+from autotune._search.warm import WarmStart
 from autotune._space import SearchSpace, parse_space
 from autotune._task import TaskRefs
 from autotune._trial.fingerprint import data_changes, described, model_changes
@@ -81,6 +82,14 @@ class SearchSettings:
     # the data's length, first items' structure and hash. None in a study stored before them.
     model_fingerprint: Mapping[str, Any] | None = None
     data_fingerprint: Mapping[str, Any] | None = None
+    # What the search carried over from an earlier result (warm_start=): the configs measured
+    # first, the values not searched; None: started cold.
+    warm_start: WarmStart | None = None
+
+    @property
+    def carried(self) -> tuple[TrainingConfig, ...]:
+        """A warm start's configs, measured first (none for a cold start)."""
+        return () if self.warm_start is None else self.warm_start.configs
 
     @property
     def planned_samples(self) -> int:
@@ -125,6 +134,7 @@ class SearchSettings:
             "hooks": self.hooks.to_dict(),
             # What the trials measured: the model's and the data's fingerprints.
             **described(self.model_fingerprint, self.data_fingerprint),
+            "warm_start": None if self.warm_start is None else self.warm_start.described(),
         }
 
     def replace(self, **changes: Any) -> SearchSettings:
@@ -136,7 +146,7 @@ class SearchSettings:
             value = getattr(self, f.name)
             if isinstance(value, SearchSpace):
                 value = {**value.to_dict(), "notes": list(value.notes)}
-            elif isinstance(value, TaskRefs | TrainingConfig):
+            elif isinstance(value, TaskRefs | TrainingConfig | WarmStart):
                 value = value.to_dict()
             elif isinstance(value, Budget):
                 value = dataclasses.asdict(value)
@@ -156,6 +166,8 @@ class SearchSettings:
         if values.get("baseline_asked") is not None:
             values["baseline_asked"] = TrainingConfig.from_dict(values["baseline_asked"])
         values["budget"] = Budget(**values["budget"])
+        if values.get("warm_start") is not None:
+            values["warm_start"] = WarmStart.from_dict(values["warm_start"])
         return cls(**values)
 
 
