@@ -38,15 +38,23 @@ from autotune._search.distributed import (
     restricted_to,
     visible_devices,
 )
+from autotune._search.lineage import changed_since
 from autotune._search.storage import redact
 from autotune._space import builtin_spaces, load_space
 from autotune._stream import is_stream
 from autotune._trial.bounded import SetUpLimit, bounded, left_running
 from autotune._trial.data import is_datamodule
 from autotune._trial.direction import DIRECTION_FLAGS
+from autotune._trial.fingerprint import (
+    data_fingerprint,
+    fit_data_fingerprint,
+    model_fingerprint,
+    study_suffix,
+)
 from autotune._trial.isolation import ISOLATION_MODES
 from autotune._trial.metrics import AUTO
 from autotune._trial.task import METRIC_CHOICES
+from autotune._tune import trainer_kind
 from autotune._verify import DEFAULT_BUDGET, LIMIT_FACTOR, RUN_LIMIT, START_UP
 from autotune._verify import setup_limit as verify_setup_limit
 
@@ -145,7 +153,18 @@ def _model_and_data(args: argparse.Namespace, limit: SetUpLimit) -> tuple[Any, A
 
 
 def _default_study(args: argparse.Namespace) -> str:
-    # Same command, same study: running it again continues the search.
+    """Same command on the same model and data, same study: running it again continues the
+    search. Another model or data (the fingerprints the search read them for) is another
+    study, in the same storage, beside the command's earlier ones."""
+    command = _command_study(args)
+    fingerprints = getattr(args, "fingerprints", None)
+    if fingerprints is None:
+        return command
+    return f"{command}-{study_suffix(*fingerprints)}"
+
+
+def _command_study(args: argparse.Namespace) -> str:
+    """The part of the default study name the command makes (its factories and settings)."""
     sources = [args.model, args.data] if not args.trainer else [f"trainer={args.trainer}"]
     parts = [*sources, str(args.space), str(args.device), str(args.tolerance)]
     # Hooks join the key only where given, so that earlier commands keep their studies
@@ -195,6 +214,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise CLIError(f"--workers must be >= 1, but got {args.workers}.")
     args.baseline = _baseline(args.baseline)  # a clear error before anything is loaded
+    args.fingerprints = None  # of the model and data, once they are loaded
     run = _trainer_search(args) if args.trainer else _model_search(args)
     storage = args.storage or DEFAULT_STORAGE
     study = args.study or _default_study(args)
@@ -202,6 +222,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     quiet = args.quiet
     # A live panel on a terminal; each line once where stderr is a pipe or a log.
     progress: Progress = Lines(lambda line: None) if quiet else console_progress(sys.stderr)
+    if not args.study and args.fingerprints is not None:
+        changed = changed_since(storage, _command_study(args), study, *args.fingerprints)
+        if changed is not None:
+            progress(changed)
     try:
         return _search(args, run, storage, study, progress)
     finally:
@@ -228,8 +252,14 @@ def _model_search(args: argparse.Namespace) -> Run:
         # device, as worker 1 will.
         os.environ["CUDA_VISIBLE_DEVICES"] = devices[0]
         args.device = "cuda:0"
-    model, train, val = _model_and_data(args, setup_limit(args.timeout, args.n_trials))
+    limit = setup_limit(args.timeout, args.n_trials)
+    model, train, val = _model_and_data(args, limit)
     task = _task(args)
+    args.fingerprints = bounded(
+        lambda: (model_fingerprint(model), data_fingerprint(train, val)),
+        limit,
+        doing="reading the first items of the data for its fingerprint",
+    )
     return functools.partial(
         autotune.find_best, model, train, val_dataset=val, task=task, device=args.device
     )
@@ -256,13 +286,37 @@ def _trainer_search(args: argparse.Namespace) -> Run:
             f"--trainer: {', '.join(given)} do not apply; the trainer holds its model, data, "
             "device and training step (--metric names a metric its evaluation logs)."
         )
-    made = _call_factory(args.trainer, "--trainer", setup_limit(args.timeout, args.n_trials))
+    limit = setup_limit(args.timeout, args.n_trials)
+    made = _call_factory(args.trainer, "--trainer", limit)
+    arguments = _trainer_arguments(made, args.trainer)
+    args.fingerprints = bounded(
+        lambda: _trainer_fingerprints(arguments),
+        limit,
+        doing="reading the first items of the trainer's data for its fingerprint",
+    )
     return functools.partial(
         autotune.tune,
-        **_trainer_arguments(made, args.trainer),
+        **arguments,
         metric=None if args.metric == AUTO else args.metric,
         higher_is_better=args.higher_is_better,
     )
+
+
+def _trainer_fingerprints(given: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    """The fingerprints of a trainer's model and data as ``tune`` will read them (None where
+    the trainer is not one ``tune`` takes: it says so)."""
+    trainer: Any = given.get("trainer")
+    kind = trainer_kind(trainer)
+    if kind == "transformers" and isinstance(getattr(trainer, "model", None), nn.Module):
+        hf_data = data_fingerprint(trainer.train_dataset, trainer.eval_dataset)
+        return model_fingerprint(trainer.model), hf_data
+    model = given.get("model")
+    if kind == "lightning" and isinstance(model, nn.Module):
+        fit_data = fit_data_fingerprint(
+            given.get("datamodule"), given.get("train_dataloaders"), given.get("val_dataloaders")
+        )
+        return model_fingerprint(model), fit_data
+    return None
 
 
 def _trainer_arguments(made: Any, spec: str) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from rich.text import Text
 
 from autotune._progress import Lines, Progress, Report, Status, Whole, log
 from autotune._result.summary import render_summary, summary_parts
+from autotune._search.warm import warm_line
+from autotune._trial.fingerprint import measured_on
 
 __all__ = ["LiveDisplay", "console_progress", "print_summary", "reporter"]
 
@@ -146,10 +148,14 @@ def reporter(progress: bool | Report | Progress, *, live: bool = False) -> Progr
 def print_summary(data: dict[str, Any], stream: IO[str]) -> None:
     """A result's summary: on a terminal its figures as a table, plain text elsewhere."""
     console = Console(file=stream)
+    search = data.get("search") or {}
+    measured, warm = measured_on(search), search.get("warm_start")
+    more = [f"  {line}" for line in (measured, warm and warm_line(warm)) if line]
     if not console.is_terminal:
-        print(render_summary(data), file=stream, flush=True)
+        print("\n".join([render_summary(data), *more]), file=stream, flush=True)
         return
     head, rows, tail = summary_parts(data)
+    tail = [*tail, *more]
     table = Table(box=box.SIMPLE, padding=(0, 2))
     table.add_column("")
     table.add_column("winner", justify="right", style="bold")

@@ -16,6 +16,7 @@ __all__ = [
     "DataError",
     "DeviceError",
     "ModelError",
+    "OtherModelError",
     "SearchSpaceError",
     "SetUpTimeout",
     "StorageError",
@@ -48,6 +49,12 @@ class ModelError(AutotuneError, ValueError):
 
 class StorageError(AutotuneError, ValueError):
     """The Optuna storage URL or the study in it cannot be used."""
+
+
+class OtherModelError(StorageError):
+    """A study is resumed (or joined by a worker) with another model or other data than its
+    trials measured: their speeds and accuracies are not this model's. The message names what
+    changed and the way out."""
 
 
 class DeviceError(AutotuneError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -86,6 +87,12 @@ class SearchOptions:
       first guess, no late variants, no pruning): for exhaustive grids and comparisons.
     - ``keep_global_batch=True``: candidates keep the baseline's global batch (batch size x
       accumulation steps), split differently, so need no accuracy runs (except with batch norm).
+    - ``warm_start``: the result JSON of an earlier search on this machine (e.g. of the
+      model before an edit): its answer and best few configs are measured first (each on this
+      model, a change of the numerics checked for accuracy as any candidate is), and a knob's
+      value every trial of which failed there for a reason of the machine (an error, a
+      crashed or broken device) is not searched. From other hardware or software, nothing is
+      carried (and it is said); from another torch major version, an error.
     - ``ranks``: data-parallel processes per trial (the CLI's ``--nproc-per-node``). With more
       than one, every trial, the baseline's too, is a DistributedDataParallel job of that many
       ranks started by ``torchrun`` (gloo on the CPU, NCCL on GPUs: rank i on GPU i), each
@@ -165,6 +172,12 @@ class SearchOptions:
         action="store_true",
     )
 
+    warm_start: str | Path | None = _cli(
+        None,
+        "--warm-start",
+        "an earlier result JSON on this machine (e.g. best.json): its answer and best few "
+        "configs are measured first, and values that failed here are not searched again",
+    )
     ranks: int = _cli(
         1,
         "--nproc-per-node",
@@ -214,6 +227,11 @@ class SearchOptions:
         if self.budget is not None and not isinstance(self.budget, Budget):
             raise TypeError(
                 f"`budget` must be an autotune.Budget or None, but got {self.budget!r}."
+            )
+        if self.warm_start is not None and not isinstance(self.warm_start, str | Path):
+            raise TypeError(
+                f"`warm_start` must be the path of a result JSON or None, but got "
+                f"{type(self.warm_start).__name__}."
             )
         if self.launcher is not None and not callable(self.launcher):
             raise TypeError(f"`launcher` must be callable or None, but got {self.launcher!r}.")

@@ -33,11 +33,13 @@ from autotune._search import coverage
 from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
 from autotune._search.storage import open_study, read_guard_failure, redact
+from autotune._search.warm import load_warm_start
 from autotune._space import Choice, SearchSpace, load_space
 from autotune._stream import Stream
 from autotune._task import TaskRefs
 from autotune._trial.bounded import ITEM_HINT, SetUpLimit, bounded, step
 from autotune._trial.executors import make_executor
+from autotune._trial.fingerprint import model_fingerprint
 from autotune._trial.isolation import worker_env
 from autotune._trial.measure import machine_meter
 from autotune._trial.outcome import Budget
@@ -201,6 +203,13 @@ def run_search(
         limit or setup_limit(timeout, options.n_trials),
         doing="restricting the search space to the model and data",
     )
+    env = environment(baseline.device)
+    warm = None
+    if options.warm_start is not None:  # a bad file is an error before the study is opened
+        warm = load_warm_start(
+            options.warm_start, space=restricted, baseline=baseline, environment=env
+        )
+        report(warm.line())
     study = open_study(options.storage, options.study_name, options.seed, options.sampler)
     refs = prepared.refs  # the metric chosen, never "auto"
     _check_launcher(options, refs, study, prepared)
@@ -214,7 +223,6 @@ def run_search(
     )
     if fallback:
         report(fallback)
-    env = environment(baseline.device)
     if options.n_trials is None and timeout is None:
         timeout = TIMEOUT
     settings = SearchSettings(
@@ -225,7 +233,9 @@ def run_search(
         seed=options.seed,
         val_fraction=float(options.val_fraction),
         stratified=prepared.stratified,
-        space=restricted,
+        # Without the values that failed here (a warm start's); the space asked for is what
+        # a resumed search is compared to.
+        space=restricted if warm is None else warm.narrowed(restricted),
         space_asked=restricted,
         baseline=baseline,
         baseline_asked=baseline,
@@ -251,6 +261,9 @@ def run_search(
         min_pairs=options.min_pairs or 0,
         data_note=prepared.note,
         streams=isinstance(workload.train, Stream),
+        model_fingerprint=model_fingerprint(workload.model),
+        data_fingerprint=prepared.data_fingerprint,
+        warm_start=warm,
     )
     search = Search(
         study=study,

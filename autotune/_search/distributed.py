@@ -34,10 +34,12 @@ from autotune._search.storage import (
     open_study,
     read_settings,
     redact,
+    refuse_other_model,
     resolve,
 )
 from autotune._trial.data import DataModuleLike
 from autotune._trial.executors import make_executor
+from autotune._trial.fingerprint import model_fingerprint
 from autotune._trial.isolation import worker_env
 from autotune._trial.measure import machine_meter
 from autotune._trial.workload import prepare_workload
@@ -220,6 +222,10 @@ def join_search(
         eval_batch_size=settings.validation_batch_size,
         planned_samples=settings.planned_samples,  # a stream's run, as the search planned it
     )
+    mine = settings.replace(
+        model_fingerprint=model_fingerprint(model), data_fingerprint=prepared.data_fingerprint
+    )
+    refuse_other_model(study, settings, mine, worker=True)  # before any trial
     if prepared.note:
         report(prepared.note)
     # Trials of a data-parallel study are jobs of as many ranks here, on this host's devices.

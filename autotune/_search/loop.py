@@ -269,7 +269,7 @@ class Search:
         s = self.settings
         return StagePolicy(
             s.space, s.baseline, guided=s.guided, cpus=describe_device(s.baseline.device).cpu_count,
-            memory=self.state.memory, split_free=s.split_free,
+            memory=self.state.memory, split_free=s.split_free, carried=s.carried,
         )  # fmt: skip
 
     def _trials_done(self, ledger: Ledger) -> bool:

@@ -39,6 +39,7 @@ from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
 from autotune._search.guard import Verdict
 from autotune._search.ledger import Entry, Ledger
+from autotune._search.warm import inside
 from autotune._space import Choice, SearchSpace
 from autotune._trial.probe import MemoryLimits
 
@@ -100,8 +101,10 @@ class StagePolicy:
         cpus: int,
         memory: MemoryLimits | None = None,
         split_free: bool = False,
+        carried: tuple[TrainingConfig, ...] = (),
     ) -> None:
         self.space = space
+        self.carried = carried  # a warm start's configs, measured first
         self.baseline = baseline
         self.guided = guided
         self.cpus = cpus
@@ -118,6 +121,10 @@ class StagePolicy:
         can be made (True: the baseline's accuracy runs are measured; False: they cannot be;
         None: not measured yet); ``fast_first``: the time kept for the accuracy question has
         come, so the fast stage goes before the safe variants still left (they follow it)."""
+        if ledger.baseline is not None and self.carried:
+            carried = self._carried_step(ledger, checks)
+            if carried is not None:
+                return carried
         if not self.guided:
             return Step(Stage.SAMPLING)
         base = ledger.baseline
@@ -162,6 +169,28 @@ class StagePolicy:
         return Step(Stage.EXPLORE, pins)
 
     # -- Helpers -------------------------------------------------------------------------------
+
+    def _carried_step(self, ledger: Ledger, checks: bool | None) -> Step | None:
+        """A warm start's configs before anything else (guided or not): those that leave the
+        numerics alone at once; those that change them once the baseline's accuracy runs are
+        measured (each then checked as any candidate is), and not where checks cannot be
+        made. None when none is left."""
+        memory, space = self.memory, self.space
+        fits = [
+            c
+            for c in self.carried
+            if (memory is None or memory.allows(c)) and inside(space, c, self.baseline)
+        ]
+        baseline = self._numerics_of(self.baseline)
+        free = [c for c in fits if self._numerics_of(c) == baseline]
+        step = self._variants(Stage.SAFE, {}, ledger, free)
+        if step is not None or checks is False:
+            return step
+        changes = [c for c in fits if c not in free]
+        left = [c for c in changes if ledger.measured(c) is None and c not in self.tried]
+        if left and checks is None:
+            return Step(Stage.FAST, {}, needs_checks=True)
+        return self._variants(Stage.FAST, {}, ledger, changes)
 
     def _fast_step(
         self, ledger: Ledger, safe: Entry, plain: Params, checks: bool | None

@@ -12,12 +12,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune._knobs.config import TrainingConfig
+from autotune._search.warm import WarmStart
 from autotune._space import SearchSpace, parse_space
 from autotune._task import TaskRefs
+from autotune._trial.fingerprint import data_changes, described, model_changes
 from autotune._trial.measure import Measurement
 from autotune._trial.outcome import Budget
 
-__all__ = ["SearchSettings", "differences"]
+__all__ = ["SearchSettings", "differences", "measured_changes"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -76,6 +78,18 @@ class SearchSettings:
     # The training set streams: its run is one pass of planned_samples, which a trainer's
     # export counts in optimizer steps (max_steps) rather than epochs.
     streams: bool = False
+    # What was measured (autotune._trial.fingerprint): the model's module types and tensor shapes,
+    # the data's length, first items' structure and hash. None in a study stored before them.
+    model_fingerprint: Mapping[str, Any] | None = None
+    data_fingerprint: Mapping[str, Any] | None = None
+    # What the search carried over from an earlier result (warm_start=): the configs measured
+    # first, the values not searched; None: started cold.
+    warm_start: WarmStart | None = None
+
+    @property
+    def carried(self) -> tuple[TrainingConfig, ...]:
+        """A warm start's configs, measured first (none for a cold start)."""
+        return () if self.warm_start is None else self.warm_start.configs
 
     @property
     def planned_samples(self) -> int:
@@ -118,6 +132,9 @@ class SearchSettings:
             "trial_limit": self.trial_timeout,
             "guided": self.guided,
             "hooks": self.hooks.to_dict(),
+            # What the trials measured: the model's and the data's fingerprints.
+            **described(self.model_fingerprint, self.data_fingerprint),
+            "warm_start": None if self.warm_start is None else self.warm_start.described(),
         }
 
     def replace(self, **changes: Any) -> SearchSettings:
@@ -129,7 +146,7 @@ class SearchSettings:
             value = getattr(self, f.name)
             if isinstance(value, SearchSpace):
                 value = {**value.to_dict(), "notes": list(value.notes)}
-            elif isinstance(value, TaskRefs | TrainingConfig):
+            elif isinstance(value, TaskRefs | TrainingConfig | WarmStart):
                 value = value.to_dict()
             elif isinstance(value, Budget):
                 value = dataclasses.asdict(value)
@@ -149,6 +166,8 @@ class SearchSettings:
         if values.get("baseline_asked") is not None:
             values["baseline_asked"] = TrainingConfig.from_dict(values["baseline_asked"])
         values["budget"] = Budget(**values["budget"])
+        if values.get("warm_start") is not None:
+            values["warm_start"] = WarmStart.from_dict(values["warm_start"])
         return cls(**values)
 
 
@@ -160,13 +179,26 @@ def _space_from(data: Mapping[str, Any]) -> SearchSpace:
     return dataclasses.replace(parsed, notes=notes)
 
 
+def measured_changes(stored: SearchSettings, asked: SearchSettings) -> list[str]:
+    """What differs between the model and data a study measured and those a search (or a
+    worker) now has: "the model: 2 parameter shapes differ (...)", "the data: training set:
+    length 1,797 -> 1,500". Empty where either fingerprint is unknown (a study stored before
+    they were)."""
+    out = [
+        f"the model: {c}" for c in model_changes(stored.model_fingerprint, asked.model_fingerprint)
+    ]
+    out += [f"the data: {c}" for c in data_changes(stored.data_fingerprint, asked.data_fingerprint)]
+    return out
+
+
 def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
     """The settings that change what a study's stored facts mean, where a resumed search asks
     for other values than the study was measured under: "planned epochs: 10 stored, 100
     asked". Projected times are ranked for the planned run, accuracy runs are of one metric in
     one direction, verdicts are judged at one tolerance against one baseline, the global batch
     is kept or not, and the space says what was searched: mixing them would rank and judge
-    trials under different rules."""
+    trials under different rules. A study's trials measured one model on one data set: another
+    (see :func:`measured_changes`) leads the list."""
     pairs = {
         "trainer (tune / find_best)": (stored.trainer, asked.trainer),
         "planned epochs (--planned-epochs)": (stored.planned_epochs, asked.planned_epochs),
@@ -186,7 +218,8 @@ def differences(stored: SearchSettings, asked: SearchSettings) -> list[str]:
             asked.space.global_batch_size is not None,
         ),
     }
-    out = [f"{name}: {a!r} stored, {b!r} asked" for name, (a, b) in pairs.items() if a != b]
+    out = measured_changes(stored, asked)
+    out += [f"{name}: {a!r} stored, {b!r} asked" for name, (a, b) in pairs.items() if a != b]
     if stored.baseline_asked is not None and asked.baseline_asked is not None:
         before, now = stored.baseline_asked.to_dict(), asked.baseline_asked.to_dict()
         changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))

@@ -41,11 +41,11 @@ import psutil
 import sqlalchemy.exc
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune._errors import StorageError
+from autotune._errors import OtherModelError, StorageError
 from autotune._load import Load
 from autotune._search.guard import Confirmation
 from autotune._search.record import BaselineAccuracy, BaselineCheck, GuardFailure, Record
-from autotune._search.settings import SearchSettings, differences
+from autotune._search.settings import SearchSettings, differences, measured_changes
 from autotune._trial.outcome import AccuracyRun
 from autotune._trial.probe import MemoryLimits
 
@@ -78,6 +78,7 @@ __all__ = [
     "read_settings",
     "reconcile_stale_trials",
     "redact",
+    "refuse_other_model",
     "refuse_other_settings",
     "resolve",
     "retry_waiting",
@@ -126,15 +127,21 @@ def store_record(trial: optuna.Trial, record: Record) -> None:
     trial.set_user_attr(ROLE, record.role.value)
 
 
-def read_settings(study: optuna.Study) -> SearchSettings | None:
+def read_settings(study: Any) -> SearchSettings | None:
+    """The settings a study published (``study``: an ``optuna.Study``, or a summary of one from
+    ``optuna.get_all_study_summaries``); None before its baseline was measured."""
     data = study.user_attrs.get(SETTINGS)
     return SearchSettings.from_dict(data) if isinstance(data, dict) else None
 
 
 def refuse_other_settings(study: optuna.Study, settings: SearchSettings) -> None:
     """Raise when a study is resumed with settings that change what its stored facts mean
-    (see :func:`autotune._search.settings.differences`), naming them and the two ways out."""
+    (see :func:`autotune._search.settings.differences`), naming them and the two ways out;
+    an :class:`~autotune._errors.OtherModelError` where the model or the data is not the one
+    the study measured."""
     stored = read_settings(study)
+    if stored is not None:
+        refuse_other_model(study, stored, settings)
     changed = [] if stored is None else differences(stored, settings)
     if changed:
         raise StorageError(
@@ -143,6 +150,33 @@ def refuse_other_settings(study: optuna.Study, settings: SearchSettings) -> None
             "were not measured for. Resume it with the stored settings, or start a new study "
             "(--study / study_name) for the new ones."
         )
+
+
+def refuse_other_model(
+    study: optuna.Study, stored: SearchSettings, asked: SearchSettings, *, worker: bool = False
+) -> None:
+    """Raise :class:`~autotune._errors.OtherModelError` where ``asked`` (a search resuming
+    the study, or a worker joining it) has another model or data than the study measured."""
+    changed = measured_changes(stored, asked)
+    if not changed:
+        return
+    model = any(c.startswith("the model") for c in changed)
+    data = any(c.startswith("the data") for c in changed)
+    what = "model and data" if model and data else "model" if model else "data"
+    if worker:
+        out = f"Give this worker the {what} the search was started with."
+    else:
+        out = (
+            f"Search this {what} in a study of its own: give another study name (--study / "
+            "study_name), or leave the name out on the command line, whose default name "
+            f"follows the model and data. To resume {study.study_name!r}, restore the {what} "
+            "it measured."
+        )
+    whose = "This worker's" if worker else "The"
+    raise OtherModelError(
+        f"{whose} {what} changed since study {study.study_name!r} measured its trials "
+        f"({'; '.join(changed)}): its speeds and accuracies are not this {what}'s. {out}"
+    )
 
 
 def publish_settings(study: optuna.Study, settings: SearchSettings) -> None:

@@ -22,6 +22,7 @@ from autotune._stream import is_stream
 from autotune._task import TaskRefs
 from autotune._trial.bounded import RUN_HINT, step
 from autotune._trial.direction import Said, choose_direction
+from autotune._trial.fingerprint import data_fingerprint
 from autotune._trial.hf_loop import HFLoop
 from autotune._trial.streaming import stream_length
 from autotune._trial.task import cpu_copy, logged_task
@@ -114,8 +115,9 @@ def prepare_hf(
     refs = TaskRefs.from_dict({"metric": name, "higher_is_better": choice.higher_is_better})
     notes.insert(0, f"trainer: every trial runs your {type(trainer).__name__}'s own training loop")
     prepared = Prepared(
-        workload=workload, stratified=False, refs=refs, metric=choice, note="; ".join(notes)
-    )
+        workload=workload, stratified=False, refs=refs, metric=choice, note="; ".join(notes),
+        data_fingerprint=data_fingerprint(train, val),
+    )  # fmt: skip
     # A stream's run is its planned samples, its passes counted from them (see make_stream).
     epochs = None if is_stream(train) else _planned_epochs(args, len(train))
     return SearchStart(prepared, _baseline(args, loop), epochs)

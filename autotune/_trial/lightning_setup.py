@@ -22,6 +22,7 @@ from autotune._stream import is_stream
 from autotune._task import TaskRefs
 from autotune._trial.bounded import RUN_HINT, step
 from autotune._trial.direction import Said, choose_direction, direction_in_name
+from autotune._trial.fingerprint import fit_data_fingerprint
 from autotune._trial.lightning_loop import LEFT_OUT_CALLBACKS, LightningLoop, Loaders
 from autotune._trial.metrics import MetricChoice
 from autotune._trial.streaming import stream_length
@@ -141,8 +142,10 @@ def prepare_lightning(
     )
     baseline = _baseline(trainer, train, loop, compiled=compiled, lr=checked.lr)
     prepared = Prepared(
-        workload=workload, stratified=False, refs=refs, metric=choice, note="; ".join(notes) or None
-    )
+        workload=workload, stratified=False, refs=refs, metric=choice,
+        note="; ".join(notes) or None,
+        data_fingerprint=fit_data_fingerprint(datamodule, train, val),
+    )  # fmt: skip
     # A stream's run is its planned samples, its passes counted from them (see make_stream).
     epochs = None if is_stream(train.dataset) else _planned_epochs(trainer, train)
     return SearchStart(prepared, baseline, epochs)

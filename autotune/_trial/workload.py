@@ -17,6 +17,7 @@ from autotune._stream import Stream, is_stream
 from autotune._task import OptimizerFactory, Task, TaskRefs
 from autotune._trial.bounded import ITEM_HINT, step
 from autotune._trial.data import DataModuleLike, unpack_data
+from autotune._trial.fingerprint import data_fingerprint
 from autotune._trial.metrics import AUTO, MetricChoice
 from autotune._trial.streaming import Items, first_items, make_stream, validation_items
 from autotune._trial.task import (
@@ -117,6 +118,8 @@ class Prepared:
     refs: TaskRefs
     metric: MetricChoice
     note: str | None = None
+    # The data's fingerprint as the user gave it (see fingerprint.py), which the study keeps.
+    data_fingerprint: Mapping[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +192,7 @@ def prepare_workload(
         notes.append(note)
     setup = set_up_task(model, given, given_val, task.replace(collate_fn=data.collate_fn))
     resolved = setup.resolved
+    fingerprint = data_fingerprint(dataset, val_dataset)  # checked: as the user gave them
     if is_stream(given):
         given = make_stream(given, planned_samples, passes=planned_epochs, workers=search_workers)
         notes.append(stream_note(given))
@@ -215,6 +219,7 @@ def prepare_workload(
         refs=setup.task.references(),
         metric=setup.choice,
         note="; ".join(notes) or None,
+        data_fingerprint=fingerprint,
     )
 
 

@@ -1,0 +1,154 @@
+"""A warm start: the earlier answer and its best few configs measured first, values that failed
+for a reason of the machine not searched again, and a bad warm-start file a clear error or a
+stated partial carry-over, never a crash."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune import TrainingConfig
+from autotune._cli import main
+from autotune._errors import ArgumentError
+from autotune._search.warm import load_warm_start
+from autotune._space import Choice, load_space
+from autotune.examples import tiny_data, tiny_model
+
+from conftest import find
+
+BASE = TrainingConfig(device="cpu")
+HERE = {"torch": torch.__version__, "fingerprint": "here"}
+SPACE = load_space("quick")
+
+
+def _trial(n: int, cfg: TrainingConfig, failure: str | None = None, time: float = 10.0) -> dict:
+    return {
+        "number": n,
+        "role": "baseline" if n == 0 else "candidate",
+        "config": cfg.to_dict(),
+        "failure": failure,
+        "feasible": failure is None,
+        "projected_training_time": None if failure else time,
+    }
+
+
+def _result(tmp_path: Path, trials: list[dict], answer: dict | None = None, **env) -> Path:
+    data = {
+        "schema_version": 1,
+        "config": answer or trials[-1]["config"],
+        "baseline": {"config": BASE.to_dict()},
+        "trials": trials,
+        "answers": {},
+        "environment": {**HERE, **env},
+    }
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _load(path: Path):
+    return load_warm_start(path, space=SPACE, baseline=BASE, environment=HERE)
+
+
+def test_the_answer_then_the_fastest_configs_are_carried(tmp_path) -> None:
+    workers = BASE.replace(num_workers=2, persistent_workers=True)
+    bigger = BASE.replace(batch_size=128)
+    bf16 = workers.replace(precision="bf16")
+    trials = [_trial(0, BASE, time=50), _trial(1, bigger, time=30), _trial(2, bf16, time=20),
+              _trial(3, workers, time=40)]  # fmt: skip
+    warm = _load(_result(tmp_path, trials, answer=workers.to_dict()))
+    assert warm.configs == (workers, bf16, bigger)  # the answer, then the fastest; no baseline
+    assert warm.line() == "warm start from best.json: 3 configs measured first"
+
+
+def test_a_value_that_failed_for_a_reason_of_the_machine_is_not_searched_again(
+    tmp_path,
+) -> None:
+    workers = BASE.replace(num_workers=2, persistent_workers=True)
+    trials = [
+        _trial(0, BASE),
+        _trial(1, workers, time=5),
+        _trial(2, workers.replace(precision="bf16"), failure="error"),  # the machine's
+        _trial(3, workers.replace(batch_size=512), failure="oom"),  # the model's: retried
+        _trial(4, workers.replace(precision="tf32", batch_size=64), failure="error"),  # 2 knobs
+    ]
+    warm = _load(_result(tmp_path, trials, answer=workers.to_dict()))
+    assert dict(warm.failed) == {"precision": ("bf16",)}
+    narrowed = warm.narrowed(SPACE)
+    precision = narrowed.knobs["precision"]
+    assert isinstance(precision, Choice) and precision.values == ("fp32", "tf32")
+    assert "precision: bf16 not searched (warm start from best.json" in narrowed.notes[-1]
+    assert "precision=bf16 not searched (every trial with it failed on this machine)" in (
+        warm.line()
+    )
+    assert warm.configs == (workers,)
+
+
+@pytest.mark.parametrize(
+    ("write", "says"),
+    [
+        (None, "warm_start: cannot read"),
+        ("not json", "is not JSON"),
+        ('{"config": {}}', "is not an autotune result (it has no `config`/`baseline`/"),
+    ],
+)
+def test_a_file_that_is_not_a_result_is_a_clear_error(tmp_path, write, says) -> None:
+    path = tmp_path / "best.json"
+    if write is not None:
+        path.write_text(write)
+    with pytest.raises(ArgumentError, match=re.escape(says)):
+        _load(path)
+
+
+def test_another_torch_major_version_is_an_error_and_another_machine_carries_nothing(
+    tmp_path,
+) -> None:
+    trials = [_trial(0, BASE), _trial(1, BASE.replace(batch_size=64))]
+    with pytest.raises(ArgumentError, match=r"measured with torch 1\.13\.1.*another major"):
+        _load(_result(tmp_path, trials, torch="1.13.1"))
+    warm = _load(_result(tmp_path, trials, fingerprint="elsewhere"))
+    assert warm.configs == ()
+    assert "nothing carried over: best.json was measured on other hardware" in warm.line()
+
+
+def test_configs_of_knobs_or_values_this_search_lacks_are_left_out_and_said(tmp_path) -> None:
+    gone = {**BASE.replace(batch_size=64).to_dict(), "warp_drive": True}  # a setting no more
+    outside = BASE.replace(batch_size=48)  # not a batch size the space lists
+    kept = BASE.replace(batch_size=128)
+    trials = [_trial(0, BASE), {**_trial(1, BASE, time=1), "config": gone},
+              _trial(2, outside, time=2), _trial(3, kept, time=3)]  # fmt: skip
+    warm = _load(_result(tmp_path, trials, answer=gone))
+    assert warm.configs == (kept,)  # a partial carry-over, stated
+    line = warm.line()
+    assert "its answer left out:" in line and "warp_drive" in line
+    assert "its trial #2 left out: batch_size=48 is not in this search's space" in line
+
+
+def test_a_warm_started_search_measures_the_carried_configs_first(tmp_path, fast_kwargs) -> None:
+    first = find(tiny_model(), tiny_data(), n_trials=4, space="quick", **fast_kwargs)
+    path = tmp_path / "a.json"
+    first.save(path)
+    second = find(
+        tiny_model(), tiny_data(), n_trials=4, space="quick", warm_start=path, **fast_kwargs
+    )
+    warm = second.to_dict()["search"]["warm_start"]
+    assert warm["from"] == "a.json" and warm["configs"] >= 1
+    carried = {json.dumps(c, sort_keys=True) for c in warm["carried"]}
+    measured = [json.dumps(t.config.to_dict(), sort_keys=True) for t in second.trials[1:]]
+    assert set(measured[: len(carried)]) == carried  # before any config of its own
+
+
+def test_the_cli_takes_a_warm_start_and_names_a_bad_one(tmp_path, capsys) -> None:
+    code = main(
+        ["search", "--model", "autotune.examples:tiny_model", "--data",
+         "autotune.examples:tiny_data", "--trials", "1", "--storage",
+         f"sqlite:///{tmp_path / 'a.db'}", "--warm-start", str(tmp_path / "none.json"),
+         "--out", str(tmp_path / "b.json")]
+    )  # fmt: skip
+    assert code == 2
+    assert "warm_start: cannot read" in capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()
