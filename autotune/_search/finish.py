@@ -91,7 +91,9 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
         if not bench.deadline.past(cost + now):
             confirm(bench, current, entry, keep=after, persist=now)
         elif (
-            speedup > 1 + ranking.TIE and not ledger.confirmations and not bench.deadline.past(cost)
+            speedup > 1 + ranking.TIE
+            and not ledger.confirmations
+            and not bench.deadline.past(cost + _pair_rounds(ledger, current, entry))
         ):
             # The search's first check fits alone: a check that may make a faster answer
             # comes before the rounds that measure the answers so far (as the loop's first
@@ -115,6 +117,15 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
             )
             rounds = f" beside the side-by-side rounds (~{now:.0f} s)" if now > 0 else ""
             bench.report(f"no time left {what} (~{cost:.0f} s){rounds}")
+
+
+def _pair_rounds(ledger: Ledger, baseline: Baseline, entry: Entry) -> float:
+    """Seconds of the fewest rounds that measure ``entry`` beside the baseline alone: what a
+    check that may make it the answer must leave, so that no answer goes unmeasured (a JPEG
+    search's first check took the rounds' whole time, and its confirmed answer was reported
+    from screening against a slow draw of the baseline)."""
+    base = ledger.baseline
+    return 0.0 if base is None else MIN_ROUNDS * _per_round(baseline, [base, entry])
 
 
 def _contenders(ledger: Ledger, extra: Entry | None = None, *, near: bool = False) -> list[Entry]:
