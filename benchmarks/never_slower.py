@@ -337,7 +337,8 @@ def busy_lines(runs: list[dict[str, Any]], args: argparse.Namespace) -> list[str
                 continue
             total += 1
             within += abs(value / (own / base_side) - 1) <= 0.25
-        named = any("other processes used" in line for _, line in run["lines"])
+        said = [line for _, line in run["lines"]] + run["summary"].splitlines()
+        named = any("other processes used" in line for line in said)
         out.append(
             f"- run {i}: {within} of {total} ratios within 25%; the load named in the output: "
             f"{'yes' if named else 'no'}; answer {data['speedup']:.2f}x"

@@ -195,7 +195,7 @@ def test_a_task_whose_runs_barely_vary_checks_with_the_two_pairs_it_has() -> Non
     assert (c.first_seed, len(c.runs), c.looks) == (1, 2, 1), "\n".join(lines)
     accuracy = ledger.baseline_accuracy
     assert accuracy is not None and [r.seed for r in accuracy.runs] == [0, 1, 2]
-    assert "over 2 seeds" in "\n".join(lines)
+    assert "2 paired seeds" in "\n".join(lines)
 
     run, _, lines = search(model(0.03), knobs=DIGITS, timeout=60.0, n_train=400)
     ledger = run.ledger()
@@ -302,14 +302,22 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
     finish.confirm_pending(bench(cost + (least + before) / 2), baseline)
     after = finish.least_rounds_seconds(ledger, baseline, entry)
     assert checked == [(4, after)]  # the fewest rounds, with it among them, kept after it
-    # Where it fits only alone, it still comes first (1.36x the safe answer at screening):
-    # the rounds take what it leaves.
-    alone = bench(cost + least / 2)
+    # Where it fits only with the fewest rounds of it beside the baseline, it still comes
+    # first (1.36x the safe answer at screening): the rounds take what it leaves, and an
+    # answer it makes is still measured side by side (issue 56).
+    pair = finish._pair_rounds(ledger, baseline, entry)
+    assert pair < least
+    alone = bench(cost + pair)
     finish.confirm_pending(alone, baseline)
     assert checked[1:] == [(4, 0.0)] and alone.lines == [
         f"trial #4's check (~{cost:.0f} s) fits only before the side-by-side rounds' time: it "
         "comes first, the rounds take what it leaves"
     ]
+    # Where it fits alone but the rounds could then not measure it, it is not made: the
+    # answer would go unmeasured (a JPEG search's first check took the rounds' whole time).
+    unmeasured = bench(cost + pair / 2)
+    finish.confirm_pending(unmeasured, baseline)
+    assert len(checked) == 2 and unmeasured.lines[0].startswith("no time left to check trial #4")
     short = bench(cost * 0.9)  # not even alone
     finish.confirm_pending(short, baseline)
     assert len(checked) == 2 and short.lines == [

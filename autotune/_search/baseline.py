@@ -366,6 +366,13 @@ def measure_baseline(bench: Bench, space: SearchSpace, *, needs: float = 0.0) ->
     bench.tell(trial, record, None, record.projected_time)
     baseline = Baseline.of(bench.ledger())
     assert baseline is not None
+    load = record.load
+    if load is not None and load.busy:
+        # Every ratio until the machine's state changes is of this state: said when it starts.
+        bench.report(
+            f"machine: other processes used ~{load.others:.1f} of {load.cores} cores while the "
+            "baseline was measured: ratios are of that state until it changes"
+        )
     return baseline
 
 

@@ -33,6 +33,7 @@ __all__ = ["CHECK_SHARE", "JUMP", "STATE_RUNS", "due", "recheck"]
 CHECK_SHARE = 0.08
 STATE_RUNS = 2  # re-measurements for a change of state in a row, at most
 JUMP = 0.25  # a figure this far from the last of the same state is measured once more
+MIN_GAP = 30.0  # seconds between two regular re-measurements, at the least
 
 
 def due(ledger: Ledger, load: Load | None, now: float, budget: float | None) -> CheckReason | None:
@@ -53,7 +54,7 @@ def due(ledger: Ledger, load: Load | None, now: float, budget: float | None) -> 
     spent = sum(SLACK * c.measure_seconds for c in ledger.baseline_checks)
     if budget is not None and spent + cost > CHECK_SHARE * budget:
         return None
-    return CheckReason.CADENCE if now - latest.at >= cost / CHECK_SHARE else None
+    return CheckReason.CADENCE if now - latest.at >= max(MIN_GAP, cost / CHECK_SHARE) else None
 
 
 def recheck(
@@ -85,7 +86,11 @@ def recheck(
         # ratio after it ran high): measured once more, and the second figure is kept.
         check = _measure(bench, baseline, reason, reserve) or check
     storage.add_baseline_check(bench.study, check)  # the one kept: the last taken
-    bench.report(_words(check, ledger.latest_check, load, trial))
+    words = _words(check, ledger.latest_check, load, trial)
+    if check.reason is CheckReason.STATE:
+        bench.report(words)  # a change of the machine's state is the story's
+    else:
+        storage.add_note(bench.study, words)  # a regular one is the detail's
     return check
 
 
