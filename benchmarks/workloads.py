@@ -164,6 +164,25 @@ def _image_folder(name: str, n: int, seed: int) -> Path:
     return root
 
 
+def _decode(source: Any, augment: bool) -> torch.Tensor:
+    """A JPEG (a path or a file object) decoded by PIL: a random crop and a flip when
+    augmenting, a centre crop otherwise (as torchvision's usual transforms), normalised."""
+    from PIL import Image
+
+    with Image.open(source) as image:
+        image = image.convert("RGB")
+        if augment:
+            x, y = random.randrange(0, IMAGE_SIZE - CROP), random.randrange(0, IMAGE_SIZE - CROP)
+        else:
+            x = y = (IMAGE_SIZE - CROP) // 2
+        image = image.crop((x, y, x + CROP, y + CROP))
+        if augment and random.random() < 0.5:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        data = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
+    pixels = data.view(CROP, CROP, 3).permute(2, 0, 1).float().div_(255)
+    return (pixels - 0.5) / 0.25
+
+
 class ImageFolder(Dataset[tuple[torch.Tensor, int]]):
     """``root/class_k/*.jpg``, decoded by PIL per item; random crop and flip when augmenting,
     a centre crop otherwise (as torchvision's ImageFolder with its usual transforms)."""
@@ -177,23 +196,7 @@ class ImageFolder(Dataset[tuple[torch.Tensor, int]]):
         return len(self.files)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        from PIL import Image
-
-        with Image.open(self.files[index]) as image:
-            image = image.convert("RGB")
-            if self.augment:
-                x, y = (
-                    random.randrange(0, IMAGE_SIZE - CROP),
-                    random.randrange(0, IMAGE_SIZE - CROP),
-                )
-            else:
-                x = y = (IMAGE_SIZE - CROP) // 2
-            image = image.crop((x, y, x + CROP, y + CROP))
-            if self.augment and random.random() < 0.5:
-                image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-            data = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
-        pixels = data.view(CROP, CROP, 3).permute(2, 0, 1).float().div_(255)
-        return (pixels - 0.5) / 0.25, self.targets[index]
+        return _decode(self.files[index], self.augment), self.targets[index]
 
 
 class ResNetLogits(nn.Module):
@@ -249,23 +252,7 @@ class JpegBytes(Dataset[tuple[torch.Tensor, int]]):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         import io
 
-        from PIL import Image
-
-        with Image.open(io.BytesIO(self.blobs[index])) as image:
-            image = image.convert("RGB")
-            if self.augment:
-                x, y = (
-                    random.randrange(0, IMAGE_SIZE - CROP),
-                    random.randrange(0, IMAGE_SIZE - CROP),
-                )
-            else:
-                x = y = (IMAGE_SIZE - CROP) // 2
-            image = image.crop((x, y, x + CROP, y + CROP))
-            if self.augment and random.random() < 0.5:
-                image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-            data = torch.frombuffer(bytearray(image.tobytes()), dtype=torch.uint8)
-        pixels = data.view(CROP, CROP, 3).permute(2, 0, 1).float().div_(255)
-        return (pixels - 0.5) / 0.25, self.targets[index]
+        return _decode(io.BytesIO(self.blobs[index]), self.augment), self.targets[index]
 
 
 def jpeg_data() -> tuple[JpegBytes, JpegBytes]:

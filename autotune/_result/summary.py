@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import textwrap
 from typing import Any
 
 from autotune._errors import ConfigError
@@ -13,9 +12,9 @@ from autotune._knobs.registry import changes
 from autotune._search.derived import format_speedup
 from autotune._search.guard import ACCURACY_SHARE, answer_claim, lag_words, unseen_note
 from autotune._search.record import GuardFailure, NoRun
-from autotune._search.words import ROW_WIDTH, change_words
+from autotune._search.words import change_words
 
-__all__ = ["render_summary", "summary_parts", "wrapped"]
+__all__ = ["render_summary", "summary_parts"]
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -34,14 +33,6 @@ def render_summary(data: dict[str, Any]) -> str:
     lines = [*head, "", f"  {'':22}{'winner':>16}{'baseline':>16}"]
     lines += [f"  {label:22}{w:>16}{b:>16}" for label, w, b in rows]
     return "\n".join([*lines, "", *tail])
-
-
-def wrapped(line: str) -> str:
-    """A line of the summary within :data:`ROW_WIDTH` characters, its continuation indented."""
-    if len(line) <= ROW_WIDTH:
-        return line
-    indent = " " * (len(line) - len(line.lstrip()) + 2)
-    return textwrap.fill(line, width=ROW_WIDTH, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def summary_parts(

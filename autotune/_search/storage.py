@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import datetime
 import importlib
+import itertools
 import logging
 import os
 import re
@@ -105,6 +106,7 @@ ROUNDS = "autotune_rounds"  # study attribute: side-by-side rounds, trial -> tim
 CONFIRMATION = "autotune_confirmation:"  # + numerics id: the confirmation filed under it
 BASELINE_CHECK = "autotune_baseline_check:"  # + time and process: the baseline measured again
 NOTE = "autotune_note:"  # + time and process: an event line's whole text (the result's detail)
+_NOTES = itertools.count()  # this process's notes, numbered: two in one microsecond both kept
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 ORPHAN_SECONDS = 600.0  # a RUNNING trial with no owner this long after it started is dead
 
@@ -305,7 +307,8 @@ def add_baseline_check(study: optuna.Study, check: BaselineCheck) -> None:
 def add_note(study: optuna.Study, text: str) -> None:
     """Keep an event line's whole text (its progress line was shortened): the detail a
     result shows with ``autotune show --detail``."""
-    study.set_user_attr(f"{NOTE}{datetime.datetime.now().timestamp():.6f}:{os.getpid()}", text)
+    said = f"{datetime.datetime.now().timestamp():.6f}:{os.getpid()}:{next(_NOTES)}"
+    study.set_user_attr(f"{NOTE}{said}", text)
 
 
 def read_notes(study: optuna.Study) -> list[str]:
