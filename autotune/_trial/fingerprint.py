@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +33,7 @@ from torch import nn
 from autotune._stream import is_stream
 from autotune._trial.bounded import ITEM_HINT, step
 from autotune._trial.data import is_datamodule
-from autotune._trial.streaming import first_items, stream_length
+from autotune._trial.streaming import first_items, seeded, stream_length
 
 __all__ = [
     "FINGERPRINT_ITEMS",
@@ -202,29 +201,16 @@ def _feed(h: Any, item: Any) -> None:
 def _read(data: Any, argument: str) -> list[Any]:
     """The first items of ``data`` under :data:`SEED` (torch, ``random`` and numpy seeded, a
     stream's ``set_epoch`` told it), the caller's generators given back."""
-    py_state, np_state = random.getstate(), np.random.get_state()
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(SEED)
-            random.seed(SEED)
-            np.random.seed(SEED)
-            if is_stream(data):
-                set_epoch = getattr(data, "set_epoch", None)
-                if callable(set_epoch):
-                    set_epoch(SEED)
-                return first_items(data, FINGERPRINT_ITEMS, argument=argument)
-            items = []
-            for i in range(min(FINGERPRINT_ITEMS, len(data))):
-                # Said as the search's own first read says it: a hang here is that read's.
-                which = "the first item" if i == 0 else f"item {i}"
-                step(
-                    f"{which}, `{argument}[{i}]` ({type(data).__qualname__}.__getitem__)", ITEM_HINT
-                )
-                items.append(data[i])
-            return items
-    finally:
-        random.setstate(py_state)
-        np.random.set_state(np_state)
+    with seeded(data, SEED):
+        if is_stream(data):
+            return first_items(data, FINGERPRINT_ITEMS, argument=argument)
+        items = []
+        for i in range(min(FINGERPRINT_ITEMS, len(data))):
+            # Said as the search's own first read says it: a hang here is that read's.
+            which = "the first item" if i == 0 else f"item {i}"
+            step(f"{which}, `{argument}[{i}]` ({type(data).__qualname__}.__getitem__)", ITEM_HINT)
+            items.append(data[i])
+        return items
 
 
 def _items_hash(items: list[Any]) -> str:

@@ -8,10 +8,11 @@ limit, naming the read.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from autotune._errors import ArgumentError, DataError
 from autotune._knobs.apply import split_by_node
-from autotune._stream import LengthRead, Stream
+from autotune._stream import LengthRead, Stream, is_stream
 from autotune._trial.bounded import ITEM_HINT, step
 
 __all__ = [
@@ -224,23 +225,30 @@ def order_facts(stream: IterableDataset[Any], *, argument: str = "dataset") -> t
     return replays, not _same_reads(first, _read_at(stream, 1, argument))
 
 
-def _read_at(stream: IterableDataset[Any], seed: int, argument: str) -> list[Any]:
-    """The stream's first items as an accuracy run of data-order ``seed`` reads them: torch,
-    ``random`` and numpy seeded (a stream that augments from Python's or numpy's generator
-    replays there too), a ``set_epoch`` told the seed. The caller's RNG states are kept."""
+@contextlib.contextmanager
+def seeded(data: Any, seed: int) -> Iterator[None]:
+    """Inside: torch, ``random`` and numpy seeded with ``seed`` (data that augments from
+    Python's or numpy's generator replays too) and a stream's ``set_epoch`` told it; the
+    caller's generators given back after."""
     py_state, np_state = random.getstate(), np.random.get_state()
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             random.seed(seed)
             np.random.seed(seed)
-            set_epoch = getattr(stream, "set_epoch", None)
-            if callable(set_epoch):
+            set_epoch = getattr(data, "set_epoch", None)
+            if is_stream(data) and callable(set_epoch):
                 set_epoch(seed)
-            return first_items(stream, REPLAY_ITEMS, argument=argument)
+            yield
     finally:
         random.setstate(py_state)
         np.random.set_state(np_state)
+
+
+def _read_at(stream: IterableDataset[Any], seed: int, argument: str) -> list[Any]:
+    """The stream's first items as an accuracy run of data-order ``seed`` reads them."""
+    with seeded(stream, seed):
+        return first_items(stream, REPLAY_ITEMS, argument=argument)
 
 
 def _same_reads(a: list[Any], b: list[Any]) -> bool:
