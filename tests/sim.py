@@ -86,6 +86,10 @@ class Model:
     # Cores other processes keep busy at a time of the clock (seconds since the start): every
     # run started then trains 1 / (1 + busy) as fast (they share the machine's two cores).
     busy: Callable[[float], float] = lambda t: 0.0
+    # How much slower a run of a config trains with ``busy`` cores taken (its throughput is
+    # divided by it); None: 1 + busy for every config. A config's speed may depend on the
+    # state: one thread stalls on no shared core where two OpenMP threads wait for each other.
+    slowed: Callable[[TrainingConfig, float], float] | None = None
 
     def score(self, cfg: TrainingConfig, seed: int, samples: int) -> float:
         if self.metric_at is not None:
@@ -125,7 +129,8 @@ class SimulatedExecutor:
         if self.interrupt_at is not None and self.runs >= self.interrupt_at:
             raise KeyboardInterrupt
         tp = self.model.throughput * self.model.speed(cfg)
-        tp /= 1.0 + self.model.busy(self.clock.now - self.clock.start)
+        busy = self.model.busy(self.clock.now - self.clock.start)
+        tp /= self.model.slowed(cfg, busy) if self.model.slowed else 1.0 + busy
         cost = self.model.overhead
         draw = 1.0
         if measured is None:

@@ -22,6 +22,7 @@ from autotune._search.evidence import confirm
 from autotune._search.ledger import (
     Entry,
     Ledger,
+    away,
     could_win_bar,
     fastest_verified,
     promise,
@@ -161,7 +162,7 @@ def _run(
         return CandidateRun()
     ledger = bench.ledger()
     previous = ledger.measured(cfg)
-    if previous is not None:
+    if previous is not None and not _measure_anew(ledger, previous):
         # Its record again, as a candidate (even when it repeats the baseline's config).
         record = dataclasses.replace(previous.record, reused=True, role=Role.CANDIDATE)
         return _finish(bench, trial, record, baseline, step, repeated=True)
@@ -181,6 +182,15 @@ def _run(
         return CandidateRun()
     record = _measure(bench, trial, cfg, baseline, ledger, reserve)
     return _finish(bench, trial, record, baseline, step, seconds=record.seconds)
+
+
+def _measure_anew(ledger: Ledger, previous: Entry) -> bool:
+    """Whether a config measured before is measured again rather than its record reused:
+    where its one measurement was taken while the machine was busy and the baseline has been
+    measured free since (:func:`autotune._search.ledger.away`): its ratio then is of another
+    state. Once only: a second measurement is kept, busy or not."""
+    own = [e for e in ledger.entries if e.config == previous.config and not e.record.reused]
+    return len(own) == 1 and away(ledger, previous)
 
 
 def _measure(

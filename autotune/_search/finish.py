@@ -12,7 +12,7 @@ from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm, evidence_value, p_within, seed_seconds
 from autotune._search.guard import counted_noise
-from autotune._search.ledger import Entry, Ledger, fastest_verified, promise
+from autotune._search.ledger import Entry, Ledger, away, fastest_verified, promise
 from autotune._trial.failures import FailureReason
 from autotune._trial.outcome import Budget
 
@@ -185,6 +185,7 @@ def _challengers(ledger: Ledger) -> list[Entry]:
         if (
             ledger.feasible(e)
             and not e.record.reused
+            and not away(ledger, e)
             and ledger.side_speedup(e) is None
             and not ledger.round_speedups(e)
             and screening is not None

@@ -274,8 +274,9 @@ class Ledger:
         return dict(Counter(e.record.failure.value for e in self.entries if e.record.failure))
 
     def measured(self, cfg: TrainingConfig) -> Entry | None:
-        """The trial that measured ``cfg`` itself (not one that reused another's record)."""
-        return next((e for e in self.entries if e.config == cfg and not e.record.reused), None)
+        """The trial that measured ``cfg`` itself (not a reuse), one not :func:`away` first."""
+        own = [e for e in self.entries if e.config == cfg and not e.record.reused]
+        return min(own, key=lambda e: away(self, e), default=None)
 
     def numerics_id(self, cfg: TrainingConfig) -> str:
         """The key ``cfg``'s confirmation is filed under: equal for configs that train the same
@@ -356,12 +357,11 @@ class Ledger:
         return float(statistics.median(rates)) if len(rates) >= derived.MIN_ROUNDS else None
 
     def rank_time(self, entry: Entry) -> float:
-        """Its projected time as ranked: without one, it ranks last."""
-        return ranking.rank_time(self.projected(entry))
+        """Its projected time as ranked: without one, or :func:`away`, it ranks last."""
+        return ranking.rank_time(None if away(self, entry) else self.projected(entry))
 
     def noise(self, entry: Entry) -> float:
-        times = self.times(entry)
-        return ranking.relative_noise(times) if times else ranking.MAX_NOISE
+        return ranking.relative_noise(self.times(entry)) if self.times(entry) else ranking.MAX_NOISE
 
     def comparable(self, entry: Entry) -> bool:
         """Timings compare only between identical hardware and software (the fingerprint)."""
@@ -419,11 +419,11 @@ class Ledger:
             complexity=complexity,
         )
         if leader is None:
-            return ranking.best(items, time=self.rank_time, noise=self.noise, complexity=complexity)
-        # Once the rounds measured the answers, the answer is one they measured: the baseline
-        # where they found the others slower. A JPEG search's rounds measured every leader
-        # below the baseline, and the ranking then fell back to an unmeasured config screened
-        # against the baseline's cold first figure: 1.07x reported, 0.87x in a plain loop.
+            top = ranking.best(items, time=self.rank_time, noise=self.noise, complexity=complexity)
+            return _away_best(self, items) if top and away(self, top) else top
+        # Once the rounds measured the answers, the answer is one they measured (a JPEG
+        # search's rounds found every leader slower, and the ranking fell back to an unmeasured
+        # config screened against a cold first baseline: 1.07x reported, 0.87x in a loop).
         return leader
 
     def side_speedup(self, entry: Entry) -> float | None:
@@ -519,14 +519,15 @@ class Ledger:
         return None if self.guard is None else unsettleable(self.guard)
 
     def slower_side_by_side(self, entry: Entry) -> bool:
-        """Whether the side-by-side rounds measured it no faster than the baseline (the median
-        of its paired ratios at most 1): paired rounds outweigh a single measurement, so such
-        a config is never the answer, however its unpaired times rank."""
+        """Whether the side-by-side rounds measured it no faster than the baseline beyond a
+        tie (the median of its rounds' ratios at most 1 + :data:`ranking.TIE`): never the
+        answer then, however its unpaired times rank (a busy README run answered a config at
+        a median of 1.00x, range 0.75-1.11x, that trained at 0.88x in a plain loop)."""
         base = self.baseline
         if base is None or entry.config == base.config:
             return False
         side = derived.side_by_side(self.round_speedups(entry))
-        return side is not None and side[0] <= 1.0
+        return side is not None and side[0] <= 1 + ranking.TIE
 
     def round_speedups(self, entry: Entry) -> list[float]:
         """The baseline's projected time over ``entry``'s, round by round, side by side."""
@@ -575,6 +576,45 @@ class Ledger:
         )
 
 
+def away(ledger: Ledger, entry: Entry) -> bool:
+    """Whether ``entry``'s figure is of a busy machine where the baseline was also measured
+    free (:func:`yardstick.away`) and no side-by-side rounds measured it since: it ranks last
+    (never an answer, a round's leader nor a bar others must beat) until measured again."""
+    base = ledger.baseline
+    if base is None or entry.config == base.config:
+        return False
+    if len(ledger.remeasured(entry)) >= derived.MIN_ROUNDS:
+        return False
+    return yardstick.away(ledger.checks, entry.record)
+
+
+def _away_best(ledger: Ledger, items: list[Entry]) -> Entry | None:
+    """Of ``items``, all :func:`away`, the fastest in its own state (by its screening ratio
+    there): the one for the rounds to measure, never an answer before they do."""
+    return max(items, key=lambda e: ledger.screening_speedup(e) or 0.0, default=None)
+
+
+def measure_again(ledger: Ledger, limit: int) -> list[Entry]:
+    """The configs measured only while the machine was busy (:func:`away`) that led their
+    state, at most ``limit``, the fastest there first: each screened faster than the baseline
+    measured in its state beyond a tie, and measured in no other since."""
+    out: list[Entry] = []
+    for e in sorted(ledger.entries, key=lambda e: -(ledger.screening_speedup(e) or 0.0)):
+        speedup = ledger.screening_speedup(e)
+        if (
+            len(out) < limit
+            and e.record.ok
+            and not e.record.reused
+            and away(ledger, e)
+            and ledger.measured(e.config) is e
+            and speedup is not None
+            and speedup > 1 + ranking.TIE
+            and all(e.config != o.config for o in out)
+        ):
+            out.append(e)
+    return out
+
+
 def first_win_at(ledger: Ledger) -> float | None:
     """When the first answer faster than the baseline (beyond a tie) was verified: a safe
     trial when it ended, a fast one when its confirmation was filed."""
@@ -619,7 +659,8 @@ def step_draws(ledger: Ledger, cfg: TrainingConfig) -> list[float]:
     that makes the steps ``cfg`` makes (see :func:`registry.step_key`: only its learning rate
     or its run's length differs), its steady part scaled to ``cfg``'s share of the run."""
     key = registry.step_key(cfg)
-    out = []
+    out: list[float] = []
+    busy: list[float] = []
     for e in ledger.entries:
         r = e.record
         if (
@@ -632,8 +673,8 @@ def step_draws(ledger: Ledger, cfg: TrainingConfig) -> list[float]:
             once = r.measurement.one_time_cost
             share = cfg.train_fraction / e.config.train_fraction
             time = ledger.normalized(r) or r.projected_time
-            out.append((time - once) * share + once)
-    return out
+            (busy if away(ledger, e) else out).append((time - once) * share + once)
+    return out or busy  # a busy state's draws only where no other state drew them
 
 
 def promise(ledger: Ledger, entry: Entry) -> float:

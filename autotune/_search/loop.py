@@ -23,7 +23,7 @@ import optuna
 from autotune._device import describe_device
 from autotune._errors import AutotuneError
 from autotune._load import Meter
-from autotune._search import coverage, storage, words
+from autotune._search import coverage, rebase, storage, words
 from autotune._search.baseline import (
     Baseline,
     calibrate,
@@ -184,6 +184,7 @@ class Search:
                     continue
                 return
             queued = self.bench.waiting()  # enqueued trials run before the policy's next step
+            queued = queued or rebase.requeue(self.bench, state.space, state.again)
             due = self.question.due(ledger, baseline, worker=self.worker)
             if due:
                 state.guard_due()

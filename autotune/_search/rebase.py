@@ -23,10 +23,12 @@ from autotune._load import Load
 from autotune._search import storage
 from autotune._search.baseline import SLACK, Baseline
 from autotune._search.bench import Bench
-from autotune._search.ledger import Ledger
+from autotune._search.ledger import Ledger, measure_again
+from autotune._search.policy import STAGE_ATTR, Stage
 from autotune._search.record import BaselineCheck, CheckReason, Record, Role
+from autotune._space import SearchSpace
 
-__all__ = ["CHECK_SHARE", "JUMP", "STATE_RUNS", "due", "recheck"]
+__all__ = ["AGAIN", "CHECK_SHARE", "JUMP", "STATE_RUNS", "due", "recheck", "requeue"]
 
 # The share of the search's time its regular re-measurements of the baseline may take: one
 # measurement per (its length / CHECK_SHARE) seconds, and no more in all.
@@ -34,6 +36,10 @@ CHECK_SHARE = 0.08
 STATE_RUNS = 2  # re-measurements for a change of state in a row, at most
 JUMP = 0.25  # a figure this far from the last of the same state is measured once more
 MIN_GAP = 30.0  # seconds between two regular re-measurements, at the least
+# Configs measured while the machine was busy that are measured again once it is free, at most
+# (in all): each that beat the baseline in that state, the fastest there first. Not fewer: a
+# busy state's ranking puts configs that gain from it (one thread) before the truly fastest.
+AGAIN = 12
 
 
 def due(ledger: Ledger, load: Load | None, now: float, budget: float | None) -> CheckReason | None:
@@ -92,6 +98,31 @@ def recheck(
     else:
         storage.add_note(bench.study, words)  # a regular one is the detail's
     return check
+
+
+def requeue(bench: Bench, space: SearchSpace, done: set[TrainingConfig]) -> bool:
+    """Once the baseline's latest measurement found the machine free, queue the configs that
+    led while it was busy to be measured again in this state (:func:`measure_again`: their
+    ratios were of the busy one), at most :data:`AGAIN` in all; ``done``: the configs queued
+    so far (updated). Said in one line. Returns whether any were queued."""
+    ledger = bench.ledger()
+    latest, base = ledger.latest_check, ledger.baseline
+    if latest is None or latest.load is None or latest.load.busy or base is None:
+        return False
+    left = AGAIN - len(done)
+    again = [e for e in measure_again(ledger, AGAIN) if e.config not in done][: max(left, 0)]
+    for e in again:
+        done.add(e.config)
+        stage = Stage.SAFE if ledger.safe(e) else Stage.FAST
+        params = space.params_of(e.config, base.config)
+        bench.study.enqueue_trial(params, user_attrs={STAGE_ATTR: stage.value})
+    if again:
+        names = ", ".join(f"#{e.number}" for e in again)
+        bench.report(
+            f"machine: free now; measuring again the configs that led while it was busy "
+            f"(their ratios were of that state): trial {names}"
+        )
+    return bool(again)
 
 
 def _measure(

@@ -49,6 +49,8 @@ class LoopState:
     step: Step = dataclasses.field(default_factory=lambda: Step(Stage.SAMPLING))
     repeats: int = 0  # candidates in a row whose config was measured before
     waited: float = 0.0  # seconds spent waiting for other processes
+    # Configs queued to be measured again once the machine was free (see rebase.requeue).
+    again: set[TrainingConfig] = dataclasses.field(default_factory=set)
 
     @classmethod
     def start(cls, settings: SearchSettings, clock: Callable[[], float] = time.time) -> LoopState:

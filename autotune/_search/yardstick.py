@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from autotune._search.record import BaselineCheck, Record
 
-__all__ = ["checks", "normalized", "ratio", "reference"]
+__all__ = ["away", "checks", "normalized", "ratio", "reference"]
 
 
 def checks(baseline: Record | None, again: Sequence[BaselineCheck]) -> tuple[BaselineCheck, ...]:
@@ -55,3 +55,17 @@ def ratio(measured: Sequence[BaselineCheck], record: Record) -> float | None:
     if m is None or ref is None or not ref.throughput or not record.ok:
         return None
     return m.throughput / ref.throughput
+
+
+def away(measured: Sequence[BaselineCheck], record: Record) -> bool:
+    """Whether ``record`` was measured while other processes used the machine
+    (:attr:`Load.busy`) although the baseline was also measured with it free: its ratio is of
+    a state the user's own training, alone on the machine, is not in, and does not carry to
+    it for a config whose speed depends on the state. A README run with a core taken for its
+    first minute screened one thread at 12.8x its baseline of that state, ~0.7x with the
+    machine free; ranked in the free state by that ratio, such configs took the rounds' places
+    and the answer trained at 0.88x in a plain loop."""
+    load = record.load
+    if load is None or not load.busy:
+        return False
+    return any(c.load is not None and not c.load.busy for c in measured)
