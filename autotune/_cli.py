@@ -466,7 +466,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data["config"], indent=2))
     else:
-        print_summary(data, sys.stdout)
+        print_summary(data, sys.stdout, detail=args.detail)
     if args.detail:
         notes = (data.get("search") or {}).get("notes") or []
         print("\nThe search's reasoning, each line whole:" if notes else "\nNo line was shortened.")

@@ -302,7 +302,7 @@ def test_a_study_whose_configs_differ_in_which_knobs_exist(tmp_path, capsys) -> 
 
     path = result.save(tmp_path / "best.json")
     capsys.readouterr()
-    assert main(["show", str(path)]) == 0
+    assert main(["show", str(path), "--detail"]) == 0
     shown = capsys.readouterr().out
     assert f"winner:   {BOTH.describe()}" in shown
     assert f"baseline: {DDP_BASE.describe()}" in shown
@@ -356,3 +356,16 @@ def test_a_search_over_the_whole_default_space_reports(tmp_path, capsys) -> None
     assert f"wrote {out} ({len(result.trials)} trials" in capsys.readouterr().out
     text = out.read_text(encoding="utf-8")
     assert text.count("<tr class=") == len(result.trials)
+
+
+def test_the_headline_bars_label_figures_as_a_person_reads_them(searched) -> None:
+    """A README run's report labelled a bar "3.643e+04"; every label reads as a number now,
+    and a panel neither config has a figure for is left out, not drawn empty."""
+    from autotune._result.report import _headline_figure, _plain
+
+    assert [_plain(v) for v in (36430.0, 612.34, 61.23, 4.254, 0.98861, None)] == [
+        "36,430", "612.3", "61.23", "4.25", "0.9886", "n/a",
+    ]  # fmt: skip
+    result, _ = searched
+    labels = [text for trace in _headline_figure(result).data for text in trace.text]
+    assert labels and not any("e+" in text or "e-" in text for text in labels), labels

@@ -373,6 +373,8 @@ def _headline_figure(result: SearchResult) -> go.Figure:
             _to_mib(wm.get("peak_memory_bytes")),
         ),
     ]
+    # A panel neither config has a figure for would be an empty chart: left out.
+    panels = [p for p in panels if p[1] is not None or p[2] is not None]
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels])
     for i, (_, base, best) in enumerate(panels, start=1):
         fig.add_trace(
@@ -380,7 +382,7 @@ def _headline_figure(result: SearchResult) -> go.Figure:
                 x=["baseline", "winner"],
                 y=[base if base is not None else 0, best if best is not None else 0],
                 marker_color=[_COLORS["baseline"], _COLORS["winner"]],
-                text=[_fmt(base, "{:,.4g}"), _fmt(best, "{:,.4g}")],
+                text=[_plain(base), _plain(best)],
                 textposition="auto",
                 showlegend=False,
             ),
@@ -389,6 +391,19 @@ def _headline_figure(result: SearchResult) -> go.Figure:
         )
     fig.update_layout(height=340, margin={"t": 60, "b": 30, "l": 40, "r": 20})
     return fig
+
+
+def _plain(value: float | None) -> str:
+    """A figure as a person reads it: ``36,430``, ``61.2``, ``4.25``, ``0.9886`` (never
+    ``3.643e+04``, as the bars were labelled)."""
+    if value is None:
+        return "n/a"
+    size = abs(value)
+    if size >= 1000:
+        return f"{value:,.0f}"
+    if size >= 100:
+        return f"{value:.1f}"
+    return f"{value:.2f}" if size >= 1 else f"{value:.4f}"
 
 
 def _to_mib(n: int | None) -> float | None:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import statistics
+import textwrap
 from typing import Any
 
 from autotune._errors import ConfigError
 from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import changes
+from autotune._progress import WIDTH, brief
 from autotune._search.derived import format_speedup
 from autotune._search.guard import ACCURACY_SHARE, answer_claim, lag_words, unseen_note
 from autotune._search.record import GuardFailure, NoRun
-from autotune._search.words import change_words
+from autotune._search.words import change_words, unmeasured_words
 
 __all__ = ["render_summary", "summary_parts"]
 
@@ -27,25 +29,29 @@ def _fmt_metric(value: float | None) -> str:
     return "not checked" if value is None else f"{value:.4f}"
 
 
-def render_summary(data: dict[str, Any]) -> str:
-    """A readable summary of an exported result (what ``autotune show`` prints)."""
-    head, rows, tail = summary_parts(data)
+def render_summary(data: dict[str, Any], *, detail: bool = False) -> str:
+    """A readable summary of an exported result (what ``autotune show`` prints): each line
+    within :data:`WIDTH` characters, or with ``detail`` each whole (``autotune show
+    --detail``)."""
+    head, rows, tail = summary_parts(data, detail=detail)
     lines = [*head, "", f"  {'':22}{'winner':>16}{'baseline':>16}"]
     lines += [f"  {label:22}{w:>16}{b:>16}" for label, w, b in rows]
     return "\n".join([*lines, "", *tail])
 
 
 def summary_parts(
-    data: dict[str, Any],
+    data: dict[str, Any], *, detail: bool = False
 ) -> tuple[list[str], list[tuple[str, str, str]], list[str]]:
     """The summary's headline and configs, its table (label, winner, baseline) and the lines
-    after it (the answers, the guard, the search), for a plain or a terminal rendering."""
+    after it (the answers, the guard, the search), for a plain or a terminal rendering. Each
+    line within :data:`WIDTH` characters (a config wrapped, a note cut at a clause, see
+    :func:`brief`); with ``detail``, each whole."""
     m, b = data["metrics"], data["baseline"]["metrics"]
     head = [
         *_first_lines(data),
         "",
-        f"  winner:   {_describe(data['config'])}",
-        f"  baseline: {_describe(data['baseline']['config'])}",
+        *_config_lines("winner:  ", _describe(data["config"]), detail),
+        *_config_lines("baseline:", _describe(data["baseline"]["config"]), detail),
     ]
     # Throughput and projected time come from the side-by-side rounds where they measured
     # both (the headline's rounds); the rest of the table is the trials' screening measurement.
@@ -96,13 +102,22 @@ def summary_parts(
         if b["measured_as"] != where:  # the baseline is in every round, so often in more
             where += f" (the baseline's {b['measured_as'].removeprefix('side by side ')})"
         source = (
-            f"  throughput, step time and projected time: {where}, the headline's; the other "
-            f"rows: each config's screening measurement; {_val_source(name)}"
+            f"  rows: throughput, step and projected time {where}, as the headline; the rest "
+            f"each config's screening measurement; {_val_source(name)}"
         )
     else:
-        source = f"  every row: each config's screening measurement (one draw); {_val_source(name)}"
+        source = f"  rows: each config's screening measurement (one draw); {_val_source(name)}"
     tail = [source, *_answers(data, name), *_validation_lines(data), *_search_lines(data)]
-    return head, table, tail
+    return head, table, tail if detail else [brief(line) for line in tail]
+
+
+def _config_lines(label: str, described: str, detail: bool) -> list[str]:
+    """A config after its label, wrapped within :data:`WIDTH` characters (whole with
+    ``detail``)."""
+    first = f"  {label} "
+    if detail:
+        return [first + described]
+    return textwrap.wrap(described, WIDTH, initial_indent=first, subsequent_indent=" " * len(first))
 
 
 def no_check_words(search: dict[str, Any]) -> str:
@@ -183,7 +198,7 @@ def _speed_line(data: dict[str, Any]) -> list[str]:
     table = data.get("throughput_ratio")
     beside = ""
     if table and abs(table / data["speedup"] - 1) > 0.01:
-        beside = f"; the table's throughputs, medians of the rounds, give {table:.2f}x"
+        beside = f" (the table's ratio of medians: {table:.2f}x)"
     return [
         f"  speed-up: {data['speedup']:.2f}x, range {span[0]:.2f}-{span[1]:.2f}x: the median of "
         f"{data.get('speedup_rounds')} side-by-side rounds' ratios{beside}"
@@ -222,8 +237,8 @@ def _apply_lines(data: dict[str, Any]) -> list[str]:
     return [
         '  apply: cfg = autotune.load_config("best.json"); loader = cfg.dataloader(dataset); '
         "model = cfg.prepare(model)",
-        "  or for a trainer: cfg.to_lightning(), cfg.to_transformers() (the README's "
-        '"Applying the config")',
+        "  or for a trainer: cfg.to_lightning(), cfg.to_transformers(); the whole reasoning: "
+        "autotune show best.json --detail",
     ]
 
 
@@ -480,14 +495,13 @@ def _search_lines(data: dict[str, Any]) -> list[str]:
     lines = [
         f"  search: {measured} configs measured{again} "
         f"in {search.get('seconds', 0):.0f} s of {_budget(search)}; first verified win "
-        f"{win}; failures: {failed}; study "
-        f"{search.get('study_name')!r}"
+        f"{win}; failures: {failed}",
+        f"  study: {search.get('study_name')!r} (the same command resumes it)",
     ]
     missing = search.get("unmeasured") or []
     if missing:
-        values = "; ".join(f"{u['knob']}={u['value']} ({u['why']})" for u in missing[:8])
-        more = f"; and {len(missing) - 8} more" if len(missing) > 8 else ""
-        lines.append(f"  not measured: {values}{more}")
+        values = unmeasured_words([(u["knob"], u["value"], u["why"]) for u in missing])
+        lines.append(f"  not measured: {values}")
     shared = _shared_words(search.get("machine") or {})
     if shared:
         lines.append(shared)
@@ -513,9 +527,9 @@ def _shared_words(machine: dict[str, Any]) -> str | None:
     if gpu:
         use += f" and the GPU ({gpu} process{'es' if gpu > 1 else ''})"
     return (
-        f"  ! machine shared: other processes used up to {use} during {shared} of "
-        f"{readings} measurements; each ratio is against the baseline measured in the same "
-        "state, and is true of that state, not of training alone on this machine"
+        f"  ! machine shared: other processes used up to {use} in {shared} of {readings} "
+        "measurements; ratios are of their state (against the baseline measured in it), not "
+        "of training alone on this machine"
     )
 
 

@@ -174,14 +174,29 @@ def _run(
         why = f"expected to take ~{expected:.0f} s"
         if cfg.compile_mode is not CompileMode.NONE and not first_compile(cfg, ledger):
             why += " (as long as the longest compiled trial so far)"
+        said = _skipped_for_time(bench)  # the story says it once, the detail each
         bench.fail(trial, f"not started: {why}, more than was left")
-        bench.report(
+        line = (
             f"skipped {cfg.describe()}: {why}, and "
             f"{bench.deadline.describe()} with {reserve:.0f} s kept for pending work"
         )
+        if said:
+            storage.add_note(bench.study, line)
+        else:
+            bench.report(line)
         return CandidateRun()
     record = _measure(bench, trial, cfg, baseline, ledger, reserve)
     return _finish(bench, trial, record, baseline, step, seconds=record.seconds)
+
+
+def _skipped_for_time(bench: Bench) -> bool:
+    """Whether a trial was not started already for the time it would take (a README-sized
+    search printed six such lines in a row at its end)."""
+    failed = bench.study.get_trials(deepcopy=False, states=[TrialState.FAIL])
+    return any(
+        str(t.user_attrs.get("message", "")).startswith("not started: expected to take")
+        for t in failed
+    )
 
 
 def _measure_anew(ledger: Ledger, previous: Entry) -> bool:

@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 
 from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
+from autotune._search import words
 from autotune._search.bench import Bench
 from autotune._search.ledger import Ledger
 from autotune._space import Choice, SearchSpace
@@ -115,5 +116,5 @@ def nothing_left(ledger: Ledger, space: SearchSpace, bench: Bench) -> str:
 
 
 def describe(missing: Sequence[Unmeasured]) -> str:
-    """One line: the values not measured, with why."""
-    return "; ".join(f"{m.knob}={m.value} ({m.why})" for m in missing)
+    """One line: the values not measured, grouped by why (:func:`words.unmeasured_words`)."""
+    return words.unmeasured_words([(m.knob, m.value, m.why) for m in missing])

@@ -22,6 +22,7 @@ __all__ = [
     "option",
     "trial_header",
     "trial_row",
+    "unmeasured_words",
 ]
 
 ROW_WIDTH = 120  # the most characters a row of the story takes
@@ -131,3 +132,14 @@ def option(field: str, value: object = None) -> str:
     shown = "..." if value is None else str(value)
     flag = f"--{field.replace('_', '-')}" + ("" if value is None else f" {value}")
     return f"{flag} / SearchOptions({field}={shown})"
+
+
+def unmeasured_words(values: Sequence[tuple[str, object, str]]) -> str:
+    """The values of the space no trial measured, ``(knob, value, why)`` each, grouped by why,
+    in one line: "compile_mode=default, max-autotune (the search ended before they came up);
+    batch_size=128 (trial #5: out of memory)". One reason per group, not per value: a README
+    run's line repeated "not tried: the search ended before it came up" eight times."""
+    groups: dict[str, list[str]] = {}
+    for knob, value, why in values:
+        groups.setdefault(why, []).append(f"{knob}={value}")
+    return "; ".join(f"{', '.join(names)} ({why})" for why, names in groups.items())
