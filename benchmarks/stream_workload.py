@@ -145,13 +145,19 @@ def centre(image: Any) -> torch.Tensor:
     return _to_tensor(image.resize((CROP, CROP), Image.Resampling.BILINEAR, box=box))
 
 
-def image_stream(urls: list[str], *, train: bool = True) -> Any:
+def image_stream(urls: list[str], *, train: bool = True, epoch: int | None = None) -> Any:
     """(image, label) pairs as WebDataset's docs build them: the shards split across DataLoader
     workers (its default ``split_by_worker``), a shuffle buffer seeded so that two reads give the
-    same order, PIL decoding and the augmentation per item."""
+    same order, PIL decoding and the augmentation per item. With ``epoch``: shards drawn at
+    random with replacement, ``epoch`` items an epoch (``resampled=True`` with
+    ``with_epoch``, as WebDataset's docs recommend for multi-epoch training)."""
     import webdataset as wds
 
-    stream = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+    if epoch is not None:
+        stream = wds.WebDataset(urls, resampled=True, shardshuffle=False, empty_check=False)
+        stream = stream.with_epoch(epoch)
+    else:
+        stream = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
     if train:
         stream = stream.shuffle(SHUFFLE_BUFFER, seed=0)
     return stream.decode("pil").to_tuple("jpg", "cls").map_tuple(augment if train else centre, int)

@@ -439,7 +439,7 @@ def test_the_table_the_headline_and_the_progress_lines_tell_one_figure() -> None
     assert projected == pytest.approx(data["speedup"], rel=0.05)
     rounds = f"side by side over {data['speedup_rounds']} rounds"
     assert m["measured_as"] == rounds and b["measured_as"].startswith("side by side over")
-    assert f"step time and projected time: {rounds}" in result.summary()
+    assert f"step and projected time {rounds}" in result.summary()
     for line in lines:
         for figure, label in re.findall(r"(\d+\.\d+)x( screening| side by side)?", line):
             if float(figure) > 1.1 * data["speedup"]:

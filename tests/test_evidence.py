@@ -393,3 +393,16 @@ def test_the_rounds_of_a_safe_config_nearly_as_fast_run_in_the_grace_the_rounds_
     bench = types.SimpleNamespace(ledger=lambda: ledger, deadline=deadline, report=lines.append)
     finish.side_by_side(bench, baseline)
     assert measured == [[0, 1]], lines
+
+
+def test_a_look_that_overran_its_estimate_prices_the_next_look_by_it() -> None:
+    """Seeds are priced from screening throughput; a busy README run's check bought 36 seeds
+    expected to fit, they took 150 s, and the side-by-side rounds had no time left. The next
+    look is priced by how many times its estimate the last one took, never below it."""
+    from autotune._search.evidence import _overran
+
+    assert _overran(150.0, 100.0) == pytest.approx(1.5)
+    assert _overran(60.0, 100.0) == 1.0
+    assert _overran(10.0, 0.0) == 1.0
+    # Priced so, the 36 more seeds no longer fit in the 100 s left: no look is bought.
+    assert next_target(12, 48, 3.0 * _overran(20.0, 12 * 1.2), 100.0) is None

@@ -143,6 +143,13 @@ def test_the_throughput_ratio_never_divides_one_source_by_another() -> None:
     assert cut.winner.config == cl
     assert cut.throughput_ratio == pytest.approx(1600 / 1500)
     assert cut.speedup == pytest.approx(1600 / 1500)
+    # The table's baseline row: its measurement in the winner's state, not its cold first one
+    # (a busy README run's table showed 38 samples/s beside a winner measured free).
+    table = cut.to_dict()["baseline"]["metrics"]
+    assert table["throughput"] == pytest.approx(1500)
+    assert (
+        table["measured_as"] == "screening (its measurement in the winner's state of the machine)"
+    )
     for _ in range(2):
         storage.add_round(study, {0: 100.0, 1: 105.0}, {0: 2000.0, 1: 1900.0})
     done = SearchResult.from_ledger(

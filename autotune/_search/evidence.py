@@ -109,12 +109,16 @@ def confirm(
     assert baseline.guard is not None and baseline.accuracy is not None
     earlier = bench.ledger().confirmation(entry)
     # A check taken up again says so when it buys seeds, and its verdict again only then.
-    looked = True
+    looked, scale = True, 1.0
     if earlier is not None and earlier.verdict is Verdict.UNRESOLVED and len(earlier.runs) > 1:
         result, looked = earlier, False
     else:
         bench.report.trial(f"confirmation of trial #{entry.number}")
+        seeds = baseline.first_seeds()
+        expected = sum(seed_seconds(baseline, entry, s) for s in seeds)
+        start = bench.deadline.now()
         result = _first_look(bench, baseline, entry)
+        scale = _overran(bench.deadline.now() - start, expected)
         _file(bench, entry, result)
     while result.verdict is Verdict.UNRESOLVED and result.confirmable:
         current = Baseline.of(bench.ledger()) or baseline
@@ -123,7 +127,7 @@ def confirm(
         target = next_target(
             n,
             result.need,
-            seed_seconds(current, entry, result.first_seed + n),
+            scale * seed_seconds(current, entry, result.first_seed + n),
             None if left is None else left - keep,
             spare=None if left is None or persist is None else left - persist,
         )
@@ -147,7 +151,10 @@ def confirm(
             f"({target} in all)"
         )
         looked = True
+        start, first = bench.deadline.now(), result.first_seed
+        expected = sum(seed_seconds(current, entry, first + s) for s in range(n, target))
         more = _more_seeds(bench, current, entry, result, target)
+        scale = _overran(bench.deadline.now() - start, expected)
         if more is None:
             break
         result = more
@@ -169,6 +176,14 @@ def confirm(
             )
         )
     return result
+
+
+def _overran(seconds: float, expected: float) -> float:
+    """How many times its estimate a look took (at least 1): the next look's seeds are priced
+    by it. Seeds are priced from screening throughput, which a busy README run's accuracy
+    runs took ~1.4x: a check bought 36 seeds expected to fit, they took 150 s, and the
+    side-by-side rounds had no time left."""
+    return max(1.0, seconds / expected) if expected > 0 else 1.0
 
 
 def _first_look(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
