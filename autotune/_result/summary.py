@@ -496,7 +496,7 @@ def _search_lines(data: dict[str, Any]) -> list[str]:
         f"  search: {measured} configs measured{again} "
         f"in {search.get('seconds', 0):.0f} s of {_budget(search)}; first verified win "
         f"{win}; failures: {failed}",
-        f"  study: {search.get('study_name')!r} (the same command resumes it)",
+        _study_line(str(search.get("study_name"))),
     ]
     missing = search.get("unmeasured") or []
     if missing:
@@ -513,6 +513,14 @@ def _search_lines(data: dict[str, Any]) -> list[str]:
             f"torch {env.get('torch')}, {env.get('cpu_count')} CPUs"
         )
     return lines
+
+
+def _study_line(name: str) -> str:
+    """The study, and that running the same command again resumes it where Optuna named it
+    for one run only (``no-name-...``: a ``find_best`` without ``study_name``), not."""
+    if name.startswith("no-name-"):
+        return f"  study: {name!r} (unnamed; to resume one: SearchOptions(storage=, study_name=))"
+    return f"  study: {name!r} (the same command resumes it)"
 
 
 def _shared_words(machine: dict[str, Any]) -> str | None:
