@@ -674,7 +674,9 @@ def _search_arguments(s: argparse.ArgumentParser) -> None:
     )
     for f in autotune.SearchOptions.command_line():
         meta = f.metadata
-        shown = {"metavar": OPTION_METAVARS[f.name]} if f.name in OPTION_METAVARS else {}
+        shown: dict[str, Any] = {}  # a store_true flag takes no metavar
+        if f.name in OPTION_METAVARS:
+            shown["metavar"] = OPTION_METAVARS[f.name]
         s.add_argument(meta["cli"], dest=f.name, default=f.default, help=meta["help"],
                        **shown, **meta["argparse"])  # fmt: skip
     _process_arguments(s)
