@@ -23,6 +23,7 @@ from torch import nn
 
 import autotune
 from autotune import _refs
+from autotune._cli_help import DeprecatedAlias, HelpFormatter, examples_epilog, wrap
 from autotune._device import environment, resolve_device
 from autotune._display import console_progress, print_summary
 from autotune._errors import AutotuneError
@@ -211,8 +212,8 @@ def _baseline(text: str | None) -> autotune.TrainingConfig | None:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    if args.workers < 1:
-        raise CLIError(f"--workers must be >= 1, but got {args.workers}.")
+    if args.processes < 1:
+        raise CLIError(f"--processes must be >= 1, but got {args.processes}.")
     args.baseline = _baseline(args.baseline)  # a clear error before anything is loaded
     args.fingerprints = None  # of the model and data, once they are loaded
     run = _trainer_search(args) if args.trainer else _model_search(args)
@@ -279,8 +280,8 @@ def _trainer_search(args: argparse.Namespace) -> Run:
         for f in dataclasses.fields(autotune.Task)
         if f.metadata["hook"] and getattr(args, f.name)
     ]
-    if args.workers > 1:
-        given.append("--workers")
+    if args.processes > 1:
+        given.append("--processes")
     if given:
         raise CLIError(
             f"--trainer: {', '.join(given)} do not apply; the trainer holds its model, data, "
@@ -356,15 +357,15 @@ def _search(
     progress(f"study {study!r} in {redact(storage)}; results will be written to {args.out}")
     launcher = None
     pinned: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if args.workers > 1 or devices:
-        n = len(devices) if devices else args.workers
-        # Each worker loads its batches on its own share of the cores (GPU workers too).
+    if args.processes > 1 or devices:
+        n = len(devices) if devices else args.processes
+        # Each process loads its batches on its own share of the cores (on GPUs too).
         shares = gpu_shares(n) if devices else cpu_shares(n)
         if shares:
-            pinned = restricted_to(shares[0])  # baseline timed on one share, like the workers
+            pinned = restricted_to(shares[0])  # baseline timed on one share, like the others
             progress(
-                f"{n} workers split this machine's CPU cores ({len(shares[0])} each): every "
-                "trial, the baseline's too, is timed on one share"
+                f"{n} search processes split this machine's CPU cores ({len(shares[0])} each): "
+                "every trial, the baseline's too, is timed on one share"
             )
         launcher = launch_local_workers(
             n=n,
@@ -521,8 +522,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     trainer = None
-    budget = None
-    if args.timed_samples is not None:
+    budget = None  # verify's own, as where --timed-samples is its default
+    if args.timed_samples != DEFAULT_BUDGET.timed_samples:
         budget = dataclasses.replace(DEFAULT_BUDGET, timed_samples=args.timed_samples)
     if args.trainer and (args.model or args.data):
         raise CLIError("--trainer: the trainer holds its model and data; leave out "
@@ -588,28 +589,84 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+REF = "MODULE:FN"  # a factory or hook, as module:function or path/to/file.py:function
+
+# What a value of a library option stands for in the usage line, where its field's name would
+# read as an internal one (--trials N_TRIALS, --nproc-per-node RANKS).
+OPTION_METAVARS = {
+    "n_trials": "N",
+    "planned_epochs": "EPOCHS",
+    "planned_samples": "N",
+    "accuracy_samples": "N",
+    "accuracy_repeats": "N",
+    "min_pairs": "N",
+    "timed_seconds": "SECONDS",
+    "trial_timeout": "SECONDS",
+    "warm_start": "FILE",
+    "ranks": "N",
+}
+
+
 def _search_arguments(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--model", help="MODULE:FUNCTION or file.py:FUNCTION -> nn.Module")
     s.add_argument(
-        "--data", help="MODULE:FUNCTION or file.py:FUNCTION -> dataset, or (train, val) datasets"
+        "--model", metavar=REF, help="the factory of your model: a function returning an nn.Module"
+    )
+    s.add_argument(
+        "--data",
+        metavar=REF,
+        help="the factory of your data: a function returning a dataset, a (train, val) pair of "
+        "datasets or a LightningDataModule",
     )
     s.add_argument(
         "--trainer",
-        help="MODULE:FUNCTION or file.py:FUNCTION -> the trainer you already have, measured by "
-        "its own loop (instead of --model/--data): a Hugging Face Trainer, or a Lightning "
-        "(trainer, module, datamodule) / (trainer, module, train_loader, val_loader)",
+        metavar=REF,
+        help="the factory of the trainer you already have, measured by its own loop (instead "
+        "of --model/--data): a Hugging Face Trainer, or a Lightning (trainer, module, "
+        "datamodule) / (trainer, module, train_loader, val_loader)",
     )
-    s.add_argument("--timeout", type=float, default=None, help=f"seconds (default {TIMEOUT:g})")
     s.add_argument(
-        "--tolerance", type=float, default=TOLERANCE, help=f"allowed metric drop ({TOLERANCE:g})"
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"how long the search may run (default: {TIMEOUT:g} where --trials is not given "
+        "either; with --trials alone, until they are done)",
     )
-    s.add_argument("--space", default="default", help="built-in space name or a space file")
-    s.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: best available)")
-    s.add_argument("--storage", default=None, help=f"Optuna storage URL ({DEFAULT_STORAGE})")
-    s.add_argument("--study", default=None, help="study name (default: derived from the command)")
+    s.add_argument(
+        "--tolerance",
+        type=float,
+        default=TOLERANCE,
+        metavar="DROP",
+        help="the validation metric's allowed drop, in its own units: 0.01 is one point of "
+        "accuracy",
+    )
+    s.add_argument(
+        "--space",
+        default="default",
+        metavar="NAME|FILE",
+        help="a built-in search space (`autotune spaces` lists them) or your own space file",
+    )
+    s.add_argument(
+        "--device", default=None, help="cpu, cuda, cuda:1, ... (default: the best available)"
+    )
+    s.add_argument(
+        "--storage",
+        default=DEFAULT_STORAGE,
+        metavar="URL",
+        help="the Optuna storage the study is kept in (sqlite:///FILE, postgresql://..., "
+        "journal:///FILE); the same storage and study resume a search",
+    )
+    s.add_argument(
+        "--study",
+        default=None,
+        metavar="NAME",
+        help="the study's name (default: derived from the command, the model and the data, so "
+        "that the same command continues its study)",
+    )
     s.add_argument(
         "--baseline",
         default=None,
+        metavar="CONFIG",
         help="your current training settings, measured first and guarded against: a config "
         "JSON file (a result --out wrote, or a bare config), or its fields as inline JSON, "
         'e.g. \'{"lr_schedule": {"kind": "cosine"}}\' (default: PyTorch\'s defaults, a '
@@ -617,29 +674,62 @@ def _search_arguments(s: argparse.ArgumentParser) -> None:
     )
     for f in autotune.SearchOptions.command_line():
         meta = f.metadata
+        shown: dict[str, Any] = {}  # a store_true flag takes no metavar
+        if f.name in OPTION_METAVARS:
+            shown["metavar"] = OPTION_METAVARS[f.name]
         s.add_argument(meta["cli"], dest=f.name, default=f.default, help=meta["help"],
-                       **meta["argparse"])  # fmt: skip
+                       **shown, **meta["argparse"])  # fmt: skip
+    _process_arguments(s)
     s.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="worker processes sharing the study (on a CPU they split the cores)",
+        "--out",
+        default="best.json",
+        metavar="PATH",
+        help="where to write the result JSON (`autotune show` reads it)",
     )
-    s.add_argument("--devices", default=None, help="GPU indices, one worker each: 0,1,2,3")
-    s.add_argument("--out", required=True, help="where to write the result JSON")
     s.add_argument("--quiet", action="store_true", help="no progress display or lines")
     _hook_arguments(s)
+
+
+def _process_arguments(s: argparse.ArgumentParser) -> None:
+    """--processes, its old spelling --workers, and --devices: the processes a search runs
+    on this machine. "Workers" also named the DataLoader workers the search tries, in every
+    progress line: the flag says processes, and --workers still works, saying so."""
+    s.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="search processes on this machine, each running trials of one shared study; not "
+        "DataLoader workers (those are searched). On a CPU they split its cores",
+    )
+    s.add_argument(
+        "--workers",
+        dest="processes",
+        type=int,
+        action=DeprecatedAlias,
+        replacement="--processes",
+        reason="search processes, not DataLoader workers",
+    )
+    s.add_argument(
+        "--devices",
+        default=None,
+        metavar="GPUS",
+        help="GPU indices, one search process on each, e.g. 0,1,2,3 (in place of --processes)",
+    )
 
 
 def _hook_arguments(parser: argparse.ArgumentParser) -> None:
     """One option per field of :class:`autotune.Task`, as the Task declares it."""
     g = parser.add_argument_group(
         "hooks",
-        "How a batch becomes a loss and a metric, each MODULE:NAME or file.py:NAME. By "
-        "default a batch is (inputs, targets), or a dict given to the model as model(**batch) "
-        "with its targets under `labels` (Hugging Face models need no hook); the loss is the "
-        "model's own or cross-entropy (MSE for float targets); the metric is chosen from a "
-        "batch (--metric auto). Workers of the search load the same hooks from the study.",
+        wrap(
+            "How a batch becomes a loss and a metric, each MODULE:NAME or file.py:NAME. By "
+            "default a batch is (inputs, targets), or a dict given to the model as "
+            "model(**batch) with its targets under `labels` (Hugging Face models need no "
+            "hook); the loss is the model's own or cross-entropy (MSE for float targets); the "
+            "metric is chosen from a batch (--metric auto). Every process of a search "
+            "(--processes, `autotune worker`) loads the same hooks from its study."
+        ),
     )
     for f in dataclasses.fields(autotune.Task):
         option, help_text = f.metadata["cli"], f.metadata["help"]
@@ -652,27 +742,59 @@ def _hook_arguments(parser: argparse.ArgumentParser) -> None:
                     help=f"the metric is better when {better}; {help_text}",
                 )  # fmt: skip
         else:
-            g.add_argument(option, dest=f.name, default=f.default, help=help_text)
+            metavar = REF if f.metadata["hook"] else f.name.rpartition("_")[2].upper()
+            g.add_argument(option, dest=f.name, default=f.default, metavar=metavar,
+                           help=help_text)  # fmt: skip
 
 
 def _worker_arguments(w: argparse.ArgumentParser) -> None:
-    w.add_argument("--storage", required=True, help="the study's storage URL (postgresql://...)")
-    w.add_argument("--study", required=True, help="the study's name")
-    w.add_argument("--model", required=True, help="MODULE:FUNCTION or file.py:FUNCTION")
-    w.add_argument("--data", required=True, help="MODULE:FUNCTION or file.py:FUNCTION")
-    w.add_argument("--device", default=None)
-    w.add_argument("--isolation", default=None, choices=ISOLATION_MODES)
-    w.add_argument("--seed-offset", type=int, default=1, help="distinct per worker")
-    w.add_argument("--quiet", action="store_true")
+    w.add_argument(
+        "--storage",
+        required=True,
+        metavar="URL",
+        help="the running search's storage, reachable from here (postgresql://...)",
+    )
+    w.add_argument(
+        "--study", required=True, metavar="NAME", help="the study's name, as the search printed it"
+    )
+    w.add_argument(
+        "--model", required=True, metavar=REF, help="the model factory the search was given"
+    )
+    w.add_argument(
+        "--data", required=True, metavar=REF, help="the data factory the search was given"
+    )
+    w.add_argument(
+        "--device",
+        default=None,
+        help="where this process trains its trials: cpu, cuda, cuda:1, ... (default: the best "
+        "available)",
+    )
+    w.add_argument(
+        "--isolation",
+        default=None,
+        choices=ISOLATION_MODES,
+        help="whether each trial runs in a child process of this one (default: as the search "
+        "was told)",
+    )
+    w.add_argument(
+        "--seed-offset",
+        type=int,
+        default=1,
+        metavar="N",
+        help="added to the study's seed for this process's sampler: give each process that "
+        "joins one study its own",
+    )
+    w.add_argument("--quiet", action="store_true", help="no progress display or lines")
     w.add_argument("--plain", action="store_true", help="plain progress lines, even on a terminal")
 
 
 def _verify_arguments(v: argparse.ArgumentParser) -> None:
-    v.add_argument("path", help="result JSON written by `autotune search` / result.save()")
-    v.add_argument("--model", help="the model factory the search used")
-    v.add_argument("--data", help="the data factory the search used")
+    v.add_argument("path", help="a result JSON written by `autotune search` or result.save()")
+    v.add_argument("--model", metavar=REF, help="the model factory the search used")
+    v.add_argument("--data", metavar=REF, help="the data factory the search used")
     v.add_argument(
         "--trainer",
+        metavar=REF,
         help="for a result of tune: the trainer factory the search used (instead of "
         "--model/--data); both configs are measured through it",
     )
@@ -680,29 +802,26 @@ def _verify_arguments(v: argparse.ArgumentParser) -> None:
     defaults = inspect.signature(autotune.verify).parameters
     rounds, seeds = defaults["rounds"].default, defaults["accuracy_seeds"].default
     full_seeds = defaults["full_seeds"].default
-    for flag, kind, default, text in (
-        ("--rounds", int, rounds, f"alternating rounds ({rounds})"),
+    for flag, kind, default, metavar, text in (
+        ("--rounds", int, rounds, "N", "alternating rounds"),
         (
-            "--timed-samples", int, None,
-            f"samples timed per measurement ({DEFAULT_BUDGET.timed_samples})",
+            "--timed-samples", int, DEFAULT_BUDGET.timed_samples, "N",
+            "samples timed per measurement",
         ),
         (
-            "--accuracy-seeds", int, seeds,
-            f"also train both on the search's accuracy budget over this many seeds ({seeds})",
+            "--accuracy-seeds", int, seeds, "N",
+            "also train both on the search's accuracy budget over this many seeds",
         ),
         (
-            "--trial-timeout", float, None,
+            "--trial-timeout", float, None, "SECONDS",
             f"seconds before a run is stopped (default: the search's trial limit, else "
             f"{LIMIT_FACTOR:g}x the longest run the study measured of that config, plus "
             f"{START_UP:g} s where each run starts a process; {RUN_LIMIT:g} where it measured "
             "none)",
         ),
-        (
-            "--full-seeds", int, full_seeds,
-            f"with --full: paired seeds of the whole run ({full_seeds})",
-        ),
+        ("--full-seeds", int, full_seeds, "N", "with --full: paired seeds of the whole run"),
     ):  # fmt: skip
-        v.add_argument(flag, type=kind, default=default, help=text)
+        v.add_argument(flag, type=kind, default=default, metavar=metavar, help=text)
     v.add_argument(
         "--full",
         action="store_true",
@@ -713,10 +832,15 @@ def _verify_arguments(v: argparse.ArgumentParser) -> None:
     v.add_argument(
         "--resume",
         default=None,
+        metavar="FILE",
         help="with --full: the file each finished whole run is kept in, and a stopped "
         "verification goes on from (default: PATH.full.json)",
     )
-    v.add_argument("--device", default=None, help="measure here instead of the result's device")
+    v.add_argument(
+        "--device",
+        default=None,
+        help="measure here instead of on the result's device: cpu, cuda, cuda:1, ...",
+    )
     v.add_argument("--json", action="store_true", help="print the comparison as JSON")
     v.add_argument("--quiet", action="store_true", help="no progress lines")
     _hook_arguments(v)
@@ -724,26 +848,35 @@ def _verify_arguments(v: argparse.ArgumentParser) -> None:
 
 def _report_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument(
-        "--storage", default=DEFAULT_STORAGE, help=f"Optuna storage URL ({DEFAULT_STORAGE})"
+        "--storage", default=DEFAULT_STORAGE, metavar="URL", help="the search's Optuna storage"
     )
     r.add_argument(
-        "--study", default=None, help="study name (may be left out if the storage holds one)"
+        "--study",
+        default=None,
+        metavar="NAME",
+        help="the study's name (may be left out where the storage holds one study)",
     )
-    r.add_argument("--out", default="report.html", help="where to write the HTML (report.html)")
+    r.add_argument("--out", default="report.html", metavar="PATH", help="where to write the HTML")
     r.add_argument(
         "--tolerance",
         type=float,
         default=None,
+        metavar="DROP",
         help="judge the trials against this tolerance (default: the search's own)",
     )
-    r.add_argument("--metric", default=None, help="the metric's name to show (the search's own)")
+    r.add_argument(
+        "--metric",
+        default=None,
+        metavar="NAME",
+        help="the metric's name to show (default: the search's own)",
+    )
     r.add_argument(
         "--lower-is-better", action="store_true", help="the metric is a loss (lower is better)"
     )
 
 
 def _show_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("path")
+    p.add_argument("path", help="a result JSON written by `autotune search` or result.save()")
     p.add_argument("--json", action="store_true", help="print only the config as JSON")
     p.add_argument(
         "--detail",
@@ -753,46 +886,156 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _spaces_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", nargs="?", default=None, help="show one space's knobs")
+    p.add_argument(
+        "name",
+        nargs="?",
+        default=None,
+        help="a built-in space whose knobs to list (default: list the spaces)",
+    )
 
 
 def _env_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default=None)
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--device",
+        default=None,
+        help="the device to describe: cpu, cuda, cuda:1, ... (default: the best available)",
+    )
+    p.add_argument("--json", action="store_true", help="print it as JSON")
 
 
-# Each command: its function, the function that adds its arguments, its help and description.
-COMMANDS: tuple[tuple[str, Callable[[argparse.Namespace], int], Callable[..., None], str, str], ...]
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A subcommand: its function, the function that adds its arguments, its line in
+    ``autotune --help``, and its own help's description and examples (commands a reader can
+    copy: the tests parse every one and load the factories they name)."""
+
+    name: str
+    func: Callable[[argparse.Namespace], int]
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    summary: str
+    description: str
+    examples: tuple[str, ...]
+
+
+CNN = "--model autotune.examples:cnn_model --data autotune.examples:cnn_data"
+SHARED = "--storage postgresql://db.example/autotune --study cnn"
+
 COMMANDS = (
-    ("search", cmd_search, _search_arguments,
-     "search for the fastest config and write it as JSON", ""),
-    ("worker", cmd_worker, _worker_arguments,
-     "join a running search's study and run its trials", ""),
-    ("show", cmd_show, _show_arguments, "print a readable summary of a result JSON", ""),
-    ("spaces", cmd_spaces, _spaces_arguments, "list the built-in search spaces", ""),
-    ("verify", cmd_verify, _verify_arguments,
-     "re-measure a result's winner against its baseline on this machine",
-     "Measure the winner and its baseline side by side in alternating rounds and compare with "
-     "what the result recorded; warns where this machine differs from the one the result was "
-     "measured on. Exit status 1 when the winner is not faster here."),
-    ("report", cmd_report, _report_arguments, "write a self-contained HTML report of a study",
-     "Read a search's study from its Optuna storage and write one HTML file that opens "
-     "offline."),
-    ("env", cmd_env, _env_arguments, "print the environment, for bug reports", ""),
+    Command(
+        "search", cmd_search, _search_arguments,
+        "search for the fastest config and write it as JSON",
+        "Find the fastest way to train your model on this machine without losing validation "
+        "accuracy. Your current settings (--baseline, else PyTorch's defaults) are measured "
+        "first; candidates from the search space are then timed, and any that changes the "
+        "numerics is trained to check its metric stays within --tolerance. The fastest safe "
+        "config is written to --out.\n\n"
+        "The study is kept in --storage: the same command run again continues it.",
+        (
+            f"autotune search {CNN} --timeout 300",
+            "autotune search --model train.py:build_model --data train.py:build_data "
+            "--trials 30 --out tuned.json",
+            "# a Hugging Face model (transformers installed), its batches padded by a hook:",
+            "autotune search --model autotune.examples:hf_model --data autotune.examples:hf_data "
+            "--collate autotune.examples:hf_collate --timeout 300",
+            "# two search processes sharing this machine's CPU cores, or one per GPU:",
+            f"autotune search {CNN} --timeout 600 --processes 2",
+            f"autotune search {CNN} --timeout 600 --devices 0,1,2,3",
+        ),
+    ),
+    Command(
+        "worker", cmd_worker, _worker_arguments,
+        "join a running search from another process or host and run its trials",
+        "Join a search already running on a storage this process reaches (e.g. PostgreSQL) "
+        "and run its candidate trials until the study's budget is spent. Each such process is "
+        "one more search process, like those `autotune search --processes N` starts on its own "
+        "machine; it has nothing to do with DataLoader workers (their count is one of the "
+        "knobs searched).\n\n"
+        "The search measures the baseline first; a process that joins waits for it, and loads "
+        "the same hooks from the study.",
+        (
+            "# on the first host:",
+            f"autotune search {CNN} {SHARED} --timeout 1800",
+            "# on each other host, with the same factories:",
+            f"autotune worker {CNN} {SHARED} --device cuda",
+        ),
+    ),
+    Command(
+        "show", cmd_show, _show_arguments,
+        "print a readable summary of a result JSON",
+        "Print what a search found, from the result JSON it wrote: the winner beside your "
+        "baseline, its figures, and the config to train with.",
+        (
+            "autotune show best.json",
+            "autotune show best.json --detail",
+            "autotune show best.json --json > config.json",
+        ),
+    ),
+    Command(
+        "spaces", cmd_spaces, _spaces_arguments,
+        "list the built-in search spaces",
+        "List the search spaces autotune ships (for --space), or one space's knobs and the "
+        "values it tries.",
+        ("autotune spaces", "autotune spaces quick"),
+    ),
+    Command(
+        "verify", cmd_verify, _verify_arguments,
+        "re-measure a result's winner against its baseline on this machine",
+        "Measure the winner and its baseline side by side in alternating rounds and compare "
+        "with what the result recorded; warns where this machine differs from the one the "
+        "result was measured on. Exit status 1 when the winner is not faster here.",
+        (
+            f"autotune verify best.json {CNN}",
+            f"autotune verify best.json {CNN} --full",
+        ),
+    ),
+    Command(
+        "report", cmd_report, _report_arguments,
+        "write a self-contained HTML report of a study",
+        "Read a search's study from its Optuna storage and write one HTML file that opens "
+        "offline.",
+        (
+            "autotune report",
+            f"autotune report {SHARED} --out cnn.html",
+        ),
+    ),
+    Command(
+        "env", cmd_env, _env_arguments,
+        "print the environment, for bug reports",
+        "Print what autotune sees of this machine: the device, the CPU, and the versions of "
+        "Python, torch and the packages autotune uses. Paste it into a bug report.",
+        ("autotune env", "autotune env --device cuda --json"),
+    ),
 )  # fmt: skip
+
+
+def _version() -> str:
+    """The version of the package that runs (its ``__version__``, which the tests hold equal
+    to pyproject's), not of whatever distribution metadata an older install left."""
+    return f"autotune {autotune.__version__}"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autotune",
-        description="Find the fastest way to train a PyTorch model on this machine without "
-        "losing validation accuracy.",
+        description=wrap(
+            "Find the fastest way to train a PyTorch model on this machine without losing "
+            "validation accuracy."
+        ),
+        epilog="`autotune COMMAND --help` describes a command, with examples.",
+        formatter_class=HelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, func, add_arguments, help_text, description in COMMANDS:
-        command = sub.add_parser(name, help=help_text, description=description or None)
-        add_arguments(command)
-        command.set_defaults(func=func)
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
+    for c in COMMANDS:
+        command = sub.add_parser(
+            c.name,
+            help=c.summary,
+            description=wrap(c.description),
+            epilog=examples_epilog(c.examples),
+            formatter_class=HelpFormatter,
+        )
+        c.add_arguments(command)
+        command.set_defaults(func=c.func)
     return parser
 
 

@@ -81,8 +81,8 @@ class SearchOptions:
       be pickled; ``"process"`` insists; ``"none"`` runs them in this process.
     - ``trial_timeout``: seconds before a trial is stopped (None: 5x what it is expected to
       take, at least a minute).
-    - ``launcher(study)``: runs the candidates elsewhere (the CLI's ``--workers``); it returns
-      when its workers are done.
+    - ``launcher(study)``: runs the candidates elsewhere (the CLI's ``--processes``); it
+      returns when its processes are done.
     - ``guided=False``: every candidate is what the sampler proposes, measured in full (no
       first guess, no late variants, no pruning): for exhaustive grids and comparisons.
     - ``keep_global_batch=True``: candidates keep the baseline's global batch (batch size x
@@ -105,15 +105,15 @@ class SearchOptions:
     planned_epochs: float | None = _cli(
         None,
         "--planned-epochs",
-        f"length of the real training run, for ranking ({PLANNED_EPOCHS:g} epochs; with "
+        f"length of the real training run, for ranking (default: {PLANNED_EPOCHS:g}; with "
         "--trainer: its max_epochs / num_train_epochs)",
         type=float,
     )
     planned_samples: int | None = _cli(
         None,
         "--planned-samples",
-        "samples the real run reads from a streaming dataset (an IterableDataset; several "
-        "passes where it holds fewer; default: its length, or --planned-epochs passes)",
+        "samples the real run reads from a streaming dataset (an IterableDataset), several "
+        "passes where it holds fewer (default: its length, or --planned-epochs passes)",
         type=int,
     )
     baseline: TrainingConfig | Mapping[str, Any] | None = None
@@ -153,7 +153,8 @@ class SearchOptions:
     isolation: str = _cli(
         "auto",
         "--isolation",
-        "run trials in a worker process (auto: wherever the model and data allow)",
+        "where each trial runs: auto, in a child process wherever the model and data can be "
+        "pickled; process, always in one; none, in this process",
         choices=ISOLATION_MODES,
     )
     trial_timeout: float | None = _cli(

@@ -316,9 +316,9 @@ def _check_ranks_path(options: SearchOptions, prepared: Prepared) -> None:
         )
     if options.launcher is not None:
         raise ArgumentError(
-            f"ranks={options.ranks} with workers (a launcher, --workers): each trial already "
-            "uses several processes; run one search per host instead (see the README's "
-            "'several hosts' section)."
+            f"ranks={options.ranks} with search processes (a launcher, --processes): each "
+            "trial already uses several processes; run one search per host instead (see the "
+            "README's 'several hosts' section)."
         )
 
 
@@ -330,9 +330,9 @@ def _check_launcher(
         return
     if prepared.workload.trainer_kind is not None:
         raise ArgumentError(
-            "Workers (a launcher, --workers) search a model and datasets by reference; a "
-            f"{prepared.workload.trainer_kind} trainer's study runs its trials in this process "
-            "and its own trial workers. Leave the launcher out."
+            "Search processes (a launcher, --processes) load a model and datasets by "
+            f"reference; a {prepared.workload.trainer_kind} trainer's study runs its trials in "
+            "this process and its own trial workers. Leave the launcher out."
         )
     if refs.unnamed:
         raise ArgumentError(

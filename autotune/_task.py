@@ -71,7 +71,7 @@ class Task:
     metric: str | MetricFn = _option(
         AUTO,
         "--metric",
-        "auto (default): the model's own loss where it computes one from `labels` (lower is "
+        "auto: the model's own loss where it computes one from `labels` (lower is "
         "better, as Hugging Face's Trainer evaluates), accuracy for (batch, classes) logits "
         "against (batch,) labels, the loss otherwise; accuracy; token_accuracy (labels -100 "
         "skipped, shifted for a causal LM); loss; or MODULE:FUNCTION naming "
@@ -88,7 +88,7 @@ class Task:
     )
     collate_fn: CollateFn | None = _hook("--collate", "collate_fn(items) -> batch")
     optimizer: OptimizerFactory | None = _hook(
-        "--optimizer", "optimizer(params, lr) -> torch.optim.Optimizer (AdamW by default)"
+        "--optimizer", "optimizer(params, lr) -> torch.optim.Optimizer (default: AdamW)"
     )
 
     def __post_init__(self) -> None:

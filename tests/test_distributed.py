@@ -52,7 +52,7 @@ def _trials(storage: str, study: str) -> list[optuna.trial.FrozenTrial]:
 def test_workers_share_one_study_without_duplicates_or_losses(postgres, tmp_path) -> None:
     out = tmp_path / "best.json"
     proc = subprocess.run(
-        _search(postgres, "shared", out, "--workers", "2", "--trials", "8"),
+        _search(postgres, "shared", out, "--processes", "2", "--trials", "8"),
         env=_env(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

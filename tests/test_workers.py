@@ -73,7 +73,7 @@ def test_a_worker_guards_the_coordinators_metric_with_its_hooks(tmp_path) -> Non
 
 @pytest.mark.slow
 def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_path) -> None:
-    """`autotune search --workers 2 --metric loss --loss steady:offset_loss` on a journal file:
+    """`autotune search --processes 2 --metric loss --loss steady:offset_loss` on a journal file:
     two `autotune worker` processes run the candidates, and every accuracy run they make reports the
     coordinator's loss (cross-entropy + 100), not the default one."""
     space = tmp_path / "space.yaml"
@@ -82,7 +82,7 @@ def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_pat
     # Measurements of 2 s: with 0.5 s, one worker ran all four candidates while the other was
     # still starting (the slow suite, beside a few seconds of other work).
     space.write_text("knobs:\n  batch_size: [64, 128]\n  lr_schedule: [constant, cosine]\n")
-    # A journal file: the workers (`autotune worker`, started by --workers) open it with the
+    # A journal file: the workers (`autotune worker`, started by --processes) open it with the
     # search's resolver; they used to hand the URL to Optuna as a database URL and fail.
     url = f"journal://{tmp_path / 'study.log'}"
     out = tmp_path / "best.json"
@@ -92,7 +92,7 @@ def test_two_worker_processes_guard_the_loss_with_the_coordinators_hooks(tmp_pat
             sys.executable, "-m", "autotune", "search",
             "--model", "autotune.examples:tiny_model", "--data", "autotune.examples:tiny_data",
             "--metric", "loss", "--loss", "steady:offset_loss",
-            "--workers", "2", "--trials", "4", "--timed-seconds", "2", "--space", str(space),
+            "--processes", "2", "--trials", "4", "--timed-seconds", "2", "--space", str(space),
             "--accuracy-samples", "512", "--storage", url, "--study", "loss", "--out", str(out),
         ],
         env={**os.environ, "PYTHONPATH": os.pathsep.join([tests, *sys.path])},
