@@ -29,6 +29,7 @@ from autotune._display import console_progress, print_summary
 from autotune._errors import AutotuneError
 from autotune._options import PLANNED_EPOCHS, TIMEOUT, TOLERANCE
 from autotune._progress import Lines, Progress
+from autotune._result.paste import KINDS, snippet
 from autotune._run import setup_limit
 from autotune._search.distributed import (
     cpu_shares,
@@ -464,6 +465,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise CLIError(f"{args.path!r} is not valid JSON: {exc}.") from None
     if not isinstance(data, dict) or "config" not in data or "metrics" not in data:
         raise CLIError(f"{args.path!r} is not an autotune result (no `config`/`metrics`).")
+    if args.paste:
+        print(snippet(data, args.paste, args.path))
+        return 0
     if args.json:
         print(json.dumps(data["config"], indent=2))
     else:
@@ -883,6 +887,14 @@ def _show_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also print the whole text of every progress line the search shortened",
     )
+    p.add_argument(
+        "--as",
+        dest="paste",
+        choices=KINDS,
+        default=None,
+        metavar="KIND",
+        help="print the lines to paste to train with it: loop, lightning or transformers",
+    )
 
 
 def _spaces_arguments(p: argparse.ArgumentParser) -> None:
@@ -967,6 +979,7 @@ COMMANDS = (
         (
             "autotune show best.json",
             "autotune show best.json --detail",
+            "autotune show best.json --as lightning",
             "autotune show best.json --json > config.json",
         ),
     ),

@@ -98,3 +98,12 @@ def test_an_unknown_kind_is_refused_naming_the_kinds(tmp_path) -> None:
     with pytest.raises(ConfigError, match="--as must be one of loop, lightning, transformers"):
         snippet(data, "keras")
     assert KINDS == ("loop", "lightning", "transformers")
+
+
+def test_show_as_prints_the_snippet(tmp_path, capsys) -> None:
+    from autotune._cli import main
+
+    data, path = _result(tmp_path)
+    (tmp_path / "best.json").write_text(json.dumps({**data, "metrics": {}}))
+    assert main(["show", path, "--as", "loop"]) == 0
+    assert capsys.readouterr().out.strip() == snippet(data, "loop", path)

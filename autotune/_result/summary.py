@@ -237,8 +237,8 @@ def _apply_lines(data: dict[str, Any]) -> list[str]:
     return [
         '  apply: cfg = autotune.load_config("best.json"); loader = cfg.dataloader(dataset); '
         "model = cfg.prepare(model)",
-        "  or for a trainer: cfg.to_lightning(), cfg.to_transformers(); the whole reasoning: "
-        "autotune show best.json --detail",
+        "  or paste: autotune show best.json --as loop|lightning|transformers; the reasoning: "
+        "--detail",
     ]
 
 

@@ -2,7 +2,7 @@
 
 The coordinator (``autotune search``) measures the baseline, publishes what workers need in the
 study's user attributes, then either runs candidates itself or starts ``autotune worker``
-processes (``--workers N`` / ``--devices``), one per device (``CUDA_VISIBLE_DEVICES``) or per
+processes (``--processes N`` / ``--devices``), one per device (``CUDA_VISIBLE_DEVICES``) or per
 share of the CPU cores. Workers on other hosts join the same study through a shared storage
 (PostgreSQL). The coordinator confirms the winner and writes the JSON; workers only run trials.
 """
@@ -65,8 +65,8 @@ def cpu_shares(n: int) -> list[list[int]]:
         cores = list(range(os.cpu_count() or 1))
     if n > len(cores):
         raise ArgumentError(
-            f"`--workers` is {n}, but this process may use {len(cores)} CPU core(s): each worker "
-            "needs at least one. Use fewer workers, or GPUs (--devices)."
+            f"`--processes` is {n}, but this process may use {len(cores)} CPU core(s): each "
+            "search process needs at least one. Use fewer processes, or GPUs (--devices)."
         )
     size = len(cores) // n
     return [cores[i * size : (i + 1) * size] for i in range(n)]
