@@ -13,7 +13,7 @@ from pathlib import Path
 # The repository's autotune, whether or not it is installed (a checkout's docs describe it).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import autotune  # noqa: E402
+import autotune
 
 project = "autotune"
 author = "the autotune authors"

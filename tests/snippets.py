@@ -4,7 +4,9 @@ A block runs alone, as a reader pastes it, in a fresh folder that holds a ``best
 of ``examples/tuned.json``), as the README's run command leaves one. A block that searches or
 trains is slow: it runs in a process of its own with its budget cut to ``SHORT`` seconds and
 its run to one epoch. The others run in the test's process. A block preceded by a line
-``<!-- not run: why -->`` is not run; such blocks are counted by a test.
+``<!-- run with: torchrun --nproc-per-node N -->`` runs under PyTorch's launcher, its
+``best.json`` a config of N ranks. A block preceded by ``<!-- not run: why -->`` is not run;
+a test counts such blocks.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import os
 import re
-import shutil
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +29,10 @@ TUNED = ROOT / "examples" / "tuned.json"
 PAGES = (README, *sorted(DOCS.glob("*.md")))
 
 NOT_RUN = re.compile(r"^<!-- not run: (.+) -->$")
+LAUNCHER = re.compile(r"^<!-- run with: (torchrun .+) -->$")
 # What makes a block slow: a search, or training (a trainer's or a loop's).
-TRAINS = re.compile(r"\b(find_best|tune|verify|join_search)\(|\.fit\(|\.train\(|\.backward\(")
+SEARCHES = re.compile(r"\b(find_best|tune|verify|join_search)\(")
+TRAINS = re.compile(rf"{SEARCHES.pattern}|\.fit\(|\.train\(|\.backward\(")
 SHORT = 20  # seconds: a slow block's budget in the test
 
 
@@ -38,6 +43,7 @@ class Block:
     heading: str  # the nearest heading above it
     code: str
     not_run: str | None  # why it is not run, from the line above it
+    launcher: str | None  # ``torchrun --nproc-per-node N``, from the line above it
 
     @property
     def name(self) -> str:
@@ -45,7 +51,7 @@ class Block:
 
     @property
     def slow(self) -> bool:
-        return TRAINS.search(self.code) is not None
+        return self.launcher is not None or TRAINS.search(self.code) is not None
 
 
 def blocks(path: Path) -> list[Block]:
@@ -57,10 +63,17 @@ def blocks(path: Path) -> list[Block]:
         if fence is not None:
             if line.strip() == "```":
                 if fence == "python":
-                    match = NOT_RUN.match(above)
-                    code = "\n".join(body) + "\n"
-                    why = match.group(1) if match else None
-                    found.append(Block(path, start, heading, code, why))
+                    why, launcher = NOT_RUN.match(above), LAUNCHER.match(above)
+                    found.append(
+                        Block(
+                            path,
+                            start,
+                            heading,
+                            "\n".join(body) + "\n",
+                            why.group(1) if why else None,
+                            launcher.group(1) if launcher else None,
+                        )
+                    )
                 fence, above = None, ""
             else:
                 body.append(line)
@@ -79,8 +92,11 @@ def every_block() -> list[Block]:
 
 
 def shortened(code: str) -> str:
-    """A slow block as the test runs it: its budget ``SHORT`` seconds, its run one epoch."""
+    """A slow block as the test runs it: a search's budget ``SHORT`` seconds; where it trains
+    without a search, one epoch (a search's own runs are bounded by its budget)."""
     code = re.sub(r"(?<![\w.])timeout=\d+", f"timeout={SHORT}", code)
+    if SEARCHES.search(code):
+        return code
     return re.sub(
         r"(?<![\w.])(planned_epochs|epochs|max_epochs|num_train_epochs)(\s*=\s*)\d+",
         r"\g<1>\g<2>1",
@@ -88,9 +104,13 @@ def shortened(code: str) -> str:
     )
 
 
-def prepare(folder: Path) -> None:
-    """What a reader's folder holds after the README's run command: a ``best.json``."""
-    shutil.copy(TUNED, folder / "best.json")
+def prepare(folder: Path, ranks: int = 1) -> None:
+    """What a reader's folder holds after the README's run command: a ``best.json`` (of
+    ``ranks`` data-parallel processes)."""
+    config = json.loads(TUNED.read_text(encoding="utf-8"))
+    if ranks > 1:
+        config["ranks"] = ranks
+    (folder / "best.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
 
 
 def run_in_process(block: Block, folder: Path) -> str:
@@ -108,14 +128,20 @@ def run_in_process(block: Block, folder: Path) -> str:
 
 
 def run_in_subprocess(block: Block, folder: Path, timeout: float = 600) -> str:
-    """A slow block, shortened, run as a script in ``folder``: what it printed (stdout)."""
-    prepare(folder)
+    """A slow block, shortened, run as a script in ``folder`` (under its launcher): what it
+    printed (stdout)."""
     script = folder / "snippet.py"
     script.write_text(shortened(block.code), encoding="utf-8")
+    argv, ranks = [sys.executable, str(script)], 1
+    if block.launcher is not None:  # torchrun's own module, with this interpreter
+        words = shlex.split(block.launcher)[1:]
+        ranks = int(words[words.index("--nproc-per-node") + 1])
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", *words, str(script)]
+    prepare(folder, ranks)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, str(script)],
+        argv,
         cwd=folder,
         env=env,
         capture_output=True,

@@ -54,7 +54,7 @@ def test_the_readme_is_read_in_five_minutes() -> None:
     assert len(TEXT.splitlines()) <= 300
     prose = re.sub(r"^```.*?^```$", "", TEXT, flags=re.M | re.S)  # code is scanned, not read
     prose = "\n".join(line for line in prose.splitlines() if not line.startswith("|"))
-    assert len(prose.split()) <= 1500  # about 5 minutes at 300 words a minute
+    assert len(prose.split()) <= 1000  # 4 minutes at 250 words a minute; the code is scanned
 
 
 def test_every_relative_link_of_the_readme_and_the_docs_leads_to_a_file() -> None:
@@ -89,6 +89,12 @@ def test_the_summary_starts_as_the_excerpt_shows() -> None:
         "baseline": {"config": config, "metrics": {}},
         "metrics": {},
         "speedup": 1.0,
+        "tolerance": 0.01,
+        "accuracy_guard": None,
+        "answers": {},
+        "validation": {},
+        "search": {},
+        "trials": [],
     }
     first = render_summary(data).splitlines()[0]
     excerpt = excerpt_lines(TEXT)
