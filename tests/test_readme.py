@@ -77,7 +77,7 @@ def test_the_excerpt_has_the_form_the_command_line_prints() -> None:
     assert 3 <= len(rows) <= 10 and all(ROW.match(row) for row in rows)
     assert all(len(line) <= ROW_WIDTH for line in [lines[0], *rows])
     assert summary[0].startswith("autotune result:")
-    assert all(line.startswith("  ") for line in summary[1:])
+    assert all(line.startswith("  ") or not line for line in summary[1:])  # as rendered
 
 
 def test_the_summary_starts_as_the_excerpt_shows() -> None:
