@@ -6,7 +6,7 @@ autotune.train is the loop the search measured with: DataLoader batch size / wor
 pinning, device, channels_last, checkpointing, torch.compile, autocast (+ GradScaler for fp16),
 cuDNN benchmark / TF32 / threads, gradient accumulation, the optimizer implementation
 (foreach/fused), and the LR schedule over all epochs. Your own loop can do the
-same through the config's methods (see the README's 30-second example).
+same through the config's methods (see the README's "A plain loop").
 """
 
 from __future__ import annotations
