@@ -318,7 +318,7 @@ def _check_ranks_path(options: SearchOptions, prepared: Prepared) -> None:
         raise ArgumentError(
             f"ranks={options.ranks} with search processes (a launcher, --processes): each "
             "trial already uses several processes; run one search per host instead (see the "
-            "documentation's docs/scaling-out.md, \"Several hosts\")."
+            'documentation\'s docs/scaling-out.md, "Several hosts").'
         )
 
 
