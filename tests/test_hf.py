@@ -73,7 +73,7 @@ def test_a_sequence_classifier_is_tuned_from_the_api_with_no_forward_hook() -> N
     assert (
         "  validation metric: accuracy, higher is better (accuracy: logits (batch, classes) "
         "against (batch,) integer labels); every config validated in batches of 32"
-    ) in result.summary().splitlines()
+    ) in result.summary(detail=True).splitlines()
     # A candidate ran on the dict batches (loader workers: numerics-free, so no check needed).
     assert sum(1 for line in lines if re.match(r" *#\d+\*? ", line)) >= 1, lines
     assert not [t for t in result.trials if t.failure is not None], result.trials

@@ -129,7 +129,7 @@ def test_a_search_buys_time_to_accuracy_with_a_shorter_annealed_run(
     assert arms and all(a.train_fraction == 0.5 for a in arms)
     assert result.speedup == pytest.approx(2.0, rel=0.05)
     assert result.throughput_ratio == pytest.approx(1.0, rel=0.05)
-    summary = result.summary()
+    summary = result.summary(detail=True)
     assert "it trains 50% of the planned epochs (5 of 10)" in summary
     assert "1.00x from throughput, 2.00x from the shorter run" in summary
     assert evidence in summary, summary
@@ -144,7 +144,7 @@ def test_a_search_buys_time_to_accuracy_with_a_shorter_annealed_run(
         answers = data["answers"]
         answers["pending"], answers["fast"], answers["chosen"] = answers["fast"], None, "safe"
         assert "a timeout of ~480 s would make the accuracy runs the whole planned run" in (
-            render_summary(data)
+            render_summary(data, detail=True)
         )
 
 
@@ -266,7 +266,7 @@ def test_a_fast_answer_confirmed_short_of_the_planned_run_says_how_much_training
     )
     result = result_of(run)
     assert result.config.precision.value == "bf16" and result.winner.confirmed is True, lines
-    summary = result.summary()
+    summary = result.summary(detail=True)
     assert "after the checks' length of training, the answer is within the tolerance" in summary
     if judged is None:
         assert "judged after" not in summary, summary
@@ -334,7 +334,7 @@ def test_a_baseline_whose_own_runs_lag_says_so_with_what_the_user_can_do() -> No
     result = result_of(run)
     lag = result.to_dict()["accuracy_guard"]["lagging_run"]
     assert lag is not None and lag["seed"] == 2, lines
-    summary = result.summary()
+    summary = result.summary(detail=True)
     assert f"the baseline's run of seed 2 reached accuracy {lag['metric']:.4f} where" in summary
     assert "a constant learning rate ends on a noisy last iterate" in summary
     assert "--baseline or SearchOptions(baseline=...)" in summary

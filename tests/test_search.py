@@ -213,7 +213,7 @@ def test_winner_must_pass_confirmation_over_several_seeds(fast_kwargs, bf16_capa
     assert c.verdict.value == "rejected" and c.first_seed == 1 and len(c.runs) == 2
     assert c.looks == 1 and c.lower > 0.05
     assert result.config.precision.value == "fp32"
-    assert "was faster but rejected" in result.summary()
+    assert "was faster but rejected" in result.summary(detail=True)
     assert result.to_dict()["trials"][bf16.number]["confirmation"]["passed"] is False
 
 
@@ -235,12 +235,12 @@ def test_confirmed_winner_reports_the_mean_over_seeds(fast_kwargs, bf16_capable)
     assert result.metrics["validation_metric"] == pytest.approx(sum(runs) / 2)
     assert result.metrics["accuracy_confirmed"] is True
     assert result.chosen == "fast" and result.fast.number == result.winner.number
-    assert "confirmed over 2 paired seeds" in result.summary()
+    assert "confirmed over 2 paired seeds" in result.summary(detail=True)
     # What 2 pairs cannot rule out is said beside the confirmation: 0.9^2 = 81%.
     assert "a failure mode of 1 run in 10 would go unseen in 2 pairs 81% of the time" in (
-        result.summary()
+        result.summary(detail=True)
     )
-    assert "chosen: the fast answer" in result.summary()
+    assert "chosen: the fast answer" in result.summary(detail=True)
 
 
 def test_n_trials_counts_the_candidates(fast_kwargs) -> None:
@@ -271,7 +271,7 @@ def test_a_baseline_that_stays_the_winner_is_said_plainly(fast_kwargs) -> None:
     data = result.to_dict()
     data["config"] = data["baseline"]["config"]
     data["metrics"] = data["baseline"]["metrics"]
-    text = render_summary(data)
+    text = render_summary(data, detail=True)
     assert text.startswith(
         "autotune result: no config trained faster than yours here: keep your settings "
         "(the baseline's)"
@@ -286,9 +286,11 @@ def test_a_win_verified_by_an_earlier_run_of_the_study_is_not_a_negative_time(
     result = find(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
     data = result.to_dict()
     data["search"].update(first_win_seconds=None, first_win_earlier=True)
-    assert "first verified win in an earlier run of this study;" in render_summary(data)
+    assert "first verified win in an earlier run of this study;" in render_summary(
+        data, detail=True
+    )
     data["search"].update(first_win_seconds=12.0, first_win_earlier=False)
-    assert "first verified win after 12 s;" in render_summary(data)
+    assert "first verified win after 12 s;" in render_summary(data, detail=True)
 
 
 def test_a_pending_candidate_never_checked_is_said_to_be_unchecked_not_out_of_time(
@@ -301,7 +303,7 @@ def test_a_pending_candidate_never_checked_is_said_to_be_unchecked_not_out_of_ti
     result = find(tiny_model(), tiny_data(), n_trials=1, space="quick", **fast_kwargs)
     data = result.to_dict()
     data["answers"]["pending"] = {"trial": 21, "speedup": 3.67, "confirmation": None}
-    text = render_summary(data)
+    text = render_summary(data, detail=True)
     assert "! trial #21 (3.67x) changes the numerics and passed screening, but its accuracy" in text
     assert "is not settled: no check of it was made before the search ended" in text
     assert "could not be made in the time left" not in text
@@ -321,16 +323,16 @@ def test_the_summary_says_what_it_knows_of_checks_rounds_and_repeats(fast_kwargs
     assert search["numerics_searched"] is False and data.get("accuracy_guard") is None
     data["speedup_range"] = None
     data["config"] = {**data["config"], "batch_size": 2 * data["config"]["batch_size"]}
-    text = render_summary(data)
+    text = render_summary(data, detail=True)
     assert "! no accuracy check was needed: no knob searched changes the numerics" in text
     assert "NOT measured side by side (no side-by-side round measured it with the baseline)" in text
     assert "val accuracy: the mean of the config's accuracy runs" in text
     search.update(interrupted=True, numerics_searched=True)
-    text = render_summary(data)
+    text = render_summary(data, detail=True)
     assert "NOT measured side by side (the search was interrupted before its rounds)" in text
     assert "no accuracy check was made (the search was interrupted before the baseline's" in text
     search.update(interrupted=False, proposals_repeated=0, configs_measured=2)
-    text = render_summary(data)
+    text = render_summary(data, detail=True)
     assert "ended before the baseline's accuracy runs; its progress lines say why" in text
     assert "search: 2 configs measured in" in text
     search.update(proposals_repeated=3)
@@ -340,7 +342,7 @@ def test_the_summary_says_what_it_knows_of_checks_rounds_and_repeats(fast_kwargs
     stopped = {"runs": [0.9], "verdict": "unresolved", "failure": "its accuracy runs were stopped"}
     data["answers"]["pending"] = {"trial": 7, "speedup": 2.0, "confirmation": stopped}
     assert "is not settled: its check was stopped: its accuracy runs were stopped" in (
-        render_summary(data)
+        render_summary(data, detail=True)
     )
 
 
@@ -392,7 +394,7 @@ def test_a_candidate_that_collapses_on_one_seed_in_two_is_rejected_once_seeds_sh
     c = bf16.confirmation
     assert bf16.screened and c.verdict.value == "rejected" and len(c.runs) > 3
     assert result.chosen == "safe" and result.fast is None and result.pending is None
-    text = result.summary()
+    text = result.summary(detail=True)
     assert f"trial #{bf16.number}" in text and "was faster but rejected" in text
     assert f"lower confidence bound over {len(c.runs)} paired seeds, {c.lower:+.4f}" in text
     answers = result.to_dict()["answers"]
@@ -448,7 +450,7 @@ def test_a_baseline_that_did_not_learn_is_said_plainly(fast_kwargs) -> None:
     assert result.guard is not None and not result.guard.learned
     assert result.guard.accuracy_samples == 256
     assert any("did not learn measurably" in line for line in lines)
-    assert "barely moved from the untrained model's" in result.summary()
+    assert "barely moved from the untrained model's" in result.summary(detail=True)
     assert result.fast is None and all(t.safe for t in result.trials if t.feasible)
 
 
@@ -467,7 +469,7 @@ def test_the_baseline_accuracy_plan_is_used_and_its_note_said(fast_kwargs, monke
     assert result.guard.accuracy_samples == 1536
     assert result.search["accuracy_samples"] == 1536
     assert any("trains on 1536 samples per run" in line for line in lines)
-    assert "trains on 1536 samples per run" in result.summary()
+    assert "trains on 1536 samples per run" in result.summary(detail=True)
 
 
 def test_unguided_search_measures_exactly_what_the_sampler_proposes(tmp_path, fast_kwargs) -> None:

@@ -381,8 +381,8 @@ class SearchResult:
         write leaves any previous file intact."""
         return write_text_atomic(path, self.to_json())
 
-    def summary(self) -> str:
-        return render_summary(self.to_dict())
+    def summary(self, *, detail: bool = False) -> str:
+        return render_summary(self.to_dict(), detail=detail)
 
     def report(self, path: str | os.PathLike[str]) -> Path:
         """Write a self-contained HTML report (opens offline): winner against baseline,
