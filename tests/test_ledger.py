@@ -613,7 +613,7 @@ def test_the_tables_baseline_figures_come_from_the_headlines_rounds() -> None:
     assert b["throughput"] == 1000.0 and m["throughput"] == 1300.0
     assert b["projected_training_time"] == pytest.approx(200.0)
     assert b["measured_as"] == m["measured_as"] == "side by side over 3 rounds"
-    rows = next(x for x in result.summary(detail=True).splitlines() if "projected time" in x)
+    rows = next(x for x in result.summary(detail=True).splitlines() if "rows: " in x)
     assert "side by side over 3 rounds" in rows and "the baseline's" not in rows
     # The study's own record of the baseline still counts every round it was measured in.
     assert ledger.trial_record(ledger.entries[0]).side_rounds == 6
