@@ -91,10 +91,13 @@ def main() -> None:
     parser.add_argument("--print", action="store_true", help="print it; leave README.md alone")
     parser.add_argument("--rows", type=int, default=8, help="trial rows to keep (8)")
     parser.add_argument("--summary", type=int, default=8, help="summary lines to keep (8)")
+    parser.add_argument("--keep", type=Path, help="also write the whole output to this file")
     args = parser.parse_args()
     readme = README.read_text(encoding="utf-8")
     with tempfile.TemporaryDirectory(prefix="readme-excerpt-") as folder:
         progress, summary = run(run_command(readme), Path(folder))
+    if args.keep is not None:
+        args.keep.write_text(progress + summary, encoding="utf-8")
     excerpt = make_excerpt(progress, summary, rows=args.rows, head=args.summary)
     print("\n".join(excerpt))
     if not args.print:

@@ -117,7 +117,7 @@ def confirm(
         seeds = baseline.first_seeds()
         expected = sum(seed_seconds(baseline, entry, s) for s in seeds)
         start = bench.deadline.now()
-        result = _first_look(bench, baseline, entry)
+        result = _first_look(bench, baseline, entry, keep)
         scale = _overran(bench.deadline.now() - start, expected)
         _file(bench, entry, result)
     while result.verdict is Verdict.UNRESOLVED and result.confirmable:
@@ -153,7 +153,7 @@ def confirm(
         looked = True
         start, first = bench.deadline.now(), result.first_seed
         expected = sum(seed_seconds(current, entry, first + s) for s in range(n, target))
-        more = _more_seeds(bench, current, entry, result, target)
+        more = _more_seeds(bench, current, entry, result, target, keep)
         scale = _overran(bench.deadline.now() - start, expected)
         if more is None:
             break
@@ -186,7 +186,7 @@ def _overran(seconds: float, expected: float) -> float:
     return max(1.0, seconds / expected) if expected > 0 else 1.0
 
 
-def _first_look(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
+def _first_look(bench: Bench, baseline: Baseline, entry: Entry, keep: float) -> Confirmation:
     """The candidate over :meth:`Baseline.first_seeds` (not seed 0: its screening run chose
     it), with the baseline's runs of those seeds it has none of yet. A run that failed (a
     crash, a metric that is not finite, a run that hung past its own limit) rejects the
@@ -197,11 +197,13 @@ def _first_look(bench: Bench, baseline: Baseline, entry: Entry) -> Confirmation:
     # The check's rank among those that made a test (see ledger.rejudged).
     order = 1 + sum(1 for c in bench.ledger().confirmations.values() if c.failure is None)
     start = Confirmation(runs=(), verdict=Verdict.UNRESOLVED, first_seed=seeds[0], order=order)
-    result = _look(bench, baseline, entry, start, seeds[-1] + 1, looks=1)
+    result = _look(bench, baseline, entry, start, seeds[-1] + 1, looks=1, keep=keep)
     if isinstance(result, Confirmation):
         return result
     outcome, of_baseline = result
-    stopped = of_baseline or (outcome.failure is FailureReason.TIMEOUT and bench.deadline.past())
+    # Stopped by the deadline, or at the time kept for the side-by-side rounds: no verdict.
+    late = bench.deadline.past() or (keep > 0 and not bench.deadline.fits(keep))
+    stopped = of_baseline or (outcome.failure is FailureReason.TIMEOUT and late)
     whose = "the baseline's" if of_baseline else "its"
     return Confirmation(
         runs=(),
@@ -238,21 +240,31 @@ def _file(bench: Bench, entry: Entry, result: Confirmation) -> None:
 
 
 def _more_seeds(
-    bench: Bench, baseline: Baseline, entry: Entry, last: Confirmation, target: int
+    bench: Bench, baseline: Baseline, entry: Entry, last: Confirmation, target: int, keep: float
 ) -> Confirmation | None:
     """The look after ``last``: ``target`` pairs in all (None: a run failed, the last look
     stands)."""
-    result = _look(bench, baseline, entry, last, last.first_seed + target, looks=last.looks + 1)
+    end = last.first_seed + target
+    result = _look(bench, baseline, entry, last, end, looks=last.looks + 1, keep=keep)
     return result if isinstance(result, Confirmation) else None
 
 
 def _look(
-    bench: Bench, baseline: Baseline, entry: Entry, last: Confirmation, end: int, *, looks: int
+    bench: Bench,
+    baseline: Baseline,
+    entry: Entry,
+    last: Confirmation,
+    end: int,
+    *,
+    looks: int,
+    keep: float,
 ) -> Confirmation | tuple[TrialOutcome, bool]:
     """A look over ``last``'s seeds and those after them up to ``end`` (exclusive): the
     candidate's runs of the new seeds, and the baseline's where it has no run of them yet (its
     new runs join its accuracy record, which later checks pair with too). A run that failed:
-    its outcome, and whether it was the baseline's."""
+    its outcome, and whether it was the baseline's. No run eats into the ``keep`` seconds held
+    for the side-by-side rounds: an idle README run's checks overran their estimates into that
+    time, and its answer went unmeasured side by side."""
     assert baseline.accuracy is not None
     first = last.first_seed
     base_seeds = tuple(range(len(baseline.accuracy.runs), end))
@@ -267,6 +279,7 @@ def _look(
             ),
             measured=baseline.record.measurement,
             expected=baseline.run_seconds() * len(base_seeds),
+            keep=keep,
         )
         if not more.ok:
             return more, True
@@ -276,6 +289,7 @@ def _look(
         accuracy=baseline.check_of(entry.config, new_seeds),
         measured=entry.record.measurement,
         expected=baseline.run_seconds(entry.record) * len(new_seeds),
+        keep=keep,
     )
     extended = Baseline.of(bench.ledger())
     if not outcome.ok or extended is None or extended.guard is None:
