@@ -105,6 +105,8 @@ def requeue(bench: Bench, space: SearchSpace, done: set[TrainingConfig]) -> bool
     led while it was busy to be measured again in this state (:func:`measure_again`: their
     ratios were of the busy one), at most :data:`AGAIN` in all; ``done``: the configs queued
     so far (updated). Said in one line. Returns whether any were queued."""
+    if not bench.settings.guided:  # it measures exactly what its sampler proposes
+        return False
     ledger = bench.ledger()
     latest, base = ledger.latest_check, ledger.baseline
     if latest is None or latest.load is None or latest.load.busy or base is None:
