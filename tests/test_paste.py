@@ -56,7 +56,7 @@ def test_the_loop_snippet_trains_as_printed(tmp_path) -> None:
     assert names["scheduler"].last_epoch == names["steps"] == 2  # 4 batches, 2 per step
 
 
-def test_the_lightning_snippet_fits_as_printed(tmp_path) -> None:
+def test_the_lightning_snippet_fits_as_printed(tmp_path, monkeypatch) -> None:
     lightning = pytest.importorskip("lightning")
 
     class Module(lightning.pytorch.LightningModule):
@@ -74,6 +74,7 @@ def test_the_lightning_snippet_fits_as_printed(tmp_path) -> None:
     data, path = _result(tmp_path, TUNED.replace(gradient_accumulation_steps=1))
     text = snippet(data, "lightning", path)
     assert "# Trainer: " in text and "# DataLoader: batch_size=16" in text
+    monkeypatch.chdir(tmp_path)  # the Trainer's logs go to the working folder
     names = {"model": Module(), "train_dataset": _images(), "epochs": 1}
     exec(compile(text, "snippet", "exec"), names)
     assert names["trainer"].current_epoch == 1
