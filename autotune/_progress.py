@@ -116,6 +116,14 @@ class Briefed(Progress):
             self.keep(line)
         self.inner(line if self.inner.whole else short)
 
+    def detail(self, line: str) -> None:
+        """A line only the detail holds (the reasoning behind a story line: a check's
+        intermediate looks, the horizon's plan): kept, and shown where the progress takes
+        every line whole (a log read later), never in a person's story."""
+        self.keep(line)
+        if self.inner.whole:
+            self.inner(line)
+
     def trial(self, label: str) -> None:
         self.inner.trial(label)
 

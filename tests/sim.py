@@ -17,7 +17,7 @@ from test_space import CPU
 from autotune import TrainingConfig, load_space
 from autotune._knobs.registry import Facts
 from autotune._load import Load
-from autotune._progress import Whole
+from autotune._progress import Lines, Whole
 from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
 from autotune._task import TaskRefs
@@ -237,8 +237,11 @@ def search(
     interrupt_at: int | None = None,
     n_train: int = 4000,
     accuracy_samples: int | None = None,
+    story: list[str] | None = None,
 ) -> tuple[Search, Clock, list[str]]:
-    """A guided search of ``knobs`` on the simulated machine; returns it after it ran."""
+    """A guided search of ``knobs`` on the simulated machine; returns it after it ran.
+    ``story``: where the lines a person's display shows go (each within 120 characters, the
+    detail left out), instead of every line whole to the lines returned."""
     clock = Clock()
     space = load_space({"knobs": knobs})
     device = dataclasses.replace(CPU, supports_bf16=True)
@@ -273,7 +276,11 @@ def search(
         settings=settings,
         executor=SimulatedExecutor(clock, model, interrupt_at),
         # Each line whole (a person's display shortens the long ones): the tests read them.
-        report=Whole(lambda line: lines.append(f"{clock.now - settings.started:7.1f} {line}")),
+        report=(
+            Whole(lambda line: lines.append(f"{clock.now - settings.started:7.1f} {line}"))
+            if story is None
+            else Lines(story.append)
+        ),
         fingerprint="sim",
         clock=clock,
         load_meter=SimulatedMeter(clock, model),

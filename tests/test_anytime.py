@@ -116,7 +116,9 @@ def test_a_plan_longer_than_the_time_left_is_not_said_to_be_kept() -> None:
     run, _, lines = search(bert_like(workers_help=1.3), knobs=KNOBS, timeout=150.0)
     text = "\n".join(lines)
     assert "of the budget are kept" not in text, text
-    said = next(line for line in lines if "would take ~" in line)
+    said = next(line for line in lines if "would take ~" in line and "more than the" in line)
+    short = next(line for line in lines if "its runs would take ~" in line)  # the story's
+    assert len(short) - 8 <= 120 and "the runs shorten to the time left" in short  # less the clock
     need, after, share = (float(x) for x in re.findall(r"~?(\d+) s\b", said)[:3])
     assert need > after and after + share <= 150.0, said
     assert "the runs shorten to the time left" in said

@@ -296,6 +296,7 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
             ledger=lambda: ledger,
             deadline=types.SimpleNamespace(past=lambda seconds: seconds > left),
             report=lines.append,
+            detail=lines.append,  # the tests read the detail's lines beside the story's
             lines=lines,
         )
 

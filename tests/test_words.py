@@ -4,10 +4,12 @@ say what to change, how much faster, whether it is safe and how to apply it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
 
-from sim import Model, result_of, search
+from sim import Model, noise, result_of, search
 from test_rebase import SAFE, _speed
 
 from autotune import TrainingConfig
@@ -199,3 +201,79 @@ def test_nothing_true_is_lost_between_the_story_and_the_detail(tmp_path, capsys)
     # The story says a skip for time once; the others are the detail's.
     assert len(re.findall(r"skipped .*: expected to take", story)) == 1, story
     assert len(re.findall(r"skipped .*: expected to take", detail)) > 1, detail
+
+
+_ROW = re.compile(r"^ +#\d+[* ] ")  # a trial's row in the story
+
+
+def _story_fits(story: list[str]) -> list[str]:
+    """The story's lines other than the trial rows; asserts each line fits in 120 and at most
+    15 others come before the summary (the issue's bound)."""
+    assert all(len(line) <= 120 for line in story), "\n".join(story)
+    others = [line for line in story if not _ROW.match(line)]
+    assert len(others) <= 15, "\n".join(others)
+    return others
+
+
+def _notes(run) -> str:
+    from autotune._search.storage import read_notes
+
+    return "\n".join(read_notes(run.bench.study))
+
+
+def test_the_story_says_each_horizon_and_each_check_in_one_line(tmp_path) -> None:
+    """A guard that lengthened its horizon and a check that took several looks: before, each
+    horizon printed 4 lines (the pair's settings, the result, the plan, the advice) and each
+    look one more; a busy README run printed 29 lines beside its rows. Now the story has one
+    line per horizon tried (and the reason for the next), one per check; the rest is the
+    detail's, whole."""
+    from test_anytime import KNOBS, bert_like
+    from test_horizon import DIGITS, _took_off, digits
+
+    def metric_at(cfg, seed: int, samples: int) -> float:
+        base = 0.97 if _took_off(cfg, seed, samples) else 0.70
+        own = 0.001 * math.sin(2.3 * seed + 1.0) if cfg.batch_size == 64 else 0.0
+        return base + noise(seed, 0.003) - own
+
+    story: list[str] = []
+    run, _, _ = search(digits(metric_at=metric_at), knobs=DIGITS, timeout=60.0, n_train=400,
+                       story=story)  # fmt: skip
+    others = _story_fits(story)
+    guard = [line for line in others if line.startswith("accuracy guard: baseline accuracy")]
+    assert len(guard) == 2, "\n".join(story)  # two horizons, one line each
+    assert any("trying 4,000" in line for line in others), "\n".join(story)
+    assert not any("horizon:" in line for line in story)
+    assert "accuracy guard: horizon: runs of 2,048 samples" in _notes(run)
+
+    base = bert_like()
+
+    def metric(cfg, seed: int) -> float:  # bf16 unresolved at its first look, then confirmed
+        value = base.metric(cfg, seed)
+        if cfg.precision.value == "bf16":
+            value += 0.001 * (seed % 2) - (0.0039 if seed % 2 == 1 else -0.0039)
+        return value
+
+    story = []
+    run, _, _ = search(dataclasses.replace(base, metric=metric), knobs=KNOBS, timeout=240.0,
+                       accuracy_samples=1200, story=story)  # fmt: skip
+    others = _story_fits(story)
+    notes = _notes(run)
+    assert re.search(r"trial #\d+: unresolved over 3 seeds; running \d+ more", notes), notes
+    assert not any("running" in line and "more (" in line for line in story), "\n".join(story)
+    checks = [line for line in others if line.startswith("accuracy check of trial #")]
+    assert checks and all("paired seeds" in line for line in checks), "\n".join(story)
+
+
+def test_a_busy_start_tells_its_story_within_the_bound() -> None:
+    """A README run with a core taken for its first minute: the machine's state is said when
+    it changes, in one line each, and the story stays within the bound."""
+
+    def slowed(cfg, busy: float) -> float:
+        return 1.0 if cfg.intra_op_threads == 1 or busy == 0 else 1.0 + 5.0 * busy
+
+    story: list[str] = []
+    model = Model(speed=_speed, busy=lambda t: 1.0 if t < 60 else 0.0, slowed=slowed)
+    search(model, knobs=SAFE, timeout=240.0, story=story)
+    others = _story_fits(story)
+    machine = [line for line in others if line.startswith("machine:")]
+    assert machine and any("free" in line for line in machine), "\n".join(story)

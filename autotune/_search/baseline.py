@@ -305,7 +305,7 @@ def calibrate(bench: Bench, space: SearchSpace) -> Calibration:
         f"batch_size: dropped {dropped} (one measurement would take more than "
         f"{MAX_MEASURE_SHARE:.0%} of the budget at the baseline's {m.throughput:,.0f} samples/s)"
     )
-    bench.report(f"space: {note}")
+    bench.detail(f"space: {note}")  # the space's notes, in the result, keep it too
     return Calibration(cfg, budget, space.with_choice("batch_size", kept, note), outcome.seconds)
 
 
@@ -474,7 +474,7 @@ def measure_baseline_accuracy(
     else:
         expected, note = expected * samples / planned, None
     if note is not None:
-        bench.report(f"accuracy guard: {note}")
+        bench.detail(f"accuracy guard: {note}")
     pair, pair_throughput = pair_settings(bench.ledger(), baseline)
     own = pair == baseline.record.config
     if not own:
@@ -483,10 +483,7 @@ def measure_baseline_accuracy(
             f"trains with the safe answer's settings ({pair.describe()}): the same for both "
             "arms, numerics unchanged"
         )
-        if plans:  # said for the first horizon; a longer one's runs are the detail's
-            storage.add_note(bench.study, line)
-        else:
-            bench.report(line)
+        bench.detail(line)  # the pair's settings are in the summary's guard line
     check = AccuracyCheck(
         samples=samples,
         seeds=tuple(range(s.accuracy_repeats)),
@@ -536,18 +533,20 @@ def measure_baseline_accuracy(
         note = joined_note(note, budget)
         storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))
         measured = Baseline.of(bench.ledger()) or measured
+    # One line per horizon tried; the plan, the budget and the advice are the detail's (the
+    # summary says what is unsettled): a busy README run printed 13 guard lines.
     bench.report(
         f"accuracy guard: baseline {guard.metric_name} {guard.baseline_metric:.4f} "
-        f"± {guard.spread:.4f} over {guard.repeats} seeds of {samples} samples "
+        f"± {guard.spread:.4f} over {guard.repeats} seeds of {samples:,} samples "
         f"(untrained model: {_fmt(guard.initial_metric)}), in {outcome.seconds:.0f} s"
     )
     if checkable:
-        bench.report(f"accuracy guard: horizon: {plan.describe()}")
+        bench.detail(f"accuracy guard: horizon: {plan.describe()}")
     if budget:
-        bench.report(f"accuracy guard: {budget}")
+        bench.detail(f"accuracy guard: {budget}")
     advice = guard.advice()
     if advice:
-        bench.report(f"accuracy guard: {advice}")
+        bench.detail(f"accuracy guard: {advice}")
     return measured
 
 

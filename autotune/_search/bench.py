@@ -69,6 +69,10 @@ class Bench:
         # Reads other processes' use of the machine around each run (None: not read).
         self.load_meter = load_meter
 
+    def detail(self, line: str) -> None:
+        """Say ``line`` in the result's detail only (see :meth:`Briefed.detail`)."""
+        self.report.detail(line)
+
     @property
     def settings(self) -> SearchSettings:
         """The search's settings as the loop's state holds them now (a split baseline, the

@@ -141,12 +141,12 @@ def confirm(
                     if left is None
                     else "they do not fit in the time left"
                 )
-                bench.report(
+                bench.detail(  # the verdict's line follows; the summary says what settles it
                     f"trial #{entry.number}: its next look would take {result.need} seeds "
                     f"(~{cost:.0f} s more): {why}"
                 )
             break
-        bench.report(
+        bench.detail(  # a look in between: one line says the check's verdict at its end
             f"trial #{entry.number}: unresolved over {n} seeds; running {target - n} more "
             f"({target} in all)"
         )

@@ -102,7 +102,7 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
             # than the baseline and ended 35 s early. Once a check was made, the rounds keep
             # their time: a busy run then checked two half-length schedules that way, both
             # unresolved, and left its answer unmeasured side by side.
-            bench.report(
+            bench.detail(  # the check's verdict line follows
                 f"trial #{entry.number}'s check (~{cost:.0f} s) fits only before the "
                 "side-by-side rounds' time: it comes first, the rounds take what it leaves"
             )
@@ -116,7 +116,12 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
                 else f"for another seed of trial #{entry.number}'s check"
             )
             rounds = f" beside the side-by-side rounds (~{now:.0f} s)" if now > 0 else ""
-            bench.report(f"no time left {what} (~{cost:.0f} s){rounds}")
+            line = f"no time left {what} (~{cost:.0f} s){rounds}"
+            # A check made already said its verdict: one more seed of it is the detail's.
+            if first:
+                bench.report(line)
+            else:
+                bench.detail(line)
 
 
 def _pair_rounds(ledger: Ledger, baseline: Baseline, entry: Entry) -> float:

@@ -188,7 +188,7 @@ class Search:
             due = self.question.due(ledger, baseline, worker=self.worker)
             if due:
                 state.guard_due()
-                self.bench.report(
+                self.bench.detail(  # the rows' stage column shows the change
                     "accuracy guard: the time kept for the accuracy question has come: the "
                     "changes of the numerics go first, the safe knobs left after them"
                 )

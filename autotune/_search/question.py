@@ -93,8 +93,13 @@ class AccuracyQuestion:
             f"the baseline's accuracy runs ({cost.samples:,} samples each), one candidate's "
             f"check{spare}"
         )
+        # One short line in the story (the stage it opens); the whole plan is the detail's.
         if kept + safe <= left:
             bench.report(
+                f"accuracy guard: ~{kept:.0f} s kept for its runs and one check; the safe "
+                "knobs (numerics unchanged) come first"
+            )
+            bench.detail(
                 f"accuracy guard: ~{kept:.0f} s of the budget are kept for {what}; the knobs "
                 "that leave the numerics alone are searched until then"
             )
@@ -102,6 +107,10 @@ class AccuracyQuestion:
             # Not "kept": a busy README run printed "~302 s of the budget are kept" with 290 s
             # left. The safe knobs have their share; the runs then shrink to the time left.
             bench.report(
+                f"accuracy guard: its runs would take ~{kept:.0f} s; the safe knobs have "
+                f"~{safe:.0f} s first, then the runs shorten to the time left"
+            )
+            bench.detail(
                 f"accuracy guard: {what} would take ~{kept:.0f} s, more than the "
                 f"{left - safe:.0f} s left after the safe knobs' share (~{safe:.0f} s): the "
                 "knobs that leave the numerics alone are searched for that share, then the "

@@ -120,7 +120,8 @@ def requeue(bench: Bench, space: SearchSpace, done: set[TrainingConfig]) -> bool
         bench.study.enqueue_trial(params, user_attrs={STAGE_ATTR: stage.value})
     if again:
         names = ", ".join(f"#{e.number}" for e in again)
-        bench.report(
+        bench.report(f"machine: free now; measuring again what led while busy: trial {names}")
+        bench.detail(
             f"machine: free now; measuring again the configs that led while it was busy "
             f"(their ratios were of that state): trial {names}"
         )
