@@ -42,6 +42,7 @@ from autotune._search.distributed import (
 )
 from autotune._search.lineage import changed_since
 from autotune._search.storage import redact
+from autotune._search.warm import STUDY
 from autotune._space import builtin_spaces, load_space
 from autotune._stream import is_stream
 from autotune._trial.bounded import SetUpLimit, bounded, left_running
@@ -225,9 +226,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     # A live panel on a terminal; each line once where stderr is a pipe or a log.
     progress: Progress = Lines(lambda line: None) if quiet else console_progress(sys.stderr)
     if not args.study and args.fingerprints is not None:
-        changed = changed_since(storage, _command_study(args), study, *args.fingerprints)
+        warm = args.warm_start is None  # an explicit --warm-start is the user's choice
+        changed = changed_since(storage, _command_study(args), study, *args.fingerprints, warm=warm)
         if changed is not None:
-            progress(changed)
+            progress(changed.line)
+            if warm:  # the edited model's search starts from what the last one learned
+                args.warm_start = f"{STUDY}{changed.earlier}"
     try:
         return _search(args, run, storage, study, progress)
     finally:

@@ -92,7 +92,9 @@ class SearchOptions:
       model, a change of the numerics checked for accuracy as any candidate is), and a knob's
       value every trial of which failed there for a reason of the machine (an error, a
       crashed or broken device) is not searched. From other hardware or software, nothing is
-      carried (and it is said); from another torch major version, an error.
+      carried (and it is said); from another torch major version, an error. ``"study:NAME"``
+      starts from a study in ``storage`` instead (the CLI does this itself where the same
+      command's model or data changed since its last study).
     - ``ranks``: data-parallel processes per trial (the CLI's ``--nproc-per-node``). With more
       than one, every trial, the baseline's too, is a DistributedDataParallel job of that many
       ranks started by ``torchrun`` (gloo on the CPU, NCCL on GPUs: rank i on GPU i), each
@@ -176,8 +178,10 @@ class SearchOptions:
     warm_start: str | Path | None = _cli(
         None,
         "--warm-start",
-        "an earlier result JSON on this machine (e.g. best.json): its answer and best few "
-        "configs are measured first, and values that failed here are not searched again",
+        "an earlier result JSON on this machine (e.g. best.json), or study:NAME in --storage: "
+        "its answer and best few configs are measured first, and values that failed here are "
+        "not searched again (default: the same command's last study, where the model or data "
+        "changed since)",
     )
     ranks: int = _cli(
         1,

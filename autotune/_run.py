@@ -23,7 +23,7 @@ from torch import nn
 from autotune._checks import check_number
 from autotune._device import describe_device, environment
 from autotune._display import reporter
-from autotune._errors import ArgumentError, ConfigError, DataError
+from autotune._errors import ArgumentError, AutotuneError, ConfigError, DataError
 from autotune._knobs import apply, registry
 from autotune._knobs.config import TrainingConfig
 from autotune._options import PLANNED_EPOCHS, TIMEOUT, SearchOptions
@@ -32,8 +32,8 @@ from autotune._result.result import SearchResult
 from autotune._search import coverage
 from autotune._search.loop import Search
 from autotune._search.settings import SearchSettings
-from autotune._search.storage import open_study, read_guard_failure, redact
-from autotune._search.warm import load_warm_start
+from autotune._search.storage import load_study, open_study, read_guard_failure, redact
+from autotune._search.warm import STUDY, WarmStart, carried, load_warm_start
 from autotune._space import Choice, SearchSpace, load_space
 from autotune._stream import Stream
 from autotune._task import TaskRefs
@@ -206,9 +206,7 @@ def run_search(
     env = environment(baseline.device)
     warm = None
     if options.warm_start is not None:  # a bad file is an error before the study is opened
-        warm = load_warm_start(
-            options.warm_start, space=restricted, baseline=baseline, environment=env
-        )
+        warm = _warm_start(options, restricted, baseline, env)
         report(warm.line())
     study = open_study(options.storage, options.study_name, options.seed, options.sampler)
     refs = prepared.refs  # the metric chosen, never "auto"
@@ -289,6 +287,33 @@ def run_search(
         skipped=coverage.read_skipped(study),
         no_check=read_guard_failure(study),
     )
+
+
+def _warm_start(
+    options: SearchOptions, space: SearchSpace, baseline: TrainingConfig, env: dict[str, Any]
+) -> WarmStart:
+    """What the search carries over from ``options.warm_start``: a result file, or
+    ``study:NAME`` in the search's storage (the CLI's rerun on an edited model starts from the
+    study of the model before the edit). A study that is not there is an error; one that
+    measured nothing yet carries nothing, and says so."""
+    source = options.warm_start
+    assert source is not None
+    if not (isinstance(source, str) and source.startswith(STUDY)):
+        return load_warm_start(source, space=space, baseline=baseline, environment=env)
+    name = source.removeprefix(STUDY)
+    if options.storage is None:
+        raise ArgumentError(f"warm_start: {source!r} names a study; give the storage it is in.")
+    try:
+        load_study(options.storage, name)
+    except AutotuneError as exc:
+        raise ArgumentError(f"warm_start: {exc}") from None
+    try:
+        data = SearchResult.from_study(options.storage, name).to_dict()
+    except Exception as exc:  # whatever it lacks, the search goes on without it
+        return WarmStart(
+            f"study {name!r}", notes=(f"nothing carried over: it holds no result yet ({exc})",)
+        )
+    return carried(data, f"study {name!r}", space, baseline, env)
 
 
 def check_ranks(ranks: int, device: str) -> None:

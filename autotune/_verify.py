@@ -32,6 +32,7 @@ from autotune._display import reporter
 from autotune._errors import ArgumentError, ConfigError
 from autotune._knobs.config import TrainingConfig
 from autotune._options import PLANNED_EPOCHS, VERIFY_ROUNDS
+from autotune._progress import Report
 from autotune._result.result import SearchResult
 from autotune._search.derived import speedup
 from autotune._task import Task, as_task, check_model
@@ -39,6 +40,13 @@ from autotune._trial.bounded import SetUpLimit, bounded
 from autotune._trial.data import DataModuleLike
 from autotune._trial.executors import make_executor
 from autotune._trial.failures import FailureReason
+from autotune._trial.fingerprint import (
+    data_changes,
+    data_fingerprint,
+    measured_on,
+    model_changes,
+    model_fingerprint,
+)
 from autotune._trial.isolation import InProcessExecutor, TrialExecutor, worker_env
 from autotune._trial.measure import Measurement
 from autotune._trial.metrics import AUTO, BUILTIN_METRICS
@@ -90,6 +98,42 @@ def compare_environments(
             "listed fields match: the result may have been edited or measured elsewhere"
         )
     return out
+
+
+def _compared(
+    data: Mapping[str, Any], here: str, model: Any, train: Any, val: Any, report: Report
+) -> list[str]:
+    """The warnings where the result was measured elsewhere, or on another model or data
+    (its fingerprints, named in a line first), each said."""
+    search = data.get("search") or {}
+    warnings = compare_environments(data.get("environment"), environment(here))
+    warnings += other_model(search, model, train, val)
+    named = measured_on(search)
+    if named:
+        report(f"the result was measured on {named.removeprefix('fingerprints: ')}")
+    for line in warnings:
+        report(f"warning: {line}")
+    return warnings
+
+
+def other_model(search: Mapping[str, Any], model: Any, train: Any, val: Any) -> list[str]:
+    """A warning where the model or data given differ from those the result was measured on
+    (its fingerprints): its speed-up and accuracy verdict are of those; empty where they match
+    or the result names none (written before fingerprints were, or a trainer's)."""
+    if not isinstance(model, nn.Module) or not search.get("model_fingerprint"):
+        return []
+    try:
+        changes = model_changes(search.get("model_fingerprint"), model_fingerprint(model))
+        if train is not None and search.get("data_fingerprint"):
+            changes += data_changes(search["data_fingerprint"], data_fingerprint(train, val))
+    except Exception as exc:  # a fingerprint that cannot be read is no failure
+        return [f"the model and data could not be compared with the result's ({exc})"]
+    if not changes:
+        return []
+    return [
+        f"the model or data differ from those the result was measured on ({'; '.join(changes)}): "
+        "its figures and accuracy verdict are of those; search this one to know its own"
+    ]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -358,10 +402,8 @@ def verify(
     task = as_task(task)
     winner, baseline, here = _configs_here(data, device)
     report = reporter(progress)
-    env_warnings = compare_environments(data.get("environment"), environment(here))
-    for line in env_warnings:
-        report(f"warning: {line}")
     search = data.get("search") or {}
+    env_warnings = _compared(data, here, None if trainer else model, dataset, val_dataset, report)
     recorded = (search.get("hooks") or {}).get("metric")
     if task.metric == AUTO and recorded in BUILTIN_METRICS:
         task = task.replace(metric=recorded)  # the metric the search chose and guarded

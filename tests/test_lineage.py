@@ -81,7 +81,14 @@ def test_the_same_command_on_a_wider_model_measures_it_afresh_and_says_so(
         f"the model changed since study {old!r} (3 parameter shapes differ (0.weight 32x8 "
         "float32 -> 256x8 float32;" in err
     )
-    assert f"measuring it afresh in study {new!r}" in err
+    assert f"measuring it afresh in study {new!r}, starting from what {old!r} learned" in err
+    # The rerun starts from the narrow model's study: its answer is measured first, on the
+    # wider model, and the result says from where.
+    warm = second["search"]["warm_start"]
+    assert warm["from"] == f"study {old!r}", warm
+    measured = [t["config"] for t in first["trials"] if t["role"] != "baseline"]
+    assert warm["carried"] and all(c in measured for c in warm["carried"]), (warm, measured)
+    assert f"warm start from study {old!r}: " in err
     # Its baseline was measured on the wider model, not read back from the narrow one's study.
     assert "baseline: reusing trial" not in err
     assert second["search"]["model_fingerprint"]["hash"] == model_fingerprint(mlp(256))["hash"]

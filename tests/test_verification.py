@@ -54,8 +54,11 @@ def _edited(result_file: str, tmp_path, **env_changes) -> str:
 def test_winner_and_baseline_are_measured_side_by_side_in_alternating_rounds(result_file):
     lines: list[str] = []
     report = autotune.verify(
-        result_file, PerStepCost(), tiny_data(), rounds=3, budget=FAST_BUDGET, progress=lines.append
-    )
+        result_file, PerStepCost(), tiny_data(256), rounds=3, budget=FAST_BUDGET,
+        progress=lines.append,
+    )  # fmt: skip
+    # The fingerprints the result was measured on are named; these are the same model and data.
+    assert any(line.startswith("the result was measured on model ") for line in lines), lines
     order = [line.split()[2] for line in lines if line.startswith("round")]
     assert order == ["baseline", "winner", "winner", "baseline", "baseline", "winner"]
     assert len(report.baseline_measurements) == len(report.winner_measurements) == 3
@@ -85,6 +88,18 @@ def test_a_different_environment_is_flagged_field_by_field(result_file, tmp_path
     assert f"here it is {torch.__version__!r}" in warnings
     assert "device differs: the result was measured with 'NVIDIA Z100'" in warnings
     assert "! torch version differs" in report.summary()
+
+
+def test_another_model_or_data_than_the_results_is_said(result_file) -> None:
+    """Issue 58: verify on an edited model measured it silently, as if the result were its."""
+    report = autotune.verify(result_file, PerStepCost(), tiny_data(512), rounds=1,
+                             budget=FAST_BUDGET)  # fmt: skip
+    warnings = "\n".join(report.warnings)
+    assert "the model or data differ from those the result was measured on" in warnings
+    assert "training set: length" in warnings and "-> 512" in warnings, warnings
+    same = autotune.verify(result_file, PerStepCost(), tiny_data(256), rounds=1,
+                           budget=FAST_BUDGET)  # fmt: skip
+    assert not any("differ from those the result" in w for w in same.warnings)
 
 
 def test_fingerprint_alone_and_a_missing_environment_are_flagged():

@@ -152,3 +152,22 @@ def test_the_cli_takes_a_warm_start_and_names_a_bad_one(tmp_path, capsys) -> Non
     assert code == 2
     assert "warm_start: cannot read" in capsys.readouterr().err
     assert not (tmp_path / "b.json").exists()
+
+
+def test_a_study_in_the_storage_is_a_warm_start(tmp_path, fast_kwargs) -> None:
+    """``warm_start="study:NAME"`` (what the CLI passes itself where the same command's model
+    changed) starts from a study in the search's storage; a study that is not there is an
+    error before any trial, naming the studies that are."""
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    first = find(tiny_model(), tiny_data(), n_trials=4, space="quick", storage=db,
+                 study_name="a", **fast_kwargs)  # fmt: skip
+    with pytest.raises(ArgumentError, match=r"warm_start: No study 'nope' .* Studies there: a\."):
+        find(tiny_model(), tiny_data(), n_trials=1, space="quick", storage=db, study_name="b",
+             warm_start="study:nope", **fast_kwargs)  # fmt: skip
+    second = find(tiny_model(), tiny_data(), n_trials=2, space="quick", storage=db,
+                  study_name="b", warm_start="study:a", **fast_kwargs)  # fmt: skip
+    warm = second.to_dict()["search"]["warm_start"]
+    assert warm["from"] == "study 'a'" and warm["configs"] >= 1
+    if first.config != first.baseline:  # its answer, measured first on this search
+        assert first.config.to_dict() in warm["carried"]
+        assert second.trials[1].config == first.config

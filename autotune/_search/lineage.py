@@ -10,6 +10,7 @@ finds that old one and says, in one line, what changed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import optuna
 from autotune._search.storage import read_settings, resolve
 from autotune._trial.fingerprint import data_changes, model_changes
 
-__all__ = ["changed_since"]
+__all__ = ["Lineage", "changed_since"]
 
 
 def _studies(storage: str) -> list[Any]:
@@ -34,17 +35,29 @@ def _studies(storage: str) -> list[Any]:
     return []
 
 
+@dataclasses.dataclass(frozen=True)
+class Lineage:
+    """The earlier study of a command whose model or data changed, and the line saying what
+    changed (and, with a warm start, that the new study starts from what it learned)."""
+
+    earlier: str
+    line: str
+
+
 def changed_since(
     storage: str,
     command: str,
     study: str,
     model: Mapping[str, Any] | None,
     data: Mapping[str, Any] | None,
-) -> str | None:
+    *,
+    warm: bool = False,
+) -> Lineage | None:
     """Where ``study`` (the name the command ``command`` makes for this model and data) is not
     yet in ``storage`` but an earlier study of the same command is (named ``command``, or
-    ``command-`` and another model's and data's part), the line that says what changed since
-    the latest of them; None otherwise (a resumed study, or a command's first)."""
+    ``command-`` and another model's and data's part), the latest of them and what changed
+    since; None otherwise (a resumed study, or a command's first). ``warm``: the new study
+    starts from what the earlier one learned."""
     studies = _studies(storage)
     if any(s.study_name == study for s in studies):
         return None  # resumed
@@ -59,10 +72,12 @@ def changed_since(
     if not earlier:
         return None
     _, name, settings = max(earlier, key=lambda e: e[0])
+    start = f", starting from what {name!r} learned" if warm else ""
     if settings.model_fingerprint is None:
-        return (
+        return Lineage(
+            name,
             f"study {name!r} of this command recorded no fingerprint of its model and data "
-            f"(an earlier autotune made it): measuring them afresh in study {study!r}"
+            f"(an earlier autotune made it): measuring them afresh in study {study!r}{start}",
         )
     changes = {
         "model": model_changes(settings.model_fingerprint, model),
@@ -71,7 +86,9 @@ def changed_since(
     changed = [k for k, v in changes.items() if v]
     what = " and ".join(changed) or "model or data"
     words = "; ".join(c for v in changes.values() for c in v) or "their fingerprints differ"
-    return (
+    return Lineage(
+        name,
         f"the {what} changed since study {name!r} ({words}): measuring "
-        f"{'them' if len(changed) > 1 else 'it'} afresh in study {study!r} ({name!r} is kept)"
+        f"{'them' if len(changed) > 1 else 'it'} afresh in study {study!r}{start} ({name!r} "
+        "is kept)",
     )

@@ -33,7 +33,9 @@ from autotune._space import Choice, FloatRange, SearchSpace
 __all__ = [
     "CARRIED",
     "MACHINE_FAILURES",
+    "STUDY",
     "WarmStart",
+    "carried",
     "inside",
     "load_warm_start",
     "warm_line",
@@ -197,7 +199,7 @@ def _hashable(value: Any) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
 
 
-def _ranked(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _ranked(data: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(what it was, config dict) of the earlier answer, then its other answers, then its
     measured configs, fastest first."""
     out: list[tuple[str, dict[str, Any]]] = [("its answer", data["config"])]
@@ -220,6 +222,9 @@ def _ranked(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+STUDY = "study:"  # a warm start from a study in the search's storage: ``study:NAME``
+
+
 def load_warm_start(
     path: str | Path,
     *,
@@ -228,11 +233,21 @@ def load_warm_start(
     environment: Mapping[str, Any],
 ) -> WarmStart:
     """What a search on ``space`` from ``baseline``, in ``environment``, carries over from the
-    result at ``path``: an error for a file that is not a result, or one from another torch
-    major version; nothing (and why) from another machine or software; else the earlier
-    answer and the best few configs in this space, and the values that failed here."""
-    data = _read(path)
-    source = Path(path).name
+    result at ``path`` (see :func:`carried`)."""
+    return carried(_read(path), Path(path).name, space, baseline, environment)
+
+
+def carried(
+    data: Mapping[str, Any],
+    source: str,
+    space: SearchSpace,
+    baseline: TrainingConfig,
+    environment: Mapping[str, Any],
+) -> WarmStart:
+    """What a search carries over from the earlier result ``data`` (from ``source``: a file's
+    name, a study's): an error for one from another torch major version; nothing (and why)
+    from another machine or software; else the earlier answer and the best few configs in
+    this space, and the values that failed here."""
     env = data.get("environment") or {}
     theirs, mine = _major(env.get("torch")), _major(torch.__version__)
     if theirs is not None and theirs != mine:
