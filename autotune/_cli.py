@@ -359,7 +359,7 @@ def _search(
 ) -> int:
     devices = _devices(args)
     quiet = args.quiet
-    progress(f"study {study!r} in {redact(storage)}; results will be written to {args.out}")
+    progress(f"study {study!r} in {redact(storage)}; results to {args.out}")
     launcher = None
     pinned: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if args.processes > 1 or devices:

@@ -62,7 +62,10 @@ def test_the_answer_then_the_fastest_configs_are_carried(tmp_path) -> None:
               _trial(3, workers, time=40)]  # fmt: skip
     warm = _load(_result(tmp_path, trials, answer=workers.to_dict()))
     assert warm.configs == (workers, bf16, bigger)  # the answer, then the fastest; no baseline
-    assert warm.line() == "warm start from best.json: 3 configs measured first"
+    assert warm.line() == (
+        "warm start from best.json: 3 configs measured first; knobs tried in its order of "
+        "importance (precision, num_workers, batch_size)"
+    )
 
 
 def test_a_value_that_failed_for_a_reason_of_the_machine_is_not_searched_again(
@@ -112,7 +115,7 @@ def test_another_torch_major_version_is_an_error_and_another_machine_carries_not
         _load(_result(tmp_path, trials, torch="1.13.1"))
     warm = _load(_result(tmp_path, trials, fingerprint="elsewhere"))
     assert warm.configs == ()
-    assert "nothing carried over: best.json was measured on other hardware" in warm.line()
+    assert "no config carried over: best.json was measured on other hardware" in warm.line()
 
 
 def test_configs_of_knobs_or_values_this_search_lacks_are_left_out_and_said(tmp_path) -> None:
@@ -171,3 +174,46 @@ def test_a_study_in_the_storage_is_a_warm_start(tmp_path, fast_kwargs) -> None:
     if first.config != first.baseline:  # its answer, measured first on this search
         assert first.config.to_dict() in warm["carried"]
         assert second.trials[1].config == first.config
+
+
+def _grid(workers_gain: float, cl_gain: float) -> list[dict]:
+    """Every mix of workers 0/2 and channels_last off/on, one measured trial each: workers
+    divide the training time by ``workers_gain``, channels_last by ``cl_gain``."""
+    trials = []
+    for n, (w, cl) in enumerate([(0, False), (2, False), (0, True), (2, True)] * 2):
+        cfg = BASE.replace(num_workers=w, persistent_workers=w > 0, channels_last=cl)
+        time = 100.0 / (workers_gain if w else 1.0) / (cl_gain if cl else 1.0) * (1 + 0.01 * n)
+        trials.append(_trial(n, cfg, time=time))
+    return trials
+
+
+def test_the_knobs_are_ordered_by_their_importance_there_even_from_another_machine(
+    tmp_path,
+) -> None:
+    """Issue 58: the earlier study's importance orders the knobs (Optuna's fANOVA over its
+    measured trials), so the safe stage tries first what moved the training time most; from
+    another machine only that order is carried, and it is said."""
+    from autotune._search.policy import StagePolicy
+    from autotune._search.warm import importance_order
+
+    space = load_space({"knobs": {"num_workers": [0, 2], "channels_last": [False, True]}})
+    workers_first = importance_order({"trials": _grid(3.0, 1.05)}, BASE, space)
+    cl_first = importance_order({"trials": _grid(1.05, 3.0)}, BASE, space)
+    assert workers_first[0] == "num_workers" and cl_first[0] == "channels_last"
+    assert importance_order({"trials": _grid(3.0, 1.05)[:3]}, BASE, space) == ()  # too few
+    warm = _load(_result(tmp_path, _grid(1.05, 3.0), fingerprint="elsewhere"))
+    assert warm.configs == () and warm.order[0] == "channels_last"
+    assert "knobs tried in its order of importance (channels_last" in warm.line()
+    policy = StagePolicy(SPACE, BASE, guided=True, cpus=2, order=warm.order)
+    plain = StagePolicy(SPACE, BASE, guided=True, cpus=2)
+
+    def first_knob(p: StagePolicy) -> str:
+        from autotune._knobs.registry import changes
+        from autotune._search.ledger import Entry
+        from autotune._search.record import Record, Role
+
+        entry = Entry(0, Record(config=BASE, role=Role.BASELINE))
+        variants = [v for v in p._safe_variants(entry) if v]
+        return changes(variants[0][0], BASE)[0].label
+
+    assert first_knob(policy) == "channels_last" and first_knob(plain) != "channels_last"

@@ -277,3 +277,19 @@ def test_a_busy_start_tells_its_story_within_the_bound() -> None:
     others = _story_fits(story)
     machine = [line for line in others if line.startswith("machine:")]
     assert machine and any("free" in line for line in machine), "\n".join(story)
+
+
+def test_a_long_change_wraps_at_its_clauses_within_the_width() -> None:
+    """A busy README run's answer changed five knobs: its "change:" line read 132 characters
+    and its accuracy line 131."""
+    from autotune._search.words import wrap_clauses
+
+    line = (
+        "  change: batch 32 → 128, precision fp32 → bf16, lr constant@0.001 → cosine@0.002, "
+        "channels_last off → on, optimizer default → fused"
+    )
+    wrapped = wrap_clauses(line)
+    assert len(wrapped) == 2 and all(len(part) <= 120 for part in wrapped), wrapped
+    assert wrapped[0].endswith(",") and wrapped[1].startswith("    ")
+    assert ", ".join(p.strip().rstrip(",") for p in wrapped) == line.strip()
+    assert wrap_clauses("short") == ["short"]

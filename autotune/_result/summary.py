@@ -14,7 +14,7 @@ from autotune._progress import WIDTH, brief
 from autotune._search.derived import format_speedup
 from autotune._search.guard import ACCURACY_SHARE, answer_claim, lag_words, unseen_note
 from autotune._search.record import GuardFailure, NoRun
-from autotune._search.words import change_words, unmeasured_words
+from autotune._search.words import change_words, unmeasured_words, wrap_clauses
 
 __all__ = ["render_summary", "summary_parts"]
 
@@ -186,7 +186,9 @@ def _first_lines(data: dict[str, Any]) -> list[str]:
     head = _headline(data)
     if not same:
         head += f"\n  change: {_changes(data)}"
-    return [*head.split("\n"), *_speed_line(data), _accuracy_line(data), *_apply_lines(data)]
+    lines = [*head.split("\n"), *_speed_line(data), _accuracy_line(data), *_apply_lines(data)]
+    # A long answer's change (five knobs) wraps at its clauses rather than run past the width.
+    return [part for line in lines for part in wrap_clauses(line)]
 
 
 def _speed_line(data: dict[str, Any]) -> list[str]:
@@ -219,8 +221,8 @@ def _accuracy_line(data: dict[str, Any]) -> str:
     if horizon and planned:
         where = f", judged at {horizon:,} samples ({min(1.0, horizon / planned):.0%} of the run)"
     return (
-        f"  accuracy: confirmed within the tolerance {data.get('tolerance'):g}: upper bound "
-        f"{c.get('bound') or 0:+.4f} over {len(c.get('runs', []))} paired seeds{where}"
+        f"  accuracy: confirmed within tolerance {data.get('tolerance'):g} (upper bound "
+        f"{c.get('bound') or 0:+.4f}, {len(c.get('runs', []))} paired seeds){where}"
     )
 
 

@@ -102,9 +102,11 @@ class StagePolicy:
         memory: MemoryLimits | None = None,
         split_free: bool = False,
         carried: tuple[TrainingConfig, ...] = (),
+        order: tuple[str, ...] = (),
     ) -> None:
         self.space = space
         self.carried = carried  # a warm start's configs, measured first
+        self.order = order  # a warm start's knobs, the most important there first
         self.baseline = baseline
         self.guided = guided
         self.cpus = cpus
@@ -221,7 +223,14 @@ class StagePolicy:
         # cost, most of all where other work holds cores. A README run beside one busy core
         # measured the baseline's two threads at 37 samples/s, and the safe stage's share
         # ended on loader and optimizer knobs before it came to the threads.
-        names = sorted(registry.numerics_free_knobs(), key=lambda n: n != "intra_op_threads")
+        # A warm start's order, where it has one: what moved the earlier search's time most.
+        names = sorted(
+            registry.numerics_free_knobs(),
+            key=lambda n: (
+                self.order.index(n) if n in self.order else len(self.order),
+                n != "intra_op_threads",
+            ),
+        )
         out = [self._one_knob(safe, name) for name in names]
         if self.space.global_batch_size is not None and "batch_size" not in self.numerics:
             out.append(self._one_knob(safe, "batch_size"))

@@ -92,6 +92,11 @@ class SearchSettings:
         return () if self.warm_start is None else self.warm_start.configs
 
     @property
+    def knob_order(self) -> tuple[str, ...]:
+        """A warm start's knobs, the most important there first (none for a cold start)."""
+        return () if self.warm_start is None else self.warm_start.order
+
+    @property
     def planned_samples(self) -> int:
         return round(self.planned_epochs * self.n_train)
 

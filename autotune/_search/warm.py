@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import optuna
 import torch
 
 from autotune._errors import ArgumentError, ConfigError
@@ -36,12 +38,14 @@ __all__ = [
     "STUDY",
     "WarmStart",
     "carried",
+    "importance_order",
     "inside",
     "load_warm_start",
     "warm_line",
 ]
 
 CARRIED = 4  # configs measured first: the earlier answer and the best few after it
+MIN_ORDERED = 4  # measured trials an order of the knobs is read from
 MACHINE_FAILURES = frozenset({"error", "crashed", "device_error"})
 
 
@@ -55,6 +59,9 @@ class WarmStart:
     configs: tuple[TrainingConfig, ...] = ()
     failed: Mapping[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # The earlier search's knobs, the one that moved its training time most first (Optuna's
+    # fANOVA over its measured trials): the safe stage tries them in this order.
+    order: tuple[str, ...] = ()
 
     def line(self) -> str:
         """The progress line that says what was carried over and from where."""
@@ -66,6 +73,7 @@ class WarmStart:
             "configs": [c.to_dict() for c in self.configs],
             "failed": {k: list(v) for k, v in self.failed.items()},
             "notes": list(self.notes),
+            "order": list(self.order),
         }
 
     def described(self) -> dict[str, Any]:
@@ -84,6 +92,7 @@ class WarmStart:
             configs=tuple(TrainingConfig.from_dict(c) for c in data.get("configs", ())),
             failed={k: tuple(v) for k, v in (data.get("failed") or {}).items()},
             notes=tuple(data.get("notes", ())),
+            order=tuple(data.get("order", ())),
         )
 
     def narrowed(self, space: SearchSpace) -> SearchSpace:
@@ -114,7 +123,10 @@ def warm_line(described: Mapping[str, Any]) -> str:
         "this machine)"
         for knob, values in (described.get("failed") or {}).items()
     )
-    words = "; ".join(x for x in (what, failed, *(described.get("notes") or ())) if x)
+    order = described.get("order") or ()
+    ordered = f"knobs tried in its order of importance ({', '.join(order)})" if order else ""
+    notes = described.get("notes") or ()
+    words = "; ".join(x for x in (what, failed, ordered, *notes) if x)
     return f"warm start from {described.get('from')}: {words}"
 
 
@@ -256,20 +268,22 @@ def carried(
             f"torch {torch.__version__}: another major version's speeds and failures say "
             "little of this one's. Leave the warm start out, or give a result measured here."
         )
-    if env.get("fingerprint") != environment.get("fingerprint"):
-        return WarmStart(
-            source,
-            notes=(
-                f"nothing carried over: {source} was measured on other hardware or software "
-                f"(fingerprint {env.get('fingerprint')}, this machine's "
-                f"{environment.get('fingerprint')}), whose speeds and failures are not this "
-                "machine's",
-            ),
-        )
     try:
         old_baseline = TrainingConfig.from_dict(data["baseline"]["config"])
     except (ConfigError, KeyError, TypeError) as exc:
         raise ArgumentError(f"warm_start: {source}'s baseline is not a config: {exc}") from None
+    order = importance_order(data, old_baseline, space)
+    if env.get("fingerprint") != environment.get("fingerprint"):
+        return WarmStart(
+            source,
+            notes=(
+                f"no config carried over: {source} was measured on other hardware or software "
+                f"(fingerprint {env.get('fingerprint')}, this machine's "
+                f"{environment.get('fingerprint')}), whose speeds and failures are not this "
+                "machine's; only the order of its knobs is",
+            ),
+            order=order,
+        )
     failed = _machine_failures(list(data.get("trials") or []), old_baseline)
     narrowed = WarmStart(source, failed=failed).narrowed(space)
     configs: list[TrainingConfig] = []
@@ -295,4 +309,53 @@ def carried(
             continue
         if carried != baseline and carried not in configs:
             configs.append(carried)
-    return WarmStart(source, tuple(configs), failed, tuple(dict.fromkeys(notes)))
+    return WarmStart(source, tuple(configs), failed, tuple(dict.fromkeys(notes)), order)
+
+
+def importance_order(
+    data: Mapping[str, Any], old_baseline: TrainingConfig, space: SearchSpace
+) -> tuple[str, ...]:
+    """The knobs of ``space`` the earlier result measured with more than one value, the most
+    important for its training time first: Optuna's fANOVA importance over its measured
+    trials (the baseline's included), each trial's knob values as categories. Empty where
+    fewer than :data:`MIN_ORDERED` trials ran, or nothing varied."""
+    rows: list[tuple[dict[str, Any], float]] = []
+    for t in data.get("trials") or []:
+        if not isinstance(t, dict) or t.get("failure") is not None:
+            continue
+        time = t.get("projected_training_time")
+        if not isinstance(time, int | float) or time <= 0:
+            continue
+        try:
+            cfg = TrainingConfig.from_dict(t["config"])
+        except (ConfigError, KeyError, TypeError):
+            continue
+        values = registry.values_of(cfg, old_baseline)
+        rows.append(({k: str(_hashable(v)) for k, v in values.items() if k in space.knobs}, time))
+    if len(rows) < MIN_ORDERED:
+        return ()
+    # Only knobs every trial has (a loader's prefetch exists with workers alone) that varied.
+    names = sorted(set.intersection(*(set(values) for values, _ in rows)))
+    seen = {n: sorted({values[n] for values, _ in rows}) for n in names}
+    varied: dict[str, optuna.distributions.BaseDistribution] = {
+        n: optuna.distributions.CategoricalDistribution(v) for n, v in seen.items() if len(v) > 1
+    }
+    if not varied:
+        return ()
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # not "A new study created"
+    try:
+        study = optuna.create_study(direction="minimize")
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    for values, time in rows:
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={n: values[n] for n in varied},
+                distributions=varied,
+                value=math.log(time),  # a ratio of speeds, whichever the model's scale
+            )
+        )
+    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
+    return tuple(sorted(importances, key=lambda n: -importances[n]))

@@ -23,6 +23,7 @@ __all__ = [
     "trial_header",
     "trial_row",
     "unmeasured_words",
+    "wrap_clauses",
 ]
 
 ROW_WIDTH = 120  # the most characters a row of the story takes
@@ -123,6 +124,24 @@ def check_line(number: int, verdict: str, drop: float | None, bound: float | Non
         f"accuracy check of trial #{number}: {verdict}{figures} against tolerance "
         f"{tolerance:g}, {seeds} paired seeds"
     )
+
+
+def wrap_clauses(line: str, width: int = ROW_WIDTH, indent: str = "    ") -> list[str]:
+    """``line`` in lines of at most ``width`` characters, broken after its ``", "`` clauses
+    (a long answer's "change:" line names five knobs); a clause longer than a line is left
+    whole."""
+    if len(line) <= width:
+        return [line]
+    out: list[str] = []
+    current = ""
+    for clause in line.split(", "):
+        joined = f"{current}, {clause}" if current else clause
+        if current and len(joined) + 1 > width:  # room for the comma that ends a broken line
+            out.append(current + ",")
+            current = indent + clause
+        else:
+            current = joined
+    return [*out, current]
 
 
 def option(field: str, value: object = None) -> str:
