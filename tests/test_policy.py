@@ -59,7 +59,7 @@ def _configs(step) -> list[TrainingConfig]:
     return [SPACE.build(p, BASE) for p in step.enqueue]
 
 
-def test_the_safe_stage_tries_each_numerics_free_knob_on_the_best_safe_config() -> None:
+def test_the_safe_stage_tries_each_knob_on_the_baseline_then_on_the_best_safe_config() -> None:
     policy = StagePolicy(SPACE, BASE, guided=True, cpus=2)
     step = policy.next(_ledger(_base()), used=0.0, checks=None)
     assert step.stage is Stage.SAFE
@@ -72,14 +72,19 @@ def test_the_safe_stage_tries_each_numerics_free_knob_on_the_best_safe_config() 
         "compile_mode": "none",
         "checkpointing": 0,
     }
-    # Workers measured, two workers the faster: channels_last next, on top of it.
+    # Workers measured, two workers the faster: channels_last next, on the baseline first (a
+    # first win within the noise must not become the base of every later knob), then on top
+    # of the best safe config.
     two = BASE.replace(num_workers=2, persistent_workers=True)
-    ledger = _ledger(
+    measured = [
         _base(),
         _candidate(BASE.replace(num_workers=1, persistent_workers=True), 190.0),
         _candidate(two, 150.0),
-    )
-    step = policy.next(ledger, used=0.1, checks=None)
+    ]
+    step = policy.next(_ledger(*measured), used=0.1, checks=None)
+    assert step.stage is Stage.SAFE and _configs(step) == [BASE.replace(channels_last=True)]
+    measured.append(_candidate(BASE.replace(channels_last=True), 170.0))
+    step = policy.next(_ledger(*measured), used=0.1, checks=None)
     assert step.stage is Stage.SAFE and _configs(step) == [two.replace(channels_last=True)]
 
 

@@ -48,7 +48,7 @@ def summary_parts(
     :func:`brief`); with ``detail``, each whole."""
     m, b = data["metrics"], data["baseline"]["metrics"]
     head = [
-        *_first_lines(data),
+        *_first_lines(data, detail),
         "",
         *_config_lines("winner:  ", _describe(data["config"]), detail),
         *_config_lines("baseline:", _describe(data["baseline"]["config"]), detail),
@@ -179,7 +179,7 @@ def _changes(data: dict[str, Any]) -> str:
     return change_words(changes(cfg, base))
 
 
-def _first_lines(data: dict[str, Any]) -> list[str]:
+def _first_lines(data: dict[str, Any], detail: bool = False) -> list[str]:
     """The summary's answer first, in five lines: what to change (with the headline), how much
     faster and how that was measured, whether it is safe, and how to apply it."""
     same = data["config"] == data["baseline"]["config"]
@@ -188,7 +188,7 @@ def _first_lines(data: dict[str, Any]) -> list[str]:
         head += f"\n  change: {_changes(data)}"
     lines = [*head.split("\n"), *_speed_line(data), _accuracy_line(data), *_apply_lines(data)]
     # A long answer's change (five knobs) wraps at its clauses rather than run past the width.
-    return [part for line in lines for part in wrap_clauses(line)]
+    return lines if detail else [part for line in lines for part in wrap_clauses(line)]
 
 
 def _speed_line(data: dict[str, Any]) -> list[str]:

@@ -271,8 +271,7 @@ class Search:
         return StagePolicy(
             s.space, s.baseline, guided=s.guided, cpus=describe_device(s.baseline.device).cpu_count,
             memory=self.state.memory, split_free=s.split_free, carried=s.carried,
-            order=s.knob_order,
-        )  # fmt: skip
+            order=s.knob_order)  # fmt: skip
 
     def _trials_done(self, ledger: Ledger) -> bool:
         """Whether the trial limit (repeats counted: :func:`trials_counted`) is reached, and
