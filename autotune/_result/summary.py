@@ -219,7 +219,7 @@ def _accuracy_line(data: dict[str, Any]) -> str:
     planned = data["metrics"].get("planned_samples")
     where = ""
     if horizon and planned:
-        where = f", judged at {horizon:,} samples ({min(1.0, horizon / planned):.0%} of the run)"
+        where = f" at {horizon:,} samples ({min(1.0, horizon / planned):.0%} of the run)"
     return (
         f"  accuracy: confirmed within tolerance {data.get('tolerance'):g} (upper bound "
         f"{c.get('bound') or 0:+.4f}, {len(c.get('runs', []))} paired seeds){where}"

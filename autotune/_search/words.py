@@ -105,6 +105,8 @@ def trial_row(f: TrialFacts) -> str:
         ratio = "" if f.ratio is None else f"{f.ratio:.2f}x" + ("=" if f.side_by_side else " ")
         speed = f"{rate:>10} {ratio:>9}"
     state = str(f.accuracy) if f.note is None else f"{f.accuracy}: {f.note}"
+    if f.failure is not None:  # a run that failed says nothing of its accuracy
+        state = "-"
     left = f.trials or ("" if f.left is None else f"{f.left:.0f} s")
     row = (
         f"{'#' + str(f.number):>6}{'*' if f.best else ' '} {f.stage:<7} "
