@@ -754,7 +754,8 @@ def test_a_leader_whose_check_does_not_fit_now_is_told_when_it_will_be_made(
     bench = types.SimpleNamespace(
         ledger=lambda: types.SimpleNamespace(pending=lambda: leader),
         deadline=types.SimpleNamespace(fits=lambda seconds: seconds <= 60.0),
-        report=lines.append,
+        report=lambda line: pytest.fail(f"the story's, not the detail's: {line}"),
+        detail=lines.append,  # the row says "screened ok"; the reasoning is the detail's
     )
     baseline = types.SimpleNamespace(
         guard=types.SimpleNamespace(repeats=3), confirm_seconds=lambda record: 30.0

@@ -81,6 +81,9 @@ def test_report_is_one_self_contained_file_with_every_section(searched, tmp_path
     # The trial table: one row per trial, the failure's reason and message spelled out.
     assert text.count("<tr class=") == len(result.trials)
     assert "failed: oom" in text and "out of memory" in text
+    # The model and data it measured are named (issue 58).
+    model = result.search["model_fingerprint"]["hash"]
+    assert f"fingerprints: model {model} (PerStepCost" in html.unescape(text)
 
 
 def test_report_from_the_storage_matches_the_search(searched, tmp_path) -> None:

@@ -30,6 +30,7 @@ from autotune._result.files import write_text_atomic
 from autotune._result.summary import no_check_words
 from autotune._search.derived import accuracy_verdict, format_speedup
 from autotune._search.ranking import rank_time
+from autotune._trial.fingerprint import measured_on
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -182,6 +183,9 @@ def _meta_html(result: SearchResult, generated: str) -> str:
         )
     else:
         items.append("environment: not recorded in the study")
+    named = measured_on(s)  # the model and data it measured (issue 58)
+    if named:
+        items.append(named)
     if result.interrupted:
         items.append("the search was interrupted: this is the best found before the stop")
     items.append(f"report generated {generated}")

@@ -386,8 +386,9 @@ def _confirm_if_leading(
             reserve += behind  # it waits for the end
     cost = baseline.confirm_seconds(leader.record)
     if not bench.deadline.fits(cost + reserve):
-        # Not "no time": the search's last time may still hold it (finish.confirm_pending).
-        bench.report(
+        # Not "no time": the search's last time may still hold it (finish.confirm_pending);
+        # the row says "screened ok", the check's verdict or the summary says the rest.
+        bench.detail(
             f"trial #{number} passed screening; its check (~{cost:.0f} s) does not fit now "
             f"beside the {reserve:.0f} s kept for pending work: it is made at the end if the "
             "time left then holds it"
