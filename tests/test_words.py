@@ -293,3 +293,13 @@ def test_a_long_change_wraps_at_its_clauses_within_the_width() -> None:
     assert wrapped[0].endswith(",") and wrapped[1].startswith("    ")
     assert ", ".join(p.strip().rstrip(",") for p in wrapped) == line.strip()
     assert wrap_clauses("short") == ["short"]
+    # The summary's change line names the new values alone where both would not fit.
+    base = TrainingConfig()
+    cfg = base.replace(num_workers=1, persistent_workers=True, prefetch_factor=2,
+                       precision="bf16", channels_last=True, optimizer_impl="foreach")  # fmt: skip
+    both = change_words(changes(cfg, base))
+    assert len("  change: " + both) > 120
+    short = change_words(changes(cfg, base), width=110)
+    assert short == (
+        "workers → 1, prefetch → 2, precision → bf16, channels_last → on, optimizer → foreach"
+    )

@@ -18,6 +18,8 @@ from autotune._search.words import change_words, unmeasured_words, wrap_clauses
 
 __all__ = ["render_summary", "summary_parts"]
 
+CHANGE = "  change: "  # the summary's second line: what to change of your settings
+
 
 def _fmt_bytes(n: int | None) -> str:
     if n is None:
@@ -176,7 +178,7 @@ def _changes(data: dict[str, Any]) -> str:
         base = TrainingConfig.from_dict(data["baseline"]["config"])
     except ConfigError:
         return "see the winner's config below"
-    return change_words(changes(cfg, base))
+    return change_words(changes(cfg, base), width=WIDTH - len(CHANGE))
 
 
 def _first_lines(data: dict[str, Any], detail: bool = False) -> list[str]:
@@ -185,7 +187,7 @@ def _first_lines(data: dict[str, Any], detail: bool = False) -> list[str]:
     same = data["config"] == data["baseline"]["config"]
     head = _headline(data)
     if not same:
-        head += f"\n  change: {_changes(data)}"
+        head += f"\n{CHANGE}{_changes(data)}"
     lines = [*head.split("\n"), *_speed_line(data), _accuracy_line(data), *_apply_lines(data)]
     # A long answer's change (five knobs) wraps at its clauses rather than run past the width.
     return lines if detail else [part for line in lines for part in wrap_clauses(line)]

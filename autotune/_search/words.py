@@ -73,12 +73,17 @@ def compact(changes: Sequence[Change]) -> str:
     return " ".join(words) or "your settings"
 
 
-def change_words(changes: Sequence[Change]) -> str:
+def change_words(changes: Sequence[Change], *, width: int | None = None) -> str:
     """The changes with their values before and after (``precision fp32 -> bf16,
-    channels_last off -> on``)."""
+    channels_last off -> on``); where that runs past ``width`` characters, the new values alone
+    (``precision → bf16``: the baseline's config, printed below, has the old ones), so that a
+    five-knob answer's change still takes one line."""
     labels = {c.label for c in changes}
     kept = [c for c in changes if not (c.label == "persistent" and "workers" in labels)]
-    return ", ".join(f"{c.label} {c.before} → {c.after}" for c in kept) or "nothing"
+    words = ", ".join(f"{c.label} {c.before} → {c.after}" for c in kept) or "nothing"
+    if width is not None and len(words) > width:
+        words = ", ".join(f"{c.label} → {c.after}" for c in kept)
+    return words
 
 
 def _fit(text: str, width: int) -> str:
