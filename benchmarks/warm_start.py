@@ -2,6 +2,7 @@
 README's CNN searched cold, then one convolution made wider and searched again, warm-started.
 
     python benchmarks/warm_start.py --reps 2 --write
+    python benchmarks/warm_start.py --reps 1 --same-command --section warm-start-same --write
 
 Per repetition, in a fresh folder, as a user types it:
 
@@ -12,6 +13,9 @@ Per repetition, in a fresh folder, as a user types it:
    classifier widened to match), ``--timeout 120 --warm-start cold.json --out warm.json``
    (``--warm``), in the same folder: the model's fingerprint differs, so it is a new study in
    the same SQLite file, started from the cold result.
+   With ``--same-command`` both searches are ``--model job.py:model`` (the README's CNN, then,
+   with ``AUTOTUNE_BENCH_WIDE=1``, the wider one) and the second has no ``--warm-start``: the
+   CLI finds the command's earlier study and starts from it by itself.
 3. A plain loop of ``never_slower.py`` (``cfg.prepare``, ``cfg.dataloader``, ... applied as the
    README applies a config) on the wider model: its baseline, the warm answer and the cold
    answer, alternated for ``--rounds`` rounds, samples/s over ``--timed-samples``.
@@ -53,11 +57,18 @@ SECTION = "warm-start"
 AT_LEAST_COLD = 0.95
 FIRST_WIN_SHARE = 1 / 3
 
-JOB = '''"""The README's CNN with its last convolution 1.5x wider (issue 58's benchmark)."""
+JOB = '''"""The README's CNN with its last convolution 1.5x wider (issue 58's benchmark); ``model``:
+the README's CNN, or the wider one where AUTOTUNE_BENCH_WIDE is set (the user's edit)."""
+import os
 import sys
 
 sys.path.insert(0, {bench!r})
 from warm_start import wide_model  # noqa: E402,F401
+from autotune.examples import cnn_model  # noqa: E402
+
+
+def model():
+    return wide_model() if os.environ.get("AUTOTUNE_BENCH_WIDE") else cnn_model()
 '''
 
 
@@ -71,12 +82,13 @@ def wide_model() -> nn.Module:
     return model
 
 
-def cli(args: list[str], folder: Path) -> tuple[float, str]:
+def cli(args: list[str], folder: Path, env: dict[str, str] | None = None) -> tuple[float, str]:
     """Run ``autotune`` with ``args`` in ``folder``: (wall seconds, its stderr: the story)."""
     start = time.monotonic()
     proc = subprocess.run(
-        ["autotune", *args], cwd=folder, capture_output=True, text=True, check=False
-    )
+        ["autotune", *args], cwd=folder, capture_output=True, text=True, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
     wall = time.monotonic() - start
     print(proc.stderr[-3000:], flush=True)
     if proc.returncode != 0:
@@ -87,16 +99,24 @@ def cli(args: list[str], folder: Path) -> tuple[float, str]:
 def one_rep(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     (folder / "job.py").write_text(JOB.format(bench=str(Path(__file__).parent)))
     data = ["--data", "autotune.examples:cnn_data"]
-    cold_wall, _ = cli(
-        ["search", "--model", "autotune.examples:cnn_model", *data, "--timeout",
-         f"{args.cold:g}", "--out", "cold.json"],
-        folder,
-    )  # fmt: skip
-    warm_wall, story = cli(
-        ["search", "--model", "job.py:wide_model", *data, "--timeout", f"{args.warm:g}",
-         "--warm-start", "cold.json", "--out", "warm.json"],
-        folder,
-    )  # fmt: skip
+    if args.same_command:  # the user edits the model and runs the same command again
+        command = ["search", "--model", "job.py:model", *data, "--timeout"]
+        cold_wall, _ = cli([*command, f"{args.cold:g}", "--out", "cold.json"], folder)
+        warm_wall, story = cli(
+            [*command, f"{args.warm:g}", "--out", "warm.json"], folder,
+            env={"AUTOTUNE_BENCH_WIDE": "1"},
+        )  # fmt: skip
+    else:
+        cold_wall, _ = cli(
+            ["search", "--model", "autotune.examples:cnn_model", *data, "--timeout",
+             f"{args.cold:g}", "--out", "cold.json"],
+            folder,
+        )  # fmt: skip
+        warm_wall, story = cli(
+            ["search", "--model", "job.py:wide_model", *data, "--timeout", f"{args.warm:g}",
+             "--warm-start", "cold.json", "--out", "warm.json"],
+            folder,
+        )  # fmt: skip
     cold = json.loads((folder / "cold.json").read_text())
     warm = json.loads((folder / "warm.json").read_text())
     configs = {
@@ -136,7 +156,8 @@ def ratio(speed: dict[str, list[float]], a: str, b: str) -> float:
 def render(reps: list[dict[str, Any]], args: argparse.Namespace, command: str) -> str:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out = [
-        "## A changed model, warm-started from the last search (issue 58)",
+        "## A changed model, warm-started from the last search (issue 58)"
+        + (": the same command run again, no --warm-start" if args.same_command else ""),
         "",
         f"{now}; {cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__}; commit "
         f"{code_version()}; `{command}`",
@@ -196,6 +217,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--timed-samples", type=int, default=2048)
     parser.add_argument("--write", action="store_true", help="write the section to RESULTS.md")
+    parser.add_argument(
+        "--same-command",
+        action="store_true",
+        help="both searches run one command (job.py:model), the model edited between them: the "
+        "CLI warm-starts the second from the first's study by itself (no --warm-start)",
+    )
+    parser.add_argument("--section", default=SECTION, help="the RESULTS.md section to write")
     args = parser.parse_args()
     command = "python benchmarks/warm_start.py " + " ".join(sys.argv[1:])
     reps = []
@@ -206,7 +234,7 @@ def main() -> int:
     text = render(reps, args, command)
     print(text)
     if args.write:
-        write_section(SECTION, text)
+        write_section(args.section, text)
     return 0
 
 
