@@ -28,7 +28,7 @@ from autotune._device import environment, resolve_device
 from autotune._display import console_progress, print_summary
 from autotune._errors import AutotuneError
 from autotune._options import PLANNED_EPOCHS, TIMEOUT, TOLERANCE
-from autotune._progress import Lines, Progress
+from autotune._progress import WIDTH, Lines, Progress
 from autotune._result.paste import KINDS, snippet
 from autotune._run import setup_limit
 from autotune._search.distributed import (
@@ -229,7 +229,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         warm = args.warm_start is None  # an explicit --warm-start is the user's choice
         changed = changed_since(storage, _command_study(args), study, *args.fingerprints, warm=warm)
         if changed is not None:
-            progress(changed.line)
+            # Within the width on a person's display (what changed is at its end): the
+            # fingerprints it compares are in both studies' results (autotune show names them).
+            line = changed.line
+            progress(line if len(line) <= WIDTH else line[: WIDTH - 1] + "…")
             if warm:  # the edited model's search starts from what the last one learned
                 args.warm_start = f"{STUDY}{changed.earlier}"
     try:

@@ -91,8 +91,9 @@ class SearchOptions:
       model before an edit): its answer and best few configs are measured first (each on this
       model, a change of the numerics checked for accuracy as any candidate is), and a knob's
       value every trial of which failed there for a reason of the machine (an error, a
-      crashed or broken device) is not searched. From other hardware or software, nothing is
-      carried (and it is said); from another torch major version, an error. ``"study:NAME"``
+      crashed or broken device) is not searched; the safe knobs are tried in the order of
+      their importance there. From other hardware or software, only that order is carried
+      (and it is said); from another torch major version, an error. ``"study:NAME"``
       starts from a study in ``storage`` instead (the CLI does this itself where the same
       command's model or data changed since its last study).
     - ``ranks``: data-parallel processes per trial (the CLI's ``--nproc-per-node``). With more

@@ -27,7 +27,7 @@ from autotune._errors import ArgumentError, AutotuneError, ConfigError, DataErro
 from autotune._knobs import apply, registry
 from autotune._knobs.config import TrainingConfig
 from autotune._options import PLANNED_EPOCHS, TIMEOUT, SearchOptions
-from autotune._progress import Progress
+from autotune._progress import Briefed, Progress
 from autotune._result.result import SearchResult
 from autotune._search import coverage
 from autotune._search.loop import Search
@@ -207,7 +207,8 @@ def run_search(
     warm = None
     if options.warm_start is not None:  # a bad file is an error before the study is opened
         warm = _warm_start(options, restricted, baseline, env)
-        report(warm.line())
+        # Within the width on a person's display; the result's search.warm_start has it all.
+        Briefed(report, lambda whole: None)(warm.line())
     study = open_study(options.storage, options.study_name, options.seed, options.sampler)
     refs = prepared.refs  # the metric chosen, never "auto"
     _check_launcher(options, refs, study, prepared)

@@ -72,12 +72,13 @@ def changed_since(
     if not earlier:
         return None
     _, name, settings = max(earlier, key=lambda e: e[0])
-    start = f", starting from what {name!r} learned" if warm else ""
+    start = ", from what it learned" if warm else ""
     if settings.model_fingerprint is None:
         return Lineage(
             name,
             f"study {name!r} of this command recorded no fingerprint of its model and data "
-            f"(an earlier autotune made it): measuring them afresh in study {study!r}{start}",
+            f"(an earlier autotune made it): measuring them afresh in study {study!r}"
+            + (", starting from what it learned" if warm else ""),
         )
     changes = {
         "model": model_changes(settings.model_fingerprint, model),
@@ -86,9 +87,8 @@ def changed_since(
     changed = [k for k, v in changes.items() if v]
     what = " and ".join(changed) or "model or data"
     words = "; ".join(c for v in changes.values() for c in v) or "their fingerprints differ"
+    # The decision first, what changed after it: a display cuts the line at its width.
     return Lineage(
         name,
-        f"the {what} changed since study {name!r} ({words}): measuring "
-        f"{'them' if len(changed) > 1 else 'it'} afresh in study {study!r}{start} ({name!r} "
-        "is kept)",
+        f"the {what} changed since study {name!r}: measured afresh{start}; {words}",
     )

@@ -10,7 +10,8 @@ the device lacks), which are not the model's doing as running out of memory, div
 taking too long can be.
 
 What an earlier search learned on another machine or software (the environment's
-fingerprint differs) is carried over not at all, and said so; a file from another torch major
+fingerprint differs) is carried over only as the order of its knobs (the one that moved its
+training time most first), and said so; a file from another torch major
 version is an error; a config that names a setting this autotune no longer has, or a value
 this search's space does not hold, is left out, and said so.
 """
@@ -280,7 +281,7 @@ def carried(
                 f"no config carried over: {source} was measured on other hardware or software "
                 f"(fingerprint {env.get('fingerprint')}, this machine's "
                 f"{environment.get('fingerprint')}), whose speeds and failures are not this "
-                "machine's; only the order of its knobs is",
+                "machine's" + ("; only the order of its knobs is" if order else ""),
             ),
             order=order,
         )
@@ -357,5 +358,8 @@ def importance_order(
             )
         )
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
-    importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
+    try:
+        importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
+    except (ValueError, RuntimeError):  # an order is a hint: without one, the default order
+        return ()
     return tuple(sorted(importances, key=lambda n: -importances[n]))
