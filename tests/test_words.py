@@ -165,20 +165,9 @@ def test_nothing_true_is_lost_between_the_story_and_the_detail(tmp_path, capsys)
     every check's verdict with its bound and look, the seeds that would settle an unresolved
     look, the horizon and its reason, the baseline's spread and its lagging seed, the
     trials not started for time."""
-    import dataclasses
+    from test_anytime import KNOBS
 
-    from test_anytime import KNOBS, bert_like
-
-    base = bert_like()
-
-    def metric(cfg, seed: int) -> float:  # bf16 unresolved at its first look, then confirmed
-        value = base.metric(cfg, seed)
-        if cfg.precision.value == "bf16":
-            value += 0.001 * (seed % 2) - (0.0039 if seed % 2 == 1 else -0.0039)
-        return value
-
-    model = dataclasses.replace(base, metric=metric)
-    run, _, lines = search(model, knobs=KNOBS, timeout=240.0, accuracy_samples=1200)
+    run, _, lines = search(_looks_twice(), knobs=KNOBS, timeout=240.0, accuracy_samples=1200)
     data = result_of(run).to_dict()
     path = tmp_path / "best.json"
     path.write_text(json.dumps(data))
@@ -227,7 +216,7 @@ def test_the_story_says_each_horizon_and_each_check_in_one_line(tmp_path) -> Non
     look one more; a busy README run printed 29 lines beside its rows. Now the story has one
     line per horizon tried (and the reason for the next), one per check; the rest is the
     detail's, whole."""
-    from test_anytime import KNOBS, bert_like
+    from test_anytime import KNOBS
     from test_horizon import DIGITS, _took_off, digits
 
     def metric_at(cfg, seed: int, samples: int) -> float:
@@ -245,17 +234,9 @@ def test_the_story_says_each_horizon_and_each_check_in_one_line(tmp_path) -> Non
     assert not any("horizon:" in line for line in story)
     assert "accuracy guard: horizon: runs of 2,048 samples" in _notes(run)
 
-    base = bert_like()
-
-    def metric(cfg, seed: int) -> float:  # bf16 unresolved at its first look, then confirmed
-        value = base.metric(cfg, seed)
-        if cfg.precision.value == "bf16":
-            value += 0.001 * (seed % 2) - (0.0039 if seed % 2 == 1 else -0.0039)
-        return value
-
     story = []
-    run, _, _ = search(dataclasses.replace(base, metric=metric), knobs=KNOBS, timeout=240.0,
-                       accuracy_samples=1200, story=story)  # fmt: skip
+    run, _, _ = search(_looks_twice(), knobs=KNOBS, timeout=240.0, accuracy_samples=1200,
+                       story=story)  # fmt: skip
     others = _story_fits(story)
     notes = _notes(run)
     assert re.search(r"trial #\d+: unresolved over 3 seeds; running \d+ more", notes), notes
@@ -303,3 +284,19 @@ def test_a_long_change_wraps_at_its_clauses_within_the_width() -> None:
     assert short == (
         "workers → 1, prefetch → 2, precision → bf16, channels_last → on, optimizer → foreach"
     )
+
+
+def _looks_twice() -> Model:
+    """A BERT-like model on the simulated machine whose bf16 check is unresolved at its first
+    look, then confirmed."""
+    from test_anytime import bert_like
+
+    base = bert_like()
+
+    def metric(cfg, seed: int) -> float:
+        value = base.metric(cfg, seed)
+        if cfg.precision.value == "bf16":
+            value += 0.001 * (seed % 2) - (0.0039 if seed % 2 == 1 else -0.0039)
+        return value
+
+    return dataclasses.replace(base, metric=metric)
