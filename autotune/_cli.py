@@ -28,7 +28,7 @@ from autotune._device import environment, resolve_device
 from autotune._display import console_progress, print_summary
 from autotune._errors import AutotuneError
 from autotune._options import PLANNED_EPOCHS, TIMEOUT, TOLERANCE
-from autotune._progress import WIDTH, Lines, Progress
+from autotune._progress import Lines, Progress
 from autotune._result.paste import KINDS, snippet
 from autotune._run import setup_limit
 from autotune._search.distributed import (
@@ -43,6 +43,7 @@ from autotune._search.distributed import (
 from autotune._search.lineage import changed_since
 from autotune._search.storage import redact
 from autotune._search.warm import STUDY
+from autotune._search.words import fit
 from autotune._space import builtin_spaces, load_space
 from autotune._stream import is_stream
 from autotune._trial.bounded import SetUpLimit, bounded, left_running
@@ -231,8 +232,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         if changed is not None:
             # Within the width on a person's display (what changed is at its end): the
             # fingerprints it compares are in both studies' results (autotune show names them).
-            line = changed.line
-            progress(line if len(line) <= WIDTH else line[: WIDTH - 1] + "…")
+            progress(fit(changed.line))
             if warm:  # the edited model's search starts from what the last one learned
                 args.warm_start = f"{STUDY}{changed.earlier}"
     try:

@@ -19,6 +19,7 @@ __all__ = [
     "change_words",
     "check_line",
     "compact",
+    "fit",
     "option",
     "trial_header",
     "trial_row",
@@ -86,7 +87,8 @@ def change_words(changes: Sequence[Change], *, width: int | None = None) -> str:
     return words
 
 
-def _fit(text: str, width: int) -> str:
+def fit(text: str, width: int = ROW_WIDTH) -> str:
+    """``text`` within ``width`` characters, its end cut with "…" where longer."""
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -102,7 +104,7 @@ def trial_row(f: TrialFacts) -> str:
     """One row of the story, at most :data:`ROW_WIDTH` characters: a screening ratio is
     against the baseline measured in the trial's own state of the machine; ``=`` marks one
     measured side by side in the rounds; ``*`` the answer so far."""
-    change = _fit(compact(f.changes), _CHANGE_WIDTH - 1)
+    change = fit(compact(f.changes), _CHANGE_WIDTH - 1)
     if f.failure is not None:
         speed = f"{'failed: ' + f.failure:>20}"
     else:
@@ -115,9 +117,9 @@ def trial_row(f: TrialFacts) -> str:
     left = f.trials or ("" if f.left is None else f"{f.left:.0f} s")
     row = (
         f"{'#' + str(f.number):>6}{'*' if f.best else ' '} {f.stage:<7} "
-        f"{change:<{_CHANGE_WIDTH}}{speed}  {_fit(state, 24):<13}{left:>7}"
+        f"{change:<{_CHANGE_WIDTH}}{speed}  {fit(state, 24):<13}{left:>7}"
     )
-    return _fit(row.rstrip(), ROW_WIDTH)
+    return fit(row.rstrip(), ROW_WIDTH)
 
 
 def check_line(number: int, verdict: str, drop: float | None, bound: float | None,
