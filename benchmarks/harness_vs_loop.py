@@ -21,15 +21,15 @@ import os
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
 import autotune
 
 sys.path.insert(0, str(Path(__file__).parent))
-from never_slower import grid, loop_throughput
+from never_slower import grid, load, loop_throughput
 
-import workloads as w
 from speedup import code_version, write_section
 from streaming import cpu_model
 
@@ -41,6 +41,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--timed-samples", type=int, default=2048)
     parser.add_argument("--configs", default="baseline,w1,w2,cl,cl+fused,w2+cl,w2+fused")
+    parser.add_argument("--workload", default="jpeg", choices=["jpeg", "cnn"])
+    parser.add_argument(
+        "--in-process", action="store_true", help="the trial code in this process, not a worker"
+    )
+    parser.add_argument("--section", default=SECTION)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     from autotune._task import as_task
@@ -48,14 +53,28 @@ def main() -> int:
     from autotune._trial.outcome import Budget
     from autotune._trial.workload import prepare_workload
 
-    train, val = w.jpeg_data()
+    make, train, val = load(args.workload)
     workload = prepare_workload(
-        w.resnet_model(), train, val, as_task(None), val_fraction=0.1, seed=0
+        make(), train, val, as_task(None), val_fraction=0.1, seed=0
     ).workload
-    executor = ProcessExecutor(workload, env=worker_env())
-    atexit.register(executor.close)
+    if args.in_process:
+        from autotune._trial.runner import run_trial
+
+        def trial(cfg: autotune.TrainingConfig) -> Any:
+            return run_trial(cfg, workload, budget)
+    else:
+        executor = ProcessExecutor(workload, env=worker_env())
+        atexit.register(executor.close)
+
+        def trial(cfg: autotune.TrainingConfig) -> Any:
+            return executor.run(cfg, budget, time_limit=300.0)
+
     base = autotune.TrainingConfig()
-    configs = {"baseline": base, **grid(base)}
+    configs = {
+        "baseline": base,
+        **grid(base),
+        "bf16+cl": base.replace(precision="bf16", channels_last=True),
+    }
     names = args.configs.split(",")
     budget = Budget(timed_samples=args.timed_samples)
     out: dict[str, dict[str, list[float]]] = {
@@ -65,8 +84,10 @@ def main() -> int:
         shift = r % len(names)
         for n in names[shift:] + names[:shift]:
             cfg = configs[n]
-            loop = loop_throughput(cfg, train, warmup_steps=5, timed_samples=args.timed_samples)
-            m = executor.run(cfg, budget, time_limit=300.0).measurement
+            loop = loop_throughput(
+                cfg, train, warmup_steps=5, timed_samples=args.timed_samples, make=make
+            )
+            m = trial(cfg).measurement
             assert m is not None, n
             mean = m.batch_size * m.chunk_steps * len(m.chunk_times) / sum(m.chunk_times)
             out[n]["loop"].append(loop)
@@ -84,7 +105,7 @@ def main() -> int:
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
-        "## The search's trial code against a plain loop, JPEG workload (issue 56)",
+        f"## The search's trial code against a plain loop, {args.workload} workload (issue 56)",
         "",
         f"{now}; {cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__}; commit "
         f"{code_version()}; `python benchmarks/harness_vs_loop.py {' '.join(sys.argv[1:])}`",
@@ -102,7 +123,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:
-        write_section(SECTION, text)
+        write_section(args.section, text)
     return 0
 
 
