@@ -238,14 +238,17 @@ def search(
     n_train: int = 4000,
     accuracy_samples: int | None = None,
     story: list[str] | None = None,
+    optimizer_impls: tuple[str, ...] = ("default",),
 ) -> tuple[Search, Clock, list[str]]:
     """A guided search of ``knobs`` on the simulated machine; returns it after it ran.
     ``story``: where the lines a person's display shows go (each within 120 characters, the
-    detail left out), instead of every line whole to the lines returned."""
+    detail left out), instead of every line whole to the lines returned;
+    ``optimizer_impls``: those the simulated optimizer takes."""
     clock = Clock()
     space = load_space({"knobs": knobs})
     device = dataclasses.replace(CPU, supports_bf16=True)
-    facts = Facts(device=device, has_conv=True, n_blocks=4, n_train=n_train, current_threads=2)
+    facts = Facts(device=device, has_conv=True, n_blocks=4, n_train=n_train, current_threads=2,
+                  optimizer_impls=optimizer_impls)  # fmt: skip
     base = TrainingConfig()
     space = space.restrict(facts).including(base, base)
     settings = SearchSettings(

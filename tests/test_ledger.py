@@ -377,6 +377,28 @@ def test_ranking_is_pure_median_noise_and_simpler_wins() -> None:
     assert pick([]) is None
 
 
+def test_a_config_drawn_twice_ranks_by_both_draws_not_its_luckier_one() -> None:
+    """channels_last screened 100 (a lucky draw) and, drawn again, 160; one loader worker
+    screened 110 once. channels_last's figure is the median of its draws (130) for both of its
+    trials, and one worker ranks first: before, the twin that kept 100 led. Nor does its own
+    spread (0.25) make channels_last, the simpler config, as fast as the worker: the fastest's
+    noise decides a tie (before, the wider of the two: 130 is within 25% of 110)."""
+    cl = BASE.replace(channels_last=True)
+    one = BASE.replace(num_workers=1, persistent_workers=True)
+    assert autotune._knobs.registry.complexity(cl, BASE) < autotune._knobs.registry.complexity(
+        one, BASE
+    )
+    study = _study_with(
+        [_base(), _candidate(cl, 100.0), _candidate(one, 110.0), _candidate(cl, 160.0)]
+    )
+    ledger = Ledger.read(study, settings())
+    first, again = ledger.entries[1], ledger.entries[3]
+    assert ledger.projected(first) == ledger.projected(again) == 130.0
+    assert ledger.noise(first) == ranking.MAX_NOISE
+    best = ledger.best()
+    assert best is not None and best.config == one
+
+
 def test_a_config_remeasured_side_by_side_is_remeasured_for_its_twins() -> None:
     """channels_last measured 140 once (trial 1) and a later proposal of the same config
     reused that measurement (trial 2). The side-by-side rounds measured trial 1 at 160 and 165

@@ -84,7 +84,10 @@ def test_rounds_that_find_every_leader_slower_answer_the_baseline() -> None:
         if ledger.feasible(e) and ledger.side_speedup(e) is None and not ledger.round_speedups(e)
     ]
     assert unmeasured, "\n".join(lines)  # the rounds did not reach every config
-    assert all(ledger.screening_speedup(e) > 1.0 for e in unmeasured)
+    # They rank faster than the baseline by their screening draws (a race's second draw of a
+    # leader reads 0.9x, the median of its two draws still more than 1).
+    base_time = ledger.rank_time(ledger.baseline)
+    assert all(ledger.rank_time(e) < base_time for e in unmeasured)
     best = ledger.best()
     assert best is not None and best.config == BASE, "\n".join(lines)
     data = result_of(run).to_dict()

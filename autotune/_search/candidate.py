@@ -28,7 +28,7 @@ from autotune._search.ledger import (
     promise,
     step_draws,
 )
-from autotune._search.policy import STAGE_ATTR, Stage, Step
+from autotune._search.policy import AGAIN_ATTR, STAGE_ATTR, Stage, Step
 from autotune._search.record import NoRun, Record, Role
 from autotune._search.status import search_status, trial_line
 from autotune._space import SearchSpace
@@ -162,7 +162,8 @@ def _run(
         return CandidateRun()
     ledger = bench.ledger()
     previous = ledger.measured(cfg)
-    if previous is not None and not _measure_anew(ledger, previous):
+    again = bool(trial.user_attrs.get(AGAIN_ATTR))  # a race's second draw
+    if previous is not None and not again and not _measure_anew(ledger, previous):
         # Its record again, as a candidate (even when it repeats the baseline's config).
         record = dataclasses.replace(previous.record, reused=True, role=Role.CANDIDATE)
         return _finish(bench, trial, record, baseline, step, repeated=True)
@@ -443,7 +444,8 @@ def _finish(
             trial_line(
                 ledger,
                 entry,
-                stage=step.stage.value,
+                # a race's second draw of a measured config says so in its stage column
+                stage="again" if trial.user_attrs.get(AGAIN_ATTR) else step.stage.value,
                 left=bench.deadline.left(),
                 n_trials=bench.settings.n_trials,
             )

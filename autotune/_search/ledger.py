@@ -314,9 +314,9 @@ class Ledger:
         twins = self.twins(entry) if self.rounds else ()
         return tuple(r[n] for r in self.rounds for n in twins if n in r)
 
-    def times(self, entry: Entry) -> list[float]:
-        first = self.normalized(entry.record)
-        return [] if first is None else [first, *self.remeasured(entry)]
+    def times(self, entry: Entry) -> list[float]:  # its screening draws, then its rounds'
+        first = draws(self, entry)
+        return [] if not first else [*first, *self.remeasured(entry)]
 
     # -- The baseline's measurements, and each trial's against the one of its state ------------
 
@@ -652,6 +652,23 @@ def loads(ledger: Ledger) -> list[Load]:
     out += [c.load for c in ledger.baseline_checks]
     out += [load for r in ledger.round_loads for load in r.values()]
     return [load for load in out if load is not None]
+
+
+def draws(ledger: Ledger, entry: Entry) -> list[float]:
+    """Its config's screening draws, each in the machine's latest state (see
+    :meth:`Ledger.normalized`): one per trial that measured the config (a reuse of another's
+    record is not one), those taken while the machine was busy only where none was taken free;
+    the baseline's: its latest measurement. A config drawn twice ranks by both (a JPEG search
+    screened the foreach optimizer once at 1.36x, the rounds measured 1.05x, and its second
+    pass had been built on it)."""
+    base = ledger.baseline
+    if entry.record.role is Role.BASELINE or (base is not None and entry.config == base.config):
+        first = ledger.normalized(entry.record)
+        return [] if first is None else [first]
+    own = [e for e in ledger.entries if e.config == entry.config and not e.record.reused]
+    free = [e for e in own or [entry] if not yardstick.away(ledger.checks, e.record)]
+    figures = [ledger.normalized(e.record) for e in (free or own or [entry])]
+    return [f for f in figures if f is not None]
 
 
 def step_draws(ledger: Ledger, cfg: TrainingConfig) -> list[float]:

@@ -39,7 +39,7 @@ from autotune._search.finish import (
     side_by_side_seconds,
 )
 from autotune._search.ledger import Ledger, trials_counted
-from autotune._search.policy import STAGE_ATTR, Stage, StagePolicy, Step
+from autotune._search.policy import AGAIN_ATTR, STAGE_ATTR, Stage, StagePolicy, Step
 from autotune._search.question import AccuracyQuestion
 from autotune._search.settings import SearchSettings
 from autotune._search.state import LoopState
@@ -193,7 +193,9 @@ class Search:
                     "changes of the numerics go first, the safe knobs left after them"
                 )
             if due and queued:  # the question first (see set_aside_queued)
-                policy.tried.difference_update(set_aside_queued(self.bench, state.space))
+                aside = set_aside_queued(self.bench, state.space)
+                policy.tried.difference_update(aside)
+                policy.raced.difference_update(aside)
                 queued = False
             if not queued:
                 step = policy.next(
@@ -238,7 +240,7 @@ class Search:
             if not self.bench.deadline.fits(cheapest + reserve):
                 return  # not even a throughput measurement fits before the pending work
             if not queued:
-                self._enqueue(state.step)
+                enqueue(self.bench, state.step)
             storage.reconcile_stale_trials(study)  # a worker elsewhere may have died mid-trial
             run = run_candidate(
                 self.bench, state.step, state.space, baseline=baseline, memory=state.memory,
@@ -313,16 +315,6 @@ class Search:
         time.sleep(1.0)
         self.state.wait(1.0)
         self._reconcile()
-
-    def _enqueue(self, step: Step) -> None:
-        """Queue the step's configs; with none left waiting, its pinned knobs for the sampler
-        to complete."""
-        study = self.bench.study
-        label = {STAGE_ATTR: step.stage.value}
-        for params in step.enqueue:
-            study.enqueue_trial(params, user_attrs=label, skip_if_exists=True)
-        if step.pinned and not self.bench.waiting():
-            study.enqueue_trial(step.pinned, user_attrs=label)
 
     # -- Budget --------------------------------------------------------------------------------
 
@@ -435,3 +427,20 @@ def _memory_limits(bench: Bench) -> MemoryLimits | None:
     if memory is not None:
         storage.write_memory(study, memory)
     return memory
+
+
+def enqueue(bench: Bench, step: Step) -> None:
+    """Queue the step's configs; with none left waiting, its pinned knobs for the sampler
+    to complete."""
+    study = bench.study
+    label: dict[str, object] = {STAGE_ATTR: step.stage.value}
+    if step.again:  # measured configs, each drawn a second time (a race)
+        label[AGAIN_ATTR] = True
+        bench.detail(
+            "race: the best safe config so far measured again before the search builds on "
+            "it (another is within the screening noise of it)"
+        )
+    for params in step.enqueue:
+        study.enqueue_trial(params, user_attrs=label, skip_if_exists=not step.again)
+    if step.pinned and not bench.waiting():
+        study.enqueue_trial(step.pinned, user_attrs=label)

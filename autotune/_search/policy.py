@@ -37,6 +37,7 @@ from autotune._choices import CompileMode, Precision, ScheduleKind
 from autotune._errors import ConfigError
 from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
+from autotune._search import race
 from autotune._search.guard import Verdict
 from autotune._search.ledger import Entry, Ledger
 from autotune._search.warm import inside
@@ -44,6 +45,7 @@ from autotune._space import Choice, SearchSpace
 from autotune._trial.probe import MemoryLimits
 
 __all__ = [
+    "AGAIN_ATTR",
     "FAST_SHARE",
     "STAGE_ATTR",
     "Stage",
@@ -57,6 +59,7 @@ __all__ = [
 
 Params = dict[str, Any]
 STAGE_ATTR = "autotune_stage"  # an enqueued trial's user attribute: the stage that queued it
+AGAIN_ATTR = "autotune_again"  # and whether it draws a measured config a second time
 FAST_SHARE = 0.75  # of the budget (time, or trials), by which the fast stage hands over
 REDUCED = (Precision.BF16.value, Precision.FP16.value, Precision.TF32.value)  # fastest first
 # A space of at most this many configs is small: every listed value is measured at least once,
@@ -81,12 +84,15 @@ class Step:
     with nothing to enqueue, the sampler proposes one with the knobs in ``pinned`` fixed (an
     enqueued trial with those parameters only: the rest are sampled, and every parameter is
     recorded, so a retry rebuilds the same config). ``needs_checks``: the stage changes the
-    numerics, and the baseline's accuracy runs must be measured first."""
+    numerics, and the baseline's accuracy runs must be measured first. ``again``: the configs
+    enqueued were measured, and each is measured once more (a race, see
+    :mod:`autotune._search.race`)."""
 
     stage: Stage
     pinned: Params = dataclasses.field(default_factory=dict)
     enqueue: tuple[Params, ...] = ()
     needs_checks: bool = False
+    again: bool = False  # ``enqueue`` holds measured configs, each to be drawn a second time
 
 
 class StagePolicy:
@@ -113,6 +119,7 @@ class StagePolicy:
         self.memory = memory
         self.numerics = frozenset(space.numerics_knobs(split_free=split_free))
         self.tried: set[TrainingConfig] = set()  # configs this policy enqueued
+        self.raced: set[TrainingConfig] = set()  # configs it enqueued for a second draw
         self.exhausted: set[Stage] = set()  # stages whose sampler kept proposing measured configs
 
     def next(
@@ -146,15 +153,9 @@ class StagePolicy:
             step = self._fast_step(ledger, safe, plain, checks)
             if step is not None:
                 return step
-        # Each knob on the baseline first, then on the best safe config (coordinate descent):
-        # an idle README run's first safe win, one loader worker at 1.14x (0.94x in a plain
-        # loop), became the base of every later knob, channels_last (1.26x) alone was never
-        # measured, and the rounds answered the baseline.
-        for entry in (base, safe):
-            for variants in self._safe_variants(entry):
-                step = self._variants(Stage.SAFE, safe_pins, ledger, variants)
-                if step is not None:
-                    return step
+        step = self._safe_step(ledger, base, safe, safe_pins)
+        if step is not None:
+            return step
         if fast and not fast_first:
             step = self._fast_step(ledger, safe, plain, checks)
             if step is not None:
@@ -199,6 +200,36 @@ class StagePolicy:
             return Step(Stage.FAST, {}, needs_checks=True)
         return self._variants(Stage.FAST, {}, ledger, changes)
 
+    def _safe_step(self, ledger: Ledger, base: Entry, safe: Entry, pins: Params) -> Step | None:
+        """The safe stage's next step: each knob on the baseline first; then a second draw of
+        the best safe config where another is within the screening noise of it, and the pairs
+        of the fastest single changes (:mod:`autotune._search.race`); then each knob on the
+        best safe config (coordinate descent), the knobs whose single change gained most first.
+        None when it has nothing left.
+
+        An idle README run's first safe win, one loader worker at 1.14x (0.94x in a plain loop),
+        became the base of every later knob, channels_last (1.26x) alone was never measured,
+        and the rounds answered the baseline."""
+        for variants in self._safe_variants(base):
+            step = self._variants(Stage.SAFE, pins, ledger, variants)
+            if step is not None:
+                return step
+        doubt = race.contender(ledger, self.space, self.baseline)
+        if doubt is not None and doubt.config not in self.raced:
+            self.raced.add(doubt.config)
+            params = (self.space.params_of(doubt.config, self.baseline),)
+            return Step(Stage.SAFE, pins, params, again=True)
+        pairs = race.pairs(ledger, self.space, self.baseline)
+        step = self._variants(Stage.SAFE, pins, ledger, pairs)
+        if step is not None or safe.config == base.config:
+            return step
+        gains = [knob for knob, _ in race.single_gains(ledger, self.space, self.baseline)]
+        for variants in self._safe_variants(safe, first=gains):
+            step = self._variants(Stage.SAFE, pins, ledger, variants)
+            if step is not None:
+                return step
+        return None
+
     def _fast_step(
         self, ledger: Ledger, safe: Entry, plain: Params, checks: bool | None
     ) -> Step | None:
@@ -220,10 +251,13 @@ class StagePolicy:
             return Step(Stage.FAST, fast_pins)
         return None
 
-    def _safe_variants(self, safe: Entry) -> list[list[TrainingConfig]]:
+    def _safe_variants(
+        self, safe: Entry, *, first: list[str] | None = None
+    ) -> list[list[TrainingConfig]]:
         """The safe stage's variants of the best safe config: each numerics-free knob's other
-        values, one knob at a time (the threads first); then the other splits of its global
-        batch, where they leave the numerics alone."""
+        values, one knob at a time (the knobs in ``first`` first, in its order; then the
+        threads); then the other splits of its global batch, where they leave the numerics
+        alone."""
         # The CPU thread count first (the space has it on a CPU only): it sets every step's
         # cost, most of all where other work holds cores. A README run beside one busy core
         # measured the baseline's two threads at 37 samples/s, and the safe stage's share
@@ -232,6 +266,7 @@ class StagePolicy:
         names = sorted(
             registry.numerics_free_knobs(),
             key=lambda n: (
+                first.index(n) if first and n in first else len(first or ()),
                 self.order.index(n) if n in self.order else len(self.order),
                 n != "intra_op_threads",
             ),
