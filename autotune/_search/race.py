@@ -32,10 +32,10 @@ def contender(ledger: Ledger, space: SearchSpace, baseline: TrainingConfig) -> E
     doubt: a rival (a safe config without one of its changes of the baseline's settings: one
     built on it, that reads as fast, rather says it was no lucky draw) screened faster than
     the baseline beyond a tie and within this search's screening noise
-    (:func:`screening_noise`) of it. It is drawn again before the
-    search builds on it; should its draws' median fall behind another, that one is the best
-    next, and drawn again in turn. None where the best is the baseline, leads beyond the
-    noise (a second draw would not change what is built on), or the rounds measured it."""
+    (:func:`screening_noise`) of it. It is drawn again before the search builds on it;
+    should its draws' median fall behind another, that one is the best next, and drawn again
+    in turn. None where the best is the baseline, leads beyond the noise (a second draw would
+    not change what is built on), or the rounds measured it."""
     base, best = ledger.baseline, ledger.best_safe()
     if base is None or best is None or best.config == base.config:
         return None

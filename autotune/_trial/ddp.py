@@ -41,6 +41,7 @@ from autotune._trial.isolation import (
     WorkerStartError,
     _describe_exit,
     _kill_group,
+    own_group,
 )
 from autotune._trial.outcome import TrialOutcome
 from autotune._trial.workload import Workload
@@ -142,7 +143,9 @@ class DDPExecutor(ProcessExecutor):
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C is the search's; the job is stopped from here
+                # Ctrl-C is the search's (a group of its own, not the terminal's); the job is
+                # stopped from here; in the search's session, as a trial worker is (own_group)
+                **own_group(),
             )
         finally:
             log.close()
