@@ -1,11 +1,11 @@
 """The machine's state while something is measured: how much of it other processes used.
 
 A ratio of two throughputs is only true of one machine state. A baseline measured while
-another process still loads the machine reads slow, and every ratio against it reads fast (a
-README run's baseline read 134 samples/s busy and 941 idle). So each measurement records the
-CPU time that processes outside this one's tree used meanwhile (psutil: the machine's busy time
-less this process's and its descendants'), in cores, and on a GPU how many compute processes
-of others it saw (NVML). The search compares like with like by it, and the result names it.
+another process still loads the machine reads slow, and every ratio against it reads fast.
+So each measurement records the CPU time that processes outside this one's tree used meanwhile
+(psutil: the machine's busy time less this process's and its descendants'), in cores, and on a
+GPU how many compute processes of others it saw (NVML). The search compares like with like by
+it, and the result names it.
 """
 
 from __future__ import annotations

@@ -191,8 +191,8 @@ def _run(
 
 
 def _skipped_for_time(bench: Bench) -> bool:
-    """Whether a trial was not started already for the time it would take (a README-sized
-    search printed six such lines in a row at its end)."""
+    """Whether a trial was not started already for the time it would take: the story says
+    so once, the detail each time."""
     failed = bench.study.get_trials(deepcopy=False, states=[TrialState.FAIL])
     return any(
         str(t.user_attrs.get("message", "")).startswith("not started: expected to take")
@@ -222,8 +222,8 @@ def _measure(
     budget = bench.settings.budget
     # The limit is on the steady-state part; compilation has its own allowance (Bench). No run
     # eats into the time kept for pending work, nor into the deadline's grace (kept for the
-    # last short steps: BERT's first compile, started with 30 s left, took all 12 s of it):
-    # a first compile runs with what is left.
+    # last short steps, which a late first compile would take whole): a first compile runs
+    # with what is left.
     eager = cfg.replace(compile_mode=CompileMode.NONE, compile_dynamic=False)
     expected = expected_seconds(eager, ledger, baseline, budget)
     outcome = bench.execute(cfg, expected=expected, keep=reserve + bench.deadline.grace)
@@ -273,8 +273,7 @@ def set_aside_queued(bench: Bench, space: SearchSpace) -> list[TrainingConfig]:
     """Fail the enqueued trials still waiting (a safe knob's other values), each "not
     started: set aside", and return their configs for the policy to enqueue again after the
     changes of the numerics: the accuracy question's time has come, and they waited in front
-    of it (a safe stage that took the thread count first left a worker count queued; it did
-    not fit beside the rounds' time, and the search ended with no check)."""
+    of it (run first, they could take the time its check and the rounds need)."""
     waiting = bench.study.get_trials(deepcopy=False, states=[TrialState.WAITING])
     if any(t.user_attrs.get(STAGE_ATTR) != Stage.SAFE.value for t in waiting):
         return []  # a retry of a trial that died, or another stage's: they run as queued
@@ -312,8 +311,7 @@ def _no_accuracy_run(
     assert projected is not None
     trial.report(projected, step=0)  # Optuna's intermediate value: the throughput phase
     # Each by every screening draw of its steps, not one: one high draw of a safe config
-    # ruled out every change of the numerics an idle README run screened, among them an 80%
-    # schedule of that config's own steps.
+    # would rule out every change of the numerics, even a shorter schedule of its own steps.
     bar = could_win_bar(ledger) if s.guided else None
     mine = [*step_draws(ledger, outcome.config), projected]
     if bar is not None and ranking.median_time(mine) > bar[1]:
@@ -339,8 +337,7 @@ def _no_accuracy_run(
     unchecked = ledger.confirmations.get(ledger.numerics_id(outcome.config)) is None
     checked = baseline.guard is not None and baseline.guard.repeats >= 2
     if unchecked and checked and not bench.deadline.fits(run + check):
-        # Screening alone makes no answer: a run whose check cannot follow it is time lost
-        # (a simulated search screened five such runs, ~28 s each, after its last check fitted).
+        # Screening alone makes no answer: a run whose check cannot follow it is time lost.
         return NoRun.NO_TIME, (
             f"no time left for its accuracy run and the check after it (~{run:.0f} s and "
             f"~{check:.0f} s)"
@@ -352,8 +349,7 @@ def _same_speed_answer(ledger: Ledger, cfg: TrainingConfig) -> Entry | None:
     """A verified answer (safe or confirmed) that makes ``cfg``'s steps (see
     :func:`registry.step_key`: only the LR schedule, or the run's length, differs) and no more
     of them: the same steps at the same cost, so ``cfg`` cannot be faster, whatever one noisy
-    measurement says (a CNN search spent half its budget checking bf16 with the LR x1.27,
-    measured 1.94x beside bf16's 1.79x)."""
+    measurement says, and checking it would spend budget on no gain."""
     key = registry.step_key(cfg)
     for entry in ledger.entries:
         other = entry.config
@@ -370,10 +366,9 @@ def _confirm_if_leading(
     study then holds it as a verified answer should the search be cut off. One screened no
     faster than the fastest verified answer beyond a tie (worth checking only within the
     screening's noise) also leaves ``behind`` seconds (the fewest rounds that measure the
-    answers side by side) where they fit, as the search's last check does: a README run on a
-    loaded machine checked a schedule screened at 1.18x beside a safe answer screened at
-    1.39x with the rounds' time, confirmed it, and had none left to measure either side by
-    side. Where the rounds no longer fit anyway, the check takes the time."""
+    answers side by side) where they fit, as the search's last check does, so that checking
+    a slower config cannot take the time the rounds need to measure either answer. Where the
+    rounds no longer fit anyway, the check takes the time."""
     ledger = bench.ledger()
     leader = ledger.pending()
     if leader is None or leader.number != number or baseline.guard is None:

@@ -2,11 +2,9 @@
 second time where another is within the screening noise of it, and the fastest single-knob
 changes of the baseline are combined in pairs.
 
-One screening draw is noisy: on a 2-core VM one plain loop's figure has a spread (sd of log) of
-~0.1 (benchmarks/RESULTS.md, "noise-floor"). A JPEG search screened the foreach optimizer once
-at 1.36x (its side-by-side rounds measured 1.05x), built its second pass on it, and never built
-channels_last + fused (1.17x in a plain loop), whose parts had screened at 1.11x and 1.14x.
-A config drawn twice ranks by the median of its draws (:func:`autotune._search.ledger.draws`).
+One screening draw is noisy (benchmarks/RESULTS.md, "noise-floor"): a search that builds on one
+high draw never tries the pair of two smaller wins that together beat it. A config drawn twice
+ranks by the median of its draws (:func:`autotune._search.ledger.draws`).
 """
 
 from __future__ import annotations

@@ -56,9 +56,9 @@ def best(
     """The fastest item; between it and items within its noise of it, one that was
     ``settled`` (measured again side by side: its speedup is a measured one, not a single
     draw that may have been lucky), then the simplest, then the faster. None when ``items``
-    is empty. The fastest's noise alone: a slower config drawn twice far apart (the foreach
-    optimizer screened at 1.37x, then 1.05x) is not made as fast as one drawn once at 1.33x
-    by its own spread (it would then win as the simpler, and the search build on it)."""
+    is empty. The fastest's noise alone: a slower config drawn twice far apart is not made as
+    fast as one drawn once by its own spread (it would then win as the simpler, and the search
+    build on it)."""
     if not items:
         return None
     fastest = min(items, key=time)

@@ -2,9 +2,7 @@
 measured in the same state of the machine.
 
 The baseline's first measurement comes when caches are cold and the machine may still be
-busy (a README run, its first minute shared with an install, read its baseline at 134
-samples/s and at 941 in the closing rounds: every screening ratio ran 7-15x high). It is
-taken again
+busy, and every screening ratio against a slow first figure runs high. It is taken again
 
 - when a candidate ran while other processes used the machine differently from every baseline
   measurement so far (:meth:`Load.differs`; at most :data:`STATE_RUNS` times in a row, then the
@@ -88,8 +86,7 @@ def recheck(
         and deadline.fits(baseline.measure_seconds + reserve)
     ):
         # The same state of the machine, yet a figure far from the last: one draw may be an
-        # outlier (a JPEG search's check read 262 samples/s between 468 and 495, and every
-        # ratio after it ran high): measured once more, and the second figure is kept.
+        # outlier that every ratio after it would divide by: measured once more, the second kept.
         check = _measure(bench, baseline, reason, reserve) or check
     storage.add_baseline_check(bench.study, check)  # the one kept: the last taken
     words = _words(check, ledger.latest_check, load, trial)

@@ -2,9 +2,8 @@
 compared with the baseline measured in its own state of the machine, nearest it in time, and
 expressed in the machine's latest state (see :mod:`autotune._search.rebase`, which takes them).
 
-A ratio to the baseline's first measurement alone ran 7-15x high on a README run whose machine
-was busy then; a JPEG search answered a config screened 1.07x against a cold first figure that
-a plain loop measured at 0.87x.
+A ratio to the baseline's first measurement alone runs high wherever the machine was busy or
+the caches cold then, and an answer chosen by it can be slower than the baseline.
 """
 
 from __future__ import annotations
@@ -61,10 +60,8 @@ def away(measured: Sequence[BaselineCheck], record: Record) -> bool:
     """Whether ``record`` was measured while other processes used the machine
     (:attr:`Load.busy`) although the baseline was also measured with it free: its ratio is of
     a state the user's own training, alone on the machine, is not in, and does not carry to
-    it for a config whose speed depends on the state. A README run with a core taken for its
-    first minute screened one thread at 12.8x its baseline of that state, ~0.7x with the
-    machine free; ranked in the free state by that ratio, such configs took the rounds' places
-    and the answer trained at 0.88x in a plain loop."""
+    it for a config whose speed depends on the state (a thread count, most of all): ranked in
+    the free state by that ratio, such configs would take the rounds' places."""
     load = record.load
     if load is None or not load.busy:
         return False

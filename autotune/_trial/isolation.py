@@ -260,9 +260,8 @@ class WorkerStartError(RuntimeError):
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
     """Kill a trial worker's process group (the worker, where it still runs, and every process
-    it started that is still running). A max-autotune compile stopped at its limit left its
-    compile workers spinning, and the next side-by-side round measured the tiny BERT's baseline
-    at 39 samples/s, against 574-619 in the other rounds."""
+    it started that is still running): a compile stopped at its limit may leave its compile
+    workers spinning, and they would slow every measurement after it."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError, AttributeError):  # AttributeError: Windows
@@ -321,9 +320,8 @@ class ProcessExecutor:
                 # Its own process group, stopped whole: what a trial starts (compile workers,
                 # loader workers) must not outlive it and slow the next one down. In this
                 # session, not a new one: Linux shares CPU time between sessions (autogroup),
-                # and a worker in a session of its own, beside one busy core, measured the
-                # README's baseline at 40 samples/s where the user's own loop, run from the same
-                # shell as the search, trained at 182.
+                # so a worker in a session of its own gets a smaller share of a busy machine
+                # than the user's own loop, run from the same shell as the search, would.
                 **own_group(),
             )
         finally:

@@ -3,14 +3,13 @@
 Starting a pass costs more than a batch where a stream opens itself again (its shards, its shuffle
 buffer, a connection) and where the loader's workers start again. A stream's planned run pays it
 once per pass after the first, and workers that do not persist once per epoch, which a measurement
-counts apart (``restart_seconds``, see :func:`pays_restarts`). So a timed phase that crossed a
-pass's end counted it among the steady steps, as often as the pass fitted in it. On a lent H100 the
-search reported a WebDataset answer at 3,970 samples/s, its rounds spreading 80%, that loops over
-one pass read at 5,868; at that pace a timed phase of up to 3 s holds the stream's 6,144-sample pass
-almost three times (how much of the gap this was is not measured). A measurement now times the steps
-of one pass (:func:`pass_steps`), starting a new one before its timed phase where the rest of the
-current one would not hold it; a trainer's own loop (Lightning, Hugging Face), which begins a new
-pass only at the end of one, has its timed steps fitted into the first (``StepClock.fit_to_pass``).
+counts apart (``restart_seconds``, see :func:`pays_restarts`). A timed phase that crossed a
+pass's end would count it among the steady steps, as often as the pass fitted in it (a fast model
+over a short pass, several times), and read the stream slow and its rounds spread wide. So a
+measurement times the steps of one pass (:func:`pass_steps`), starting a new one before its timed
+phase where the rest of the current one would not hold it; a trainer's own loop (Lightning,
+Hugging Face), which begins a new pass only at the end of one, has its timed steps fitted into the
+first (``StepClock.fit_to_pass``).
 Persistent workers over a map-style dataset only refill their queue at an epoch's start, which the
 planned run pays too: their epochs are timed as they come.
 """

@@ -410,12 +410,11 @@ def _drop_queued(batches: Iterator[Any], cfg: TrainingConfig) -> None:
 
     While the first steps are slow (a compile, cuDNN's benchmark, a lazy initialisation, or
     only the workers' start), the workers run ahead; a timed phase served from their queue
-    measures the model, not the pipeline that feeds it. A lent H100 screened a WebDataset
-    answer (batch 128, 8 workers, prefetch 4) at 16,799 samples/s, where loops over the same
-    stream read 6,000-6,800. How full the queue is cannot be told from a fetch's time (a queued
-    batch took 0.05-7.5 ms to hand over on a 2-core CPU), so the whole of it is dropped: what
-    the workers had not queued costs a wait for them, at most the pipeline's pace times the
-    queue. Where the pipeline outpaces the model, the queue refills in the settling steps."""
+    measures the model, not the pipeline that feeds it, and reads a config faster than its own
+    loop trains. How full the queue is cannot be told from a fetch's time (a queued batch's
+    hand-over time varies too widely), so the whole of it is dropped: what the workers had not
+    queued costs a wait for them, at most the pipeline's pace times the queue. Where the
+    pipeline outpaces the model, the queue refills in the settling steps."""
     until = time.perf_counter() + DROP_SECONDS
     for _ in range(queue_batches(cfg)):
         next(batches)
