@@ -36,12 +36,13 @@ from autotune._errors import (
     SetUpTimeout,
     StorageError,
 )
+from autotune._guard.confirmation import Confirmation
+from autotune._guard.guard import AccuracyGuard
 from autotune._knobs.config import TrainingConfig
 from autotune._knobs.trainer_args import LightningSettings
 from autotune._options import SearchOptions
 from autotune._result.result import SearchResult, load_config
 from autotune._search.distributed import join_search
-from autotune._search.guard import AccuracyGuard, Confirmation
 from autotune._search.ledger import TrialRecord
 from autotune._space import SearchSpace, builtin_spaces, load_space
 from autotune._task import Task

@@ -21,10 +21,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from autotune._progress import Lines, Progress, Report, Status, Whole, brief, log
+from autotune._progress import Lines, Progress, Report, Status, Whole, log
 from autotune._result.summary import render_summary, summary_parts
-from autotune._search.warm import warm_line
-from autotune._trial.fingerprint import measured_on
 
 __all__ = ["LiveDisplay", "console_progress", "print_summary", "reporter"]
 
@@ -146,19 +144,13 @@ def reporter(progress: bool | Report | Progress, *, live: bool = False) -> Progr
 
 
 def print_summary(data: dict[str, Any], stream: IO[str], *, detail: bool = False) -> None:
-    """A result's summary: on a terminal its figures as a table, plain text elsewhere; each
-    line within 120 characters, or with ``detail`` each whole."""
+    """A result's summary: the short story (at most 12 lines, each within 120 characters), or
+    with ``detail`` everything, each line whole, its figures as a table on a terminal."""
     console = Console(file=stream)
-    search = data.get("search") or {}
-    measured, warm = measured_on(search), search.get("warm_start")
-    more = [f"  {line}" for line in (measured, warm and warm_line(warm)) if line]
-    if not detail:
-        more = [brief(line) for line in more]
-    if not console.is_terminal:
-        print("\n".join([render_summary(data, detail=detail), *more]), file=stream, flush=True)
+    if not detail or not console.is_terminal:
+        print(render_summary(data, detail=detail), file=stream, flush=True)
         return
-    head, rows, tail = summary_parts(data, detail=detail)
-    tail = [*tail, *more]
+    head, rows, tail = summary_parts(data)
     table = Table(box=box.SIMPLE, padding=(0, 2))
     table.add_column("")
     table.add_column("winner", justify="right", style="bold")

@@ -71,16 +71,10 @@ from pathlib import Path
 import numpy as np
 
 from autotune._device import environment
+from autotune._guard.confirmation import Confirmation, Verdict
+from autotune._guard.guard import FIRST_PAIR, AccuracyGuard
+from autotune._guard.stats import SampleNoise, look_alpha, paired_bounds
 from autotune._search.evidence import next_target, won_by_far
-from autotune._search.guard import (
-    FIRST_PAIR,
-    AccuracyGuard,
-    Confirmation,
-    SampleNoise,
-    Verdict,
-    look_alpha,
-    paired_bounds,
-)
 from autotune._trial.outcome import AccuracyRun
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -23,7 +23,7 @@ baseline that realworld.py's searches use (``TrainingConfig()``: batch 32, fp32,
 1. **Horizon H**: the samples per accuracy run a ``--timeout`` (240 s) search would give the
    baseline: ``plan_accuracy_budget`` with the baseline's throughput measured here, as the
    search's calibration measures it; then doubled where the search's horizon rule
-   (``horizon.longer_reason``) says, from the baseline's runs and their halfway metrics.
+   (``_guard.plan.longer_reason``) says, from the baseline's runs and their halfway metrics.
    ``--horizon-samples`` gives H instead (no horizon rule).
 2. **The guard's verdict**: paired runs at H (same data-order seeds for baseline and
    candidate), looked at as the search buys seeds: look 1 at 2 or 3 seeds
@@ -65,16 +65,13 @@ from torch.utils.data import Dataset
 
 import autotune
 from autotune._device import environment
+from autotune._guard import words as guard_words
+from autotune._guard.confirmation import Confirmation, Verdict
+from autotune._guard.guard import AccuracyGuard
+from autotune._guard.plan import longer_reason, plan_accuracy_budget, plan_horizon
+from autotune._guard.stats import seeds_to_settle
 from autotune._knobs.registry import KNOBS, config_from
 from autotune._search.evidence import next_target, unit_sums, won_by_far
-from autotune._search.guard import (
-    AccuracyGuard,
-    Confirmation,
-    Verdict,
-    plan_accuracy_budget,
-    seeds_to_settle,
-)
-from autotune._search.horizon import longer_reason, plan_horizon
 from autotune._trial.failures import Diverged
 from autotune._trial.outcome import AccuracyRun, Budget
 from autotune._trial.runner import Trainer, evaluate, measure_throughput
@@ -319,7 +316,7 @@ def guard_verdict(
         # The pairs won by far more than the tolerance, as the search keeps them with a check.
         capped = won_by_far(guard, runs) if units is not None else None
         result = guard.confirm(metrics, units=units, squares=squares, looks=look, capped=capped)
-        print(f"    look {look}: {result.verdict} - {result.describe()}", flush=True)
+        print(f"    look {look}: {result.verdict} - {guard_words.describe(result)}", flush=True)
         trace.append(
             f"look {look} at {seeds} seeds: {_f(result.drop)} "
             f"[{_f(result.lower)}, {_f(result.bound)}] {result.verdict.value}"
@@ -464,7 +461,7 @@ def run_workload(name: str, args: argparse.Namespace, emit: Any) -> tuple[list[R
             unit_counts=counts,
         )
 
-    # As the search does (baseline.choose_horizon, by horizon.longer_reason): H doubled, up
+    # As the search does (baseline.choose_horizon, by plan.longer_reason): H doubled, up
     # to the planned run (here at most twice), where the baseline did not learn, where some
     # of its seeds lag in take-off, or where the plan expects a check to settle sooner there
     # (whether or not a --timeout search would have the time for it).
@@ -478,8 +475,9 @@ def run_workload(name: str, args: argparse.Namespace, emit: Any) -> tuple[list[R
             tolerance=tol,
             run_seconds=statistics.fmean(r.seconds for r in runs),
         )
-        horizons.append(plan.describe())
-        why = longer_reason(guard_of(base_h.get(range(REPEATS)), base_h), plan)
+        horizons.append(guard_words.horizon(plan))
+        guard = guard_of(base_h.get(range(REPEATS)), base_h)
+        why = guard_words.longer_words(longer_reason(guard, plan), guard, plan)
         if why is None:
             break
         h = plan.longer

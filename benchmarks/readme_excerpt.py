@@ -2,14 +2,16 @@
 
     python benchmarks/readme_excerpt.py           # run it (about 6 minutes on 2 cores), rewrite
     python benchmarks/readme_excerpt.py --print   # run it, print the excerpt, leave the README
+    python benchmarks/readme_excerpt.py --from-run err.txt out.txt  # from a run made already
 
 The command is read from the README's "Run it" block (its ``autotune search ...`` part, after
 the install) and run in a temporary folder, with its own SQLite study, as a user types it. Its
 stderr is not a terminal, so the progress is plain lines, each written once. The block between
 ``<!-- excerpt:start -->`` and ``<!-- excerpt:end -->`` becomes: the trial table's header and
-its first ``--rows`` rows, a line ``...``, and the first ``--summary`` lines of the summary
-(stdout). ``tests/test_readme.py`` checks, without a run, that the excerpt still has the form the
-command line prints.
+its first ``--rows`` rows, a line ``...``, and the summary (stdout), whole: it is the short
+story of at most 12 lines. ``--from-run`` takes a run's stderr and stdout saved already (the
+README's command typed in a fresh clone: ``2> err.txt > out.txt``). ``tests/test_readme.py``
+checks, without a run, that the excerpt still has the form the command line prints.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def excerpt_lines(readme: str) -> list[str]:
     return lines[1:-1]
 
 
-def make_excerpt(progress: str, summary: str, *, rows: int = 8, head: int = 8) -> list[str]:
+def make_excerpt(progress: str, summary: str, *, rows: int = 8, head: int = 12) -> list[str]:
     """The header of the trial table and its first ``rows`` rows (the event lines between them
     left out), ``...``, then the summary's first ``head`` lines."""
     lines = progress.splitlines()
@@ -90,12 +92,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--print", action="store_true", help="print it; leave README.md alone")
     parser.add_argument("--rows", type=int, default=8, help="trial rows to keep (8)")
-    parser.add_argument("--summary", type=int, default=8, help="summary lines to keep (8)")
+    parser.add_argument("--summary", type=int, default=12, help="summary lines to keep (12)")
     parser.add_argument("--keep", type=Path, help="also write the whole output to this file")
+    parser.add_argument(
+        "--from-run", nargs=2, type=Path, metavar=("STDERR", "STDOUT"), help="a run's output"
+    )
     args = parser.parse_args()
     readme = README.read_text(encoding="utf-8")
-    with tempfile.TemporaryDirectory(prefix="readme-excerpt-") as folder:
-        progress, summary = run(run_command(readme), Path(folder))
+    if args.from_run is not None:
+        progress, summary = (p.read_text(encoding="utf-8") for p in args.from_run)
+    else:
+        with tempfile.TemporaryDirectory(prefix="readme-excerpt-") as folder:
+            progress, summary = run(run_command(readme), Path(folder))
     if args.keep is not None:
         args.keep.write_text(progress + summary, encoding="utf-8")
     excerpt = make_excerpt(progress, summary, rows=args.rows, head=args.summary)

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 import autotune
-from autotune._search.guard import percent
+from autotune._guard.words import percent
 from autotune._trial.outcome import Budget
 from autotune._trial.runner import measure_throughput, train_for_accuracy
 from autotune._trial.workload import Workload, prepare_workload

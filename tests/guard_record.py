@@ -18,14 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from autotune._search import guard as plan_module
-from autotune._search.guard import (
-    AccuracyGuard,
-    screening_violation,
-    unsettleable,
-    validation_floor,
-)
-from autotune._search.horizon import pairs_to_confirm, plan_horizon
+from autotune._guard import plan as plan_module
+from autotune._guard.confirmation import Reason, Settle
+from autotune._guard.guard import AccuracyGuard, screening_violation, unsettleable, validation_floor
+from autotune._guard.plan import pairs_to_confirm, plan_horizon
 from autotune._trial.outcome import AccuracyRun
 
 DATA = Path(__file__).resolve().parent / "data" / "guard_decisions.json"
@@ -59,10 +55,13 @@ SETTLE_PHRASES = (
 )
 
 
-def reason_of(text: str | None) -> str | None:
-    """The reason a sentence of d4d770e gave (None: no sentence)."""
+def reason_of(text: str | Settle | None) -> str | None:
+    """The reason a sentence of d4d770e gave, or a :class:`Settle` gives (None: none). The
+    baseline's one seed and a check's one pair were one phrase then."""
     if text is None:
         return None
+    if isinstance(text, Settle):
+        return "one_seed" if text.reason is Reason.BASELINE_ONE_SEED else text.reason.value
     for code, phrase in SETTLE_PHRASES:
         if phrase in text:
             return code

@@ -254,7 +254,7 @@ def test_a_compile_longer_than_the_budget_runs_with_what_is_left_and_says_why() 
     assert [(u["knob"], u["value"]) for u in missing] == [("compile_mode", "default")]
     assert missing[0]["why"].startswith(f"trial #{compiled[0].number}: timeout")
     assert "; the search's time left set that limit (the run's own: " in missing[0]["why"]
-    assert "not measured: compile_mode=default (trial #" in result.summary()
+    assert "not measured: compile_mode=default (trial #" in result.summary(detail=True)
     assert any("nothing left to try; not measured: compile_mode=default" in x for x in lines)
 
 
@@ -441,7 +441,7 @@ def test_the_table_the_headline_and_the_progress_lines_tell_one_figure() -> None
     assert projected == pytest.approx(data["speedup"], rel=0.05)
     rounds = f"side by side over {data['speedup_rounds']} rounds"
     assert m["measured_as"] == rounds and b["measured_as"].startswith("side by side over")
-    assert f"step and projected time {rounds}" in result.summary()
+    assert f"step and projected time {rounds}" in result.summary(detail=True)
     for line in lines:
         for figure, label in re.findall(r"(\d+\.\d+)x( screening| side by side)?", line):
             if float(figure) > 1.1 * data["speedup"]:

@@ -47,7 +47,12 @@ def test_search_show_round_trip(tmp_path, capsys) -> None:
     assert data["schema_version"] == 1 and data["search"]["trials"] == 3
 
     assert main(["show", str(out)]) == 0
-    shown = capsys.readouterr().out
+    shown = capsys.readouterr().out  # the short story: the answer, then how to apply it
+    assert shown.startswith("autotune result:") and "  apply: " in shown
+    assert len([line for line in shown.splitlines() if line.strip()]) <= 12
+    assert "winner:" not in shown and "safe answer" not in shown
+    assert main(["show", str(out), "--detail"]) == 0
+    shown = capsys.readouterr().out  # everything, each line whole
     assert "winner:" in shown and "baseline:" in shown and "safe answer" in shown
     assert main(["show", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == data["config"]

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from autotune._guard.confirmation import Confirmation, Verdict
 from autotune._search.derived import accuracy_verdict, format_speedup, side_by_side, speedup
-from autotune._search.guard import Confirmation, Verdict
 from autotune._search.ranking import rank_time
 
 

@@ -56,6 +56,10 @@ def _in_pty(argv: list[str]) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+def _show_detail(tmp_path: Path) -> list[str]:
+    return [sys.executable, "-m", "autotune", "show", str(tmp_path / "best.json"), "--detail"]
+
+
 @pytest.mark.slow
 def test_a_terminal_gets_a_live_panel_and_a_summary_table(tmp_path) -> None:
     out = _in_pty(_search(tmp_path))
@@ -69,9 +73,12 @@ def test_a_terminal_gets_a_live_panel_and_a_summary_table(tmp_path) -> None:
         assert events.count(line) == 1, line
     for row in (r" #1\*? +\w+ .* 1/2\r?$", r" #2\*? +\w+ .* 2/2\r?$"):  # the terminal's \r\n
         assert len(re.findall(row, events, re.M)) == 1, (row, events[-3000:])
-    # The summary's figures as a table, with its header row.
-    assert summary.count("throughput (samples/s)") == 1
-    assert "winner" in summary and "baseline" in summary and "───" in summary
+    # The summary is the short story; `autotune show --detail` has its figures as a table,
+    # with its header row.
+    assert "throughput (samples/s)" not in summary and "  apply: " in summary
+    detail = _in_pty(_show_detail(tmp_path))
+    assert detail.count("throughput (samples/s)") == 1
+    assert "winner" in detail and "baseline" in detail and "───" in detail
 
 
 @pytest.mark.slow
@@ -86,4 +93,9 @@ def test_a_pipe_gets_plain_lines_each_once(tmp_path) -> None:
     assert not twice
     assert sum(bool(re.match(r" +#1\*? .* 1/2$", line)) for line in lines) == 1
     assert sum(bool(re.match(r" +#2\*? .* 2/2$", line)) for line in lines) == 1
-    assert "throughput (samples/s)" in proc.stdout  # the plain summary
+    assert "throughput (samples/s)" not in proc.stdout  # the short story has no table
+    assert "autotune result:" in proc.stdout and "  apply: " in proc.stdout
+    shown = subprocess.run(
+        _show_detail(tmp_path), env=_env(), capture_output=True, text=True, timeout=60
+    )
+    assert "throughput (samples/s)" in shown.stdout and "───" not in shown.stdout  # plain

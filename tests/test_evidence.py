@@ -10,8 +10,8 @@ import math
 import pytest
 from sim import Model, noise, search
 
+from autotune._guard.confirmation import Verdict
 from autotune._search.evidence import UNTIMED_SEEDS, evidence_value, next_target
-from autotune._search.guard import Verdict
 
 DIGITS = {"batch_size": [32, 64], "precision": ["fp32"]}
 
@@ -253,9 +253,9 @@ def test_a_last_check_needs_only_the_fewest_rounds_of_the_answers_beside_it(monk
     from test_guard import check
     from test_ledger import BASE, _base, _candidate, _study_with, runs, settings
 
+    from autotune._guard.confirmation import Confirmation
     from autotune._search import evidence, finish, storage
     from autotune._search.baseline import Baseline
-    from autotune._search.guard import Confirmation
     from autotune._search.ledger import Ledger
     from autotune._search.record import BaselineAccuracy
 

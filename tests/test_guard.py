@@ -14,28 +14,42 @@ from sim import VAL_ITEMS, per_example
 
 import autotune
 from autotune import AccuracyGuard
-from autotune._search.guard import (
-    AccuracyPlan,
-    Confirmation,
-    Verdict,
+from autotune._guard import words
+from autotune._guard.confirmation import Confirmation, Reason, Verdict
+from autotune._guard.guard import screening_margin, settle
+from autotune._guard.plan import PlanNote, plan_accuracy_budget
+from autotune._guard.stats import (
     check_alpha,
-    lag_words,
     lagging_run,
     look_alpha,
-    plan_accuracy_budget,
-    screening_margin,
     seeds_to_settle,
     share,
     shares_spent,
     spent_alpha,
     unseen_rate,
 )
+from autotune._guard.words import lag_words
 from autotune._search.ledger import rejudged
 from autotune._trial.outcome import AccuracyRun
 from autotune._trial.task import make_task, split_dataset
 from autotune.examples import tiny_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+def settled(c: Confirmation, g: AccuracyGuard) -> str:
+    """What would settle check ``c`` against ``g``, in words."""
+    return words.confirmation_settle(c, g) or ""
+
+
+def said(g: AccuracyGuard, drops, noise) -> tuple[str, int | None]:
+    """What would settle a first look of ``drops`` (its words, and the seeds it buys)."""
+    s = settle(g, drops, 1, 1, noise)
+    return words.settle_words(s, g), s.need
+
+
+def advised(g: AccuracyGuard) -> str:
+    return words.advice(g.advice(), g) or ""
 
 
 def guard(runs, tolerance=0.01, higher=True, initial=None, items=VAL_ITEMS, units=True):
@@ -133,7 +147,7 @@ def test_a_paired_check_resolves_what_independent_runs_cannot() -> None:
     # That is this check's own margin, kept in the study; the result's JSON shows none.
     assert c.to_dict()["confidence"] == c.confidence and "confidence" not in c.summary()
     # One confidence is printed: the answer's, one-sided, across every check and look.
-    text = c.describe()
+    text = words.describe(c)
     assert "(look 1 of check 1)" in text and "97.19%" not in text
     assert "within the tolerance with 95% confidence, one-sided, across every check" in text
     assert text.count("confidence") == 1
@@ -149,7 +163,7 @@ def test_clearly_better_and_noisy_is_confirmed() -> None:
     assert c.counted == 3 and c.sample_error is not None and c.resolution is not None
     assert c.bound == pytest.approx(-0.01 + c.resolution)
     assert c.bound < 0.01 and c.verdict is Verdict.CONFIRMED
-    assert "3 pairs better by more than the tolerance counted as better by it" in c.describe()
+    assert "3 pairs better by more than the tolerance counted as better by it" in words.describe(c)
 
 
 def test_a_small_drop_is_not_confirmed_at_its_resolution() -> None:
@@ -167,11 +181,12 @@ def test_rejected_only_when_the_lower_bound_is_beyond_the_tolerance() -> None:
     rejected = check(g, [0.87, 0.90, 0.84])  # 0.03 below, every seed
     assert rejected.verdict is Verdict.REJECTED and not rejected.passed
     assert rejected.lower is not None and rejected.lower > 0.01
-    assert "beyond it" in rejected.describe()
+    assert "beyond it" in words.describe(rejected)
     noisy = check(g, [0.95, 0.88, 0.87])  # -0.05, +0.05, 0.0: cannot tell
     assert noisy.verdict is Verdict.UNRESOLVED and not noisy.passed
     assert noisy.need is not None and noisy.need > 3
-    assert f"{noisy.need} seeds would confirm a harmless change" in (noisy.settle or "")
+    assert noisy.settle is not None and noisy.settle.reason is Reason.CONFIRM
+    assert f"{noisy.need} seeds would confirm a harmless change" in settled(noisy, g)
 
 
 def test_later_looks_and_later_checks_are_held_to_a_stricter_level() -> None:
@@ -209,7 +224,7 @@ def test_a_check_whose_runs_failed_spends_none_of_the_error_rate() -> None:
     tested = dataclasses.replace(tested, order=2)
     judged = rejudged({"a": crashed, "b": tested}, g)
     assert judged["a"] is crashed
-    assert judged["b"].order == 1 and "(look 1 of check 1)" in judged["b"].describe()
+    assert judged["b"].order == 1 and "(look 1 of check 1)" in words.describe(judged["b"])
     assert judged["b"].bound == pytest.approx(tested.bound)
 
 
@@ -223,12 +238,15 @@ def test_identical_pairs_are_bounded_by_the_validation_samples_own_noise() -> No
     big = check(guard(runs, initial=0.5), runs)
     assert big.passed and big.bound is not None and big.bound > 0.0
     assert big.sample_error == pytest.approx(math.sqrt(3) / VAL_ITEMS)
-    small = check(guard(runs, initial=0.5, items=100), runs, items=100)
+    few = guard(runs, initial=0.5, items=100)
+    small = check(few, runs, items=100)
     assert small.verdict is Verdict.UNRESOLVED and small.bound is not None and small.bound > 0.01
-    assert "a larger validation set would" in (small.settle or "")
-    blind = guard(runs, initial=0.5, units=False).confirm(runs)
+    assert "a larger validation set would" in settled(small, few)
+    unscored = guard(runs, initial=0.5, units=False)
+    blind = unscored.confirm(runs)
     assert blind.verdict is Verdict.UNRESOLVED and blind.bound is None
-    assert "no per-example values" in (blind.settle or "")
+    assert blind.settle is not None and blind.settle.reason is Reason.NO_UNITS
+    assert "no per-example values" in settled(blind, unscored)
     assert not blind.confirmable
 
 
@@ -258,7 +276,7 @@ def test_more_seeds_never_hide_the_validation_subsets_own_error() -> None:
     c = g.confirm(runs, units=units, squares=squares, looks=1)
     assert c.drop == pytest.approx(0.0) and c.verdict is Verdict.UNRESOLVED
     assert c.sample_error == pytest.approx(math.sqrt(200 / VAL_ITEMS / (VAL_ITEMS - 1)), rel=0.02)
-    assert "a larger validation set would" in (c.settle or "")
+    assert "a larger validation set would" in settled(c, g)
     # The seeds alone (the old rule): zero spread, "confirmed".
     assert statistics.pstdev(g.paired_drops(runs)) == 0.0
 
@@ -348,8 +366,9 @@ def test_a_metric_that_gets_worse_as_the_model_trains_is_named_as_wrong() -> Non
     assert g.wrong_way and not g.learned
     c = check(g, [0.0, 0.0, 0.0])
     assert c.verdict is Verdict.UNRESOLVED
-    assert "got worse as it trained" in (c.settle or "")
-    assert "metric='loss' (--metric loss)" in (g.advice() or "")
+    assert c.settle is not None and c.settle.reason is Reason.WRONG_WAY
+    assert "got worse as it trained" in settled(c, g)
+    assert "metric='loss' (--metric loss)" in advised(g)
     assert g.to_dict()["wrong_way"] is True
 
 
@@ -358,8 +377,9 @@ def test_a_baseline_that_did_not_learn_confirms_nothing() -> None:
     assert not g.learned  # twice its own spread (0.001): the seeds alone move it that much
     c = check(g, [0.501, 0.502, 0.500])
     assert c.verdict is Verdict.UNRESOLVED
-    assert "barely moved from the untrained model's" in (c.settle or "")
-    assert "barely moved" in (g.advice() or "")
+    assert c.settle is not None and c.settle.reason is Reason.NOT_LEARNED
+    assert "barely moved from the untrained model's" in settled(c, g)
+    assert "barely moved" in advised(g)
     learned = guard([0.80, 0.81, 0.79], initial=0.50)
     assert learned.learned and learned.advice() is None
 
@@ -429,7 +449,7 @@ def test_accuracy_budget_without_a_deadline_is_three_epochs() -> None:
     plan = plan_accuracy_budget(
         n_train=4096, batch_size=32, throughput=1900.0, repeats=3, seconds=None
     )
-    assert plan == AccuracyPlan(samples=12288, least=8 * 32)
+    assert (plan.samples, plan.least, plan.note, plan.fits) == (12288, 8 * 32, None, True)
 
 
 def test_accuracy_budget_takes_at_most_a_quarter_of_the_budget() -> None:
@@ -447,8 +467,10 @@ def test_less_than_an_epoch_is_said_up_front_never_the_whole_budget() -> None:
         n_train=4000, batch_size=32, throughput=100.0, repeats=3, seconds=240.0
     )
     assert plan.samples == 2000
-    assert plan.note is not None and "50% of an epoch" in plan.note
-    assert "A timeout of 480 s or more gives it a full epoch" in plan.note
+    assert plan.note is PlanNote.EPOCH_SHARE and plan.epoch_timeout == pytest.approx(480.0)
+    note = words.plan_note(plan) or ""
+    assert "50% of an epoch" in note
+    assert "A timeout of 480 s or more gives it a full epoch" in note
     tiny = plan_accuracy_budget(n_train=4000, batch_size=32, throughput=10.0, repeats=3, seconds=60)
     assert tiny.samples == 8 * 32  # a few steps at the least
 
@@ -461,9 +483,11 @@ def test_a_horizon_the_time_left_cut_names_a_timeout_that_would_hold_an_epoch() 
     plan = plan_accuracy_budget(
         n_train=10_000, batch_size=32, throughput=100.0, repeats=3, seconds=1200.0, left=600.0
     )
-    assert plan.samples == 7500 and plan.note is not None
-    assert "75% of an epoch" in plan.note and "all the time left" in plan.note
-    assert "A timeout of 1400 s or more gives it a full epoch" in plan.note
+    assert plan.samples == 7500 and plan.note is PlanNote.EPOCH_TIME_LEFT
+    note = words.plan_note(plan) or ""
+    assert "75% of an epoch" in note and "all the time left" in note
+    assert plan.epoch_timeout == pytest.approx(1400.0)
+    assert "A timeout of 1400 s or more gives it a full epoch" in note
 
 
 def test_the_budget_never_exceeds_the_planned_run() -> None:
@@ -496,7 +520,7 @@ def test_a_confirmation_says_how_rare_a_failure_mode_could_go_unseen() -> None:
     assert c.verdict is Verdict.CONFIRMED
     # Said as the chance a 1-in-10 mode went unseen (0.9^3), not as "1 time in 20".
     assert "a failure mode of 1 run in 10 would go unseen in 3 pairs 73% of the time" in (
-        c.describe()
+        words.describe(c)
     )
     assert c.to_dict()["unseen_one_in_ten"] == pytest.approx(0.729)
     assert c.summary()["unseen_one_in_ten"] == pytest.approx(0.729)
@@ -515,14 +539,14 @@ def test_identical_pairs_are_not_read_as_near_certainty() -> None:
     assert c.sample_error is not None and c.resolution is not None
     t8 = stats.t.ppf(1 - look_alpha(1), 8)
     assert c.resolution == pytest.approx(t8 * c.sample_error, rel=0.01)
-    assert ">99.9%" not in c.describe() and "confidence, one-sided" in c.describe()
+    assert ">99.9%" not in words.describe(c) and "confidence, one-sided" in words.describe(c)
 
 
 def test_the_bound_holds_its_level_when_the_seeds_vary_more_than_the_validation_sample() -> None:
     """Simulated at the first look's level (0.028), 3 pairs, the seeds' part 4x and 16x the
     validation sample's (the CNN's batch-2x pairs are about 7x): Welch-Satterthwaite alone let
     about 0.041 false accepts through; the rule the guard runs holds the level."""
-    from autotune._search.guard import SampleNoise, paired_bounds
+    from autotune._guard.stats import SampleNoise, paired_bounds
 
     rng = np.random.default_rng(7)
     level = look_alpha(1)
@@ -544,7 +568,8 @@ def test_min_pairs_holds_a_confirmation_until_it_has_that_many_pairs() -> None:
     g = dataclasses.replace(guard([0.90, 0.93, 0.87], initial=0.5), min_pairs=8)
     c = check(g, [0.899, 0.930, 0.868])
     assert c.verdict is Verdict.UNRESOLVED and c.need == 8
-    assert c.settle == "min_pairs=8 asks for 8 pairs before a confirmation: 5 more"
+    assert c.settle is not None and c.settle.reason is Reason.MIN_PAIRS
+    assert settled(c, g) == "min_pairs=8 asks for 8 pairs before a confirmation: 5 more"
     eight = [0.899, 0.930, 0.868, 0.90, 0.90, 0.90, 0.90, 0.90]
     g8 = dataclasses.replace(
         guard([0.90, 0.93, 0.87, 0.90, 0.90, 0.90, 0.90, 0.90], initial=0.5), min_pairs=8
@@ -574,7 +599,8 @@ def test_the_accuracy_plan_shrinks_its_horizon_to_the_time_left_before_giving_up
     # 20 s left: 4,250 samples, with a note saying it is the time left that limits it.
     shorter = plan_accuracy_budget(whole_run=True, planned_epochs=10, left=20.0, **common)
     assert shorter.samples == 4_250 and shorter.fits
-    assert shorter.note is not None and "all the time left" in shorter.note
+    assert shorter.note is PlanNote.TIME_LEFT
+    assert "all the time left" in (words.plan_note(shorter) or "")
     # Under the least (8 steps of 32 for each of the 8 runs): does not fit, says so.
     none = plan_accuracy_budget(whole_run=True, planned_epochs=10, left=0.5, **common)
     assert not none.fits and none.samples == none.least == 256
@@ -585,14 +611,15 @@ def test_the_next_looks_size_follows_the_spread_never_the_interim_mean() -> None
     looking harmless so far and one near the tolerance, plan the same next look: a size chosen
     from how good the candidate looks would bias that look's test (the error shares assume
     sizes fixed in advance). It used to be 6 seeds for the one and none for the other."""
-    from autotune._search.guard import SampleNoise
+    from autotune._guard.stats import SampleNoise
 
     g = guard([0.90, 0.93, 0.87], initial=0.5)
     noise = SampleNoise(variance=1e-6, dof=2047.0)
-    good = g._settle([-0.005, 0.005, 0.004], 1, 1, noise)
-    near = g._settle([0.005, 0.015, 0.014], 1, 1, noise)
-    assert good[1] is not None and good[1] == near[1] > 3
-    assert f"{good[1]} seeds would confirm a harmless change" in good[0]
+    good = settle(g, [-0.005, 0.005, 0.004], 1, 1, noise)
+    near = settle(g, [0.005, 0.015, 0.014], 1, 1, noise)
+    assert good.need is not None and good.need == near.need > 3
+    assert good.reason is near.reason is Reason.CONFIRM
+    assert f"{good.need} seeds would confirm a harmless change" in words.settle_words(good, g)
 
 
 def test_a_validation_set_too_small_is_said_with_the_width_that_decides_it() -> None:
@@ -601,10 +628,14 @@ def test_a_validation_set_too_small_is_said_with_the_width_that_decides_it() -> 
     wide as the tolerance (the ResNet's note printed its standard error, ±0.0029, as if it
     were that half-width)."""
     runs = [0.90, 0.91, 0.89]
-    small = check(guard(runs, initial=0.5, items=100), runs, items=100)
+    few = guard(runs, initial=0.5, items=100)
+    small = check(few, runs, items=100)
     assert small.verdict is Verdict.UNRESOLVED and small.settle is not None
-    assert "a larger validation set would" in small.settle
-    printed = float(small.settle.split("(±")[1].split(" ")[0])
+    assert small.settle.reason is Reason.SAMPLE_AS_WIDE and small.settle.floor is not None
+    said = settled(small, few)
+    assert "a larger validation set would" in said
+    printed = float(said.split("(±")[1].split(" ")[0])
+    assert printed == round(small.settle.floor, 4)
     assert printed >= 0.01
     # And it is done as said: no seeds are bought for it (a tiny BERT's 128-example check
     # printed this, then ran a fourth seed and got the same answer).
@@ -621,7 +652,7 @@ def test_advice_for_seeds_says_where_the_validation_set_takes_most_of_the_tolera
     hundreds (164 for these pairs, before pairs better by more than the tolerance were counted
     at it; 25 now). The advice says the validation set is what limits it; with a validation
     sample a third as noisy the same pairs need 6 seeds and no such clause."""
-    from autotune._search.guard import SampleNoise
+    from autotune._guard.stats import SampleNoise
 
     g = guard([0.90, 0.93, 0.87], initial=0.5)
     drops = [-0.030, -0.013, -0.002]
@@ -629,11 +660,11 @@ def test_advice_for_seeds_says_where_the_validation_set_takes_most_of_the_tolera
     def noise(sd: float) -> SampleNoise:
         return SampleNoise(variance=sd**2, dof=2047.0, shrinks=0.3 * sd**2, pairs=3)
 
-    text, need = g._settle(drops, 1, 1, noise(0.0032))
+    text, need = said(g, drops, noise(0.0032))
     assert need == 25 and "25 seeds would confirm a harmless change" in text
     assert "2 better by more than the tolerance counted at it" in text
     assert "a larger validation set would need far fewer" in text
-    text, need = g._settle(drops, 1, 1, noise(0.001))
+    text, need = said(g, drops, noise(0.001))
     assert need == 6 and "validation set" not in text
 
 
@@ -642,15 +673,15 @@ def test_a_look_sized_to_reject_a_drop_says_so_not_that_it_would_confirm() -> No
     told "5 seeds would confirm a harmless change", the wording of a look sized by the spread,
     while its size came from the seeds that would reject the drop seen. A look sized to reject
     says that; one sized by the spread keeps its words."""
-    from autotune._search.guard import SampleNoise
+    from autotune._guard.stats import SampleNoise
 
     g = guard([0.90, 0.93, 0.87], initial=0.5)
     noise = SampleNoise(variance=1e-6, dof=2047.0)
-    far = g._settle([0.20, 0.40, 0.19], 1, 1, noise)
+    far = said(g, [0.20, 0.40, 0.19], noise)
     assert far[1] is not None
     assert f"{far[1]} seeds would reject it as often as not, were its drop" in far[0]
     assert "confirm a harmless change" not in far[0]
-    harmless = g._settle([-0.005, 0.005, 0.004], 1, 1, noise)
+    harmless = said(g, [-0.005, 0.005, 0.004], noise)
     assert "would confirm a harmless change" in harmless[0]
 
 
@@ -660,19 +691,19 @@ def test_where_no_number_of_seeds_settles_the_advice_names_what_is_in_the_way() 
     advice says that the validation set is in the way, not the pairs' spread. Where that noise
     is as wide as the tolerance, more seeds would not confirm a change no better than the
     baseline (one clearly better still might: the words do not rule it out)."""
-    from autotune._search.guard import SampleNoise, sample_floor
+    from autotune._guard.stats import SampleNoise, sample_floor
 
     g = guard([0.90, 0.93, 0.87], initial=0.5)
     drops = [0.004, 0.005, 0.006]
     part = SampleNoise(variance=0.003**2, dof=2047.0)
     assert 0.005 < sample_floor(part, 1) < 0.01
-    text, need = g._settle(drops, 1, 1, part)
+    text, need = said(g, drops, part)
     assert need is None
     assert "leaves too little of the tolerance 0.01 beside the pairs' ±0.0010" in text
     assert "80% of the time; a larger validation set would" in text
     whole = SampleNoise(variance=0.005**2, dof=2047.0)
     assert sample_floor(whole, 1) >= 0.01
-    text, need = g._settle(drops, 1, 1, whole)
+    text, need = said(g, drops, whole)
     assert need is None and "more seeds would not tell" not in text
     assert "more seeds would not confirm a change no better than the baseline" in text
 
@@ -696,7 +727,7 @@ def test_where_no_number_of_seeds_settles_the_advice_names_what_is_in_the_way() 
     ],
 )
 def test_a_baseline_run_far_behind_its_others_is_named(runs, higher, lagging) -> None:
-    from autotune._search.guard import lagging_run
+    from autotune._guard.stats import lagging_run
 
     lag = lagging_run(runs, higher_is_better=higher, tolerance=0.01)
     if lagging is None:
@@ -719,7 +750,7 @@ def test_a_baseline_run_far_behind_its_others_no_longer_widens_the_bound_of_a_ca
     assert c.drop == pytest.approx(-0.0378, abs=5e-4)
     assert c.verdict is Verdict.CONFIRMED and c.counted == 1
     assert c.bound is not None and c.bound < 0.01
-    assert "a pair better by more than the tolerance counted as better by it" in c.describe()
+    assert "a pair better by more than the tolerance counted as better by it" in words.describe(c)
     assert Confirmation.from_dict(c.to_dict()).counted == 1
     worse = check(g, [0.945, 0.950, 0.942, 0.940, 0.948, 0.944])  # 0.04 worse but on seed 3
     assert worse.verdict is Verdict.UNRESOLVED and worse.bound is not None

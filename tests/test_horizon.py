@@ -1,16 +1,17 @@
-"""The accuracy runs' horizon (autotune/_search/horizon.py): lengthened where a longer one
+"""The accuracy runs' horizon (autotune/_guard/plan.py): lengthened where a longer one
 settles checks sooner or where only there can a check that moves training settle; kept where
 it settles them as soon; on plain numbers and on the simulated machine of tests/sim.py."""
 
 from __future__ import annotations
 
 import math
+import re
 
-from sim import Model, noise, search
+from sim import Model, noise, result_of, search
 
-from autotune._search.baseline import budget_note
-from autotune._search.guard import Verdict
-from autotune._search.horizon import pairs_to_confirm, plan_horizon
+from autotune._guard import words
+from autotune._guard.confirmation import Verdict
+from autotune._guard.plan import Longer, pairs_to_confirm, plan_horizon
 from autotune._trial.outcome import AccuracyRun
 
 DIGITS = {"batch_size": [32, 64], "precision": ["fp32"]}
@@ -64,8 +65,9 @@ def test_a_spread_that_falls_faster_than_the_cost_rises_lengthens_the_horizon() 
     assert math.isclose(plan.spread, 0.02) and math.isclose(plan.half_spread or 0, 0.04)
     assert plan.longer == 4096 and math.isclose(plan.longer_spread or 0, 0.01)
     assert plan.longer_seconds < plan.seconds
-    assert plan.lengthen and "settle sooner" in (plan.reason or "")
-    assert "lengthen" in plan.describe() and "4,096 samples" in plan.describe()
+    assert plan.lengthen and plan.reason is Longer.SOONER
+    assert "settle sooner" in (words.horizon_reason(plan) or "")
+    assert "lengthen" in words.horizon(plan) and "4,096 samples" in words.horizon(plan)
 
 
 def test_a_spread_that_does_not_fall_keeps_the_horizon() -> None:
@@ -79,7 +81,7 @@ def test_a_spread_that_does_not_fall_keeps_the_horizon() -> None:
         run_seconds=2.0,
         left=1e6,
     )
-    assert not plan.lengthen and plan.describe().endswith("keep it")
+    assert not plan.lengthen and words.horizon(plan).endswith("keep it")
     # Nor where the planned run is reached, however the spread falls.
     capped = plan_horizon(
         runs([0.90, 0.92, 0.94], [0.50, 0.70, 0.90]),
@@ -88,7 +90,7 @@ def test_a_spread_that_does_not_fall_keeps_the_horizon() -> None:
         tolerance=0.01,
         run_seconds=2.0,
     )
-    assert not capped.lengthen and "no longer horizon" in capped.describe()
+    assert not capped.lengthen and "no longer horizon" in words.horizon(capped)
 
 
 def test_where_no_check_fits_here_but_one_fits_there_the_horizon_is_lengthened() -> None:
@@ -101,7 +103,8 @@ def test_where_no_check_fits_here_but_one_fits_there_the_horizon_is_lengthened()
     timed = plan_horizon(
         spread, samples=2048, limit=40_000, tolerance=0.01, run_seconds=2.0, left=60.0
     )
-    assert timed.lengthen and "cannot be settled here" in (timed.reason or "")
+    assert timed.lengthen and timed.reason is Longer.ONLY_THERE
+    assert "cannot be settled here" in (words.horizon_reason(timed) or "")
     short = plan_horizon(
         spread, samples=2048, limit=40_000, tolerance=0.01, run_seconds=2.0, left=20.0
     )
@@ -171,7 +174,7 @@ def test_seeds_that_have_not_taken_off_where_another_has_are_counted() -> None:
 def test_the_reason_to_lengthen_says_which_rule_holds() -> None:
     from test_guard import guard
 
-    from autotune._search.horizon import longer_reason
+    from autotune._guard.plan import longer_reason
 
     flat = plan_horizon(
         runs([0.90, 0.92, 0.94], [0.80, 0.82, 0.84]),
@@ -181,10 +184,15 @@ def test_the_reason_to_lengthen_says_which_rule_holds() -> None:
         run_seconds=2.0,
     )
     assert longer_reason(guard([0.90, 0.92, 0.94], initial=0.10), flat) is None
-    untrained = longer_reason(guard([0.101, 0.10, 0.102], initial=0.10), flat)
-    assert untrained is not None and "barely moved" in untrained
-    lag = longer_reason(guard([0.97, 0.30, 0.96], initial=0.10), flat)
-    assert lag is not None and "1 of the baseline's 3 seeds had not taken off" in lag
+    still = guard([0.101, 0.10, 0.102], initial=0.10)
+    untrained = longer_reason(still, flat)
+    assert untrained is Longer.NOT_LEARNED
+    assert "barely moved" in (words.longer_words(untrained, still, flat) or "")
+    lagging = guard([0.97, 0.30, 0.96], initial=0.10)
+    lag = longer_reason(lagging, flat)
+    assert lag is Longer.LAGGING
+    said = words.longer_words(lag, lagging, flat) or ""
+    assert "1 of the baseline's 3 seeds had not taken off" in said
     # A metric that got worse as it trained: no horizon fixes it.
     assert longer_reason(guard([0.05, 0.051, 0.049], initial=0.50), flat) is None
     capped = plan_horizon(runs([0.97, 0.30, 0.96], None), samples=4000, limit=4000,
@@ -238,20 +246,22 @@ def test_a_budget_too_short_for_a_check_says_so_and_which_timeout_would_hold_one
     assert plan.pairs is not None and plan.seconds > 60.0
     short = plan.short_by
     assert short == plan.seconds - 60.0
-    note = budget_note(plan, timeout=240.0)
+    note = words.budget_words(plan, timeout=240.0)
     assert note is not None
     assert f"needs ~{plan.seconds:.0f} s of accuracy runs here, and ~60 s are left" in note
     assert f"a timeout of about {10 * math.ceil(1.1 * (240.0 + short) / 10)} s would" in note
     roomy = plan_horizon(base, samples=2048, limit=2048, tolerance=0.01, run_seconds=2.0, left=1e5)
-    assert roomy.short_by is None and budget_note(roomy, timeout=1e5) is None
+    assert roomy.short_by is None and words.budget_words(roomy, timeout=1e5) is None
     untimed = plan_horizon(base, samples=2048, limit=2048, tolerance=0.01, run_seconds=2.0)
-    assert untimed.short_by is None and budget_note(untimed, timeout=None) is None
+    assert untimed.short_by is None and words.budget_words(untimed, timeout=None) is None
     wild = plan_horizon(
         runs([0.1, 0.9, 0.5], None), samples=2048, limit=2048, tolerance=0.01, run_seconds=2.0,
         left=60.0,
     )  # fmt: skip
     assert wild.pairs is None
-    assert "no timeout would hold one at this horizon" in (budget_note(wild, timeout=240.0) or "")
+    assert "no timeout would hold one at this horizon" in (
+        words.budget_words(wild, timeout=240.0) or ""
+    )
 
 
 def test_the_search_says_up_front_when_its_budget_holds_no_check_that_moves_training() -> None:
@@ -287,3 +297,24 @@ def test_a_longer_horizon_that_does_not_fit_says_which_timeout_would_hold_it() -
     accuracy = run.ledger().baseline_accuracy
     assert accuracy is not None and accuracy.samples == 2048, text
     assert accuracy.note is not None and "The horizon: 1 of the baseline's" in accuracy.note
+
+
+def test_a_budget_figure_is_one_number_in_every_output(tmp_path) -> None:
+    """ "A timeout of about N s would hold one" check: the progress line, the result's JSON,
+    the detail and the report say the same N, the one ``plan.check_timeout`` computes, and
+    the flag they name exists."""
+
+    def metric(cfg, seed: int) -> float:
+        return 0.90 + noise(seed, 0.03)
+
+    run, _, lines = search(digits(metric=metric), knobs=DIGITS, timeout=60.0, n_train=400)
+    said = [m for line in lines for m in re.findall(r"a timeout of about (\d+) s would", line)]
+    assert len(set(said)) == 1, "\n".join(lines)
+    phrase = f"a timeout of about {said[0]} s would hold one"
+    result = result_of(run, 60.0)
+    data = result.to_dict()
+    assert phrase in data["search"]["accuracy_note"]
+    from autotune._result.summary import render_summary
+
+    assert phrase in render_summary(data, detail=True)
+    assert phrase in result.report(tmp_path / "report.html").read_text()

@@ -249,3 +249,50 @@ def test_the_layer_diagram_holds_every_module_and_every_import_points_down() -> 
         if at[d] < at[m] or (at[d] == at[m] and m.rpartition(".")[0] != d.rpartition(".")[0])
     ]
     assert not upward, "\n".join(upward)
+
+
+# The guard's modules that decide, and the modules that write words.
+GUARD_DECISIONS = ("stats", "confirmation", "guard", "plan")
+WORDS = (
+    "autotune._guard.words",
+    "autotune._search.words",
+    "autotune._result",
+    "autotune._progress",
+)
+# Inputs that are names, not results: the guarded metric's own name.
+NAMES = {"AccuracyGuard.metric_name"}
+
+
+def test_the_guards_decisions_import_no_words() -> None:
+    """No module of the guard that decides imports, even through another, a module that
+    writes sentences: its decisions are codes and numbers, rendered by ``_guard/words.py``."""
+    graph = _graph(typing=True)
+    for name in GUARD_DECISIONS:
+        seen, todo = set(), [f"autotune._guard.{name}"]
+        while todo:
+            module = todo.pop()
+            for dep in graph[module] - seen:
+                seen.add(dep)
+                todo.append(dep)
+        words = sorted(m for m in seen if m.startswith(WORDS))
+        assert not words, f"autotune._guard.{name} imports {words}"
+
+
+def test_the_guards_decisions_and_plans_return_no_sentences() -> None:
+    """No function of the guard's decision and planning modules returns a ``str``, and no
+    field of their results is one (an enum member is: it is a code)."""
+    found = []
+    for name in ("stats", "guard", "plan"):
+        tree = ast.parse((PACKAGE / "_guard" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            returns = getattr(node, "returns", None)
+            if returns is not None and "str" in ast.unparse(returns).split(" | "):
+                found.append(f"{name}.{node.name} returns {ast.unparse(returns)}")
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        field = f"{node.name}.{item.target.id}"
+                        kinds = ast.unparse(item.annotation).split(" | ")
+                        if "str" in kinds and field not in NAMES:
+                            found.append(f"{name}.{field}: {ast.unparse(item.annotation)}")
+    assert not found, "\n".join(found)

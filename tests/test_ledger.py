@@ -13,8 +13,8 @@ from test_guard import check
 import autotune
 from autotune import TrainingConfig
 from autotune._choices import LRSchedule, ScheduleKind
+from autotune._guard.confirmation import Confirmation, Verdict
 from autotune._search import finish, ranking, storage
-from autotune._search.guard import Confirmation, Verdict
 from autotune._search.ledger import (
     Ledger,
     could_win_bar,

@@ -170,12 +170,14 @@ def test_the_horizon_is_the_whole_run_where_the_length_is_searched_and_it_fits()
     the length and the planned run fits in the accuracy share, the baseline's runs are the
     whole planned run; where it does not fit, the usual three epochs; with the length fixed,
     three epochs however much time there is."""
-    from autotune._search.guard import plan_accuracy_budget
+    from autotune._guard import words
+    from autotune._guard.plan import PlanNote, plan_accuracy_budget
 
     common = dict(n_train=1000, batch_size=32, throughput=1000.0, repeats=3, planned_epochs=10)
     # 25% of 600 s at 1,000 samples/s for 3 seeds: 50,000 samples; the whole run is 10,000.
     whole = plan_accuracy_budget(seconds=600.0, whole_run=True, **common)
-    assert whole.samples == 10_000 and "the whole planned run (10 epochs" in (whole.note or "")
+    assert whole.samples == 10_000 and whole.note is PlanNote.WHOLE_RUN
+    assert "the whole planned run (10 epochs" in (words.plan_note(whole) or "")
     # 25% of 60 s: 5,000 samples, less than the whole run: three epochs.
     assert plan_accuracy_budget(seconds=60.0, whole_run=True, **common).samples == 3_000
     assert plan_accuracy_budget(seconds=600.0, **common).samples == 3_000

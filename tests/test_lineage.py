@@ -97,7 +97,7 @@ def test_the_same_command_on_a_wider_model_measures_it_afresh_and_says_so(
     assert second["search"]["model_fingerprint"]["hash"] == model_fingerprint(mlp(256))["hash"]
     assert first["search"]["model_fingerprint"]["hash"] == model_fingerprint(mlp(32))["hash"]
     assert second["baseline"]["metrics"]["throughput"] != first["baseline"]["metrics"]["throughput"]
-    assert main(["show", str(tmp_path / "a.json")]) == 0
+    assert main(["show", str(tmp_path / "a.json"), "--detail"]) == 0
     shown = capsys.readouterr().out
     assert f"fingerprints: model {model_fingerprint(mlp(256))['hash']}" in shown
     names = optuna.get_all_study_names(storage=f"sqlite:///{tmp_path / 'autotune.db'}")

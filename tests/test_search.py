@@ -20,9 +20,9 @@ from torch import nn
 import autotune
 from autotune import _run as api
 from autotune._device import describe_device
+from autotune._guard.plan import AccuracyPlan, PlanNote
 from autotune._result.summary import render_summary
 from autotune._search import baseline as baseline_module
-from autotune._search.guard import AccuracyPlan
 from autotune._search.storage import read_settings
 from autotune._trial.failures import FailureReason
 from autotune._trial.runner import run_trial
@@ -337,7 +337,7 @@ def test_the_summary_says_what_it_knows_of_checks_rounds_and_repeats(fast_kwargs
     assert "search: 2 configs measured in" in text
     search.update(proposals_repeated=3)
     assert "2 configs measured (and 3 proposals of a config measured already)" in render_summary(
-        data
+        data, detail=True
     )
     stopped = {"runs": [0.9], "verdict": "unresolved", "failure": "its accuracy runs were stopped"}
     data["answers"]["pending"] = {"trial": 7, "speedup": 2.0, "confirmation": stopped}
@@ -455,7 +455,9 @@ def test_a_baseline_that_did_not_learn_is_said_plainly(fast_kwargs) -> None:
 
 
 def test_the_baseline_accuracy_plan_is_used_and_its_note_said(fast_kwargs, monkeypatch) -> None:
-    plan = AccuracyPlan(samples=1536, note="the accuracy check trains on 1536 samples per run")
+    plan = AccuracyPlan(
+        samples=1536, note=PlanNote.EPOCH_SHARE, n_train=2048, repeats=3, epoch_timeout=90.0
+    )
     monkeypatch.setattr(baseline_module, "plan_accuracy_budget", lambda **kw: plan)
     lines: list[str] = []
     result = find(

@@ -17,8 +17,8 @@ from test_ledger import _base, _candidate, _study_with, settings
 
 import autotune
 from autotune._errors import StorageError
+from autotune._guard.confirmation import Verdict
 from autotune._search import storage
-from autotune._search.guard import Verdict
 from autotune._search.ledger import Ledger
 from autotune._search.record import BaselineAccuracy
 from autotune._trial.outcome import AccuracyRun

@@ -59,7 +59,8 @@ def test_a_long_event_line_is_cut_at_a_clause_and_kept_whole() -> None:
 def test_a_search_story_and_summary_read_as_a_person_needs(tmp_path) -> None:
     """A simulated search's story: every row and note within 120 characters, none of the
     long reasoning lost (the result's detail holds it); its summary's first five lines hold
-    the change, the speed-up with its range, the accuracy verdict and how to apply it."""
+    the change, the speed-up with its range, the accuracy verdict and how to apply it, and
+    the summary is the short story: at most 12 lines, none cut (issue 68)."""
     model = Model(speed=_speed)
     knobs = {**SAFE, "precision": ["fp32", "bf16"]}
     run, _, _ = search(model, knobs=knobs, timeout=240.0)
@@ -70,8 +71,8 @@ def test_a_search_story_and_summary_read_as_a_person_needs(tmp_path) -> None:
     assert re.match(r"  speed-up: \d\.\d\dx, range \d\.\d\d-\d\.\d\dx: the median of 3 ", first[2])
     assert first[3].startswith("  accuracy: ")
     assert 'autotune.load_config("best.json")' in first[4]
-    # Every line of the summary fits, the configs wrapped and the notes cut at a clause;
-    # `autotune show --detail` (detail=True) has each whole.
+    # Every line of the summary fits, none of them cut; `autotune show --detail`
+    # (detail=True) has everything, each line whole.
     assert all(len(line) <= 120 for line in render_summary(data).splitlines())
     data["search"]["unmeasured"] = [
         {"knob": "compile_mode", "value": v, "why": "not tried: the search ended first"}
@@ -86,7 +87,13 @@ def test_a_search_story_and_summary_read_as_a_person_needs(tmp_path) -> None:
     assert max(len(line) for line in whole.splitlines()) > 120
     brief = render_summary(data)
     assert all(len(line) <= 120 for line in brief.splitlines())
-    assert "(more: autotune show --detail)" in brief
+    assert len([line for line in brief.splitlines() if line.strip()]) <= 12
+    assert "(more:" not in brief and not any(line.endswith("…") for line in brief.splitlines())
+    # The unmeasured values are a warning of the lowest rank: with no other, the story has
+    # room for it, said short from its facts, and names where the reasons are.
+    assert (
+        "  ! 4 values of compile_mode, batch_size not measured; `autotune show --detail` says why."
+    ) in brief.splitlines()
     # `autotune show --detail` prints the whole of each shortened line.
     notes = data["search"]["notes"]
     assert notes and any(len(note) > 120 for note in notes)
@@ -108,17 +115,19 @@ def test_show_detail_prints_the_notes(tmp_path, capsys) -> None:
 
 
 def test_advice_names_options_that_exist_on_the_command_line_and_in_search_options() -> None:
-    """Every option advice names (guard.py's, through words.option) is a flag of `autotune
-    search` and a field of SearchOptions: "accuracy_repeats=34" named no flag the CLI had."""
+    """Every option advice names (the guard's words and the short story's, through option)
+    is a flag of `autotune search` and a field of SearchOptions: "accuracy_repeats=34" named
+    no flag the CLI had."""
     import dataclasses
     from pathlib import Path
 
     import autotune
     from autotune._cli import build_parser
-    from autotune._search import guard, words
+    from autotune._guard import words as guard_words
+    from autotune._result import story
 
-    source = Path(guard.__file__).read_text(encoding="utf-8")
-    named = set(re.findall(r"words\.option\('(\w+)'", source))
+    source = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (guard_words, story))
+    named = set(re.findall(r"\boption\('(\w+)'", source))
     assert named >= {"accuracy_repeats", "accuracy_samples"}
     parser = build_parser()
     search = next(
@@ -127,7 +136,7 @@ def test_advice_names_options_that_exist_on_the_command_line_and_in_search_optio
     flags = {flag for action in search._actions for flag in action.option_strings}
     fields = {f.name for f in dataclasses.fields(autotune.SearchOptions)}
     for name in named:
-        text = words.option(name, 13)
+        text = guard_words.option(name, 13)
         flag, field = re.match(r"(--[\w-]+) 13 / SearchOptions\((\w+)=13\)", text).groups()
         assert flag in flags and field in fields, text
 
@@ -155,8 +164,10 @@ def test_no_two_lines_of_one_output_disagree() -> None:
         text
     )
     data["throughput_ratio"] = data["speedup"] * 0.95
-    first = render_summary(data).splitlines()[2]
+    first = render_summary(data, detail=True).splitlines()[2]
     assert f"(the table's ratio of medians: {data['throughput_ratio']:.2f}x)" in first
+    # The short story shows no table, so no ratio of one beside its speed-up.
+    assert render_summary(data).splitlines()[2].endswith("side-by-side rounds' ratios")
 
 
 def test_nothing_true_is_lost_between_the_story_and_the_detail(tmp_path, capsys) -> None:

@@ -25,6 +25,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState
 
+from autotune._guard import words as guard_words
 from autotune._knobs import registry
 from autotune._result.files import write_text_atomic
 from autotune._result.summary import no_check_words
@@ -259,7 +260,11 @@ def _headline_html(result: SearchResult) -> str:
     )
     notes = [_answers_line(result), _guard_line(result)]
     if result.pending is not None and result.pending.confirmation is not None:
-        settle = result.pending.confirmation.settle
+        guard = result.guard
+        confirmation = result.pending.confirmation
+        settle = confirmation.stored_settle
+        if guard is not None:
+            settle = guard_words.confirmation_settle(confirmation, guard)
         if settle:
             notes.append(f"Trial #{result.pending.number} would be faster; to settle it: {settle}.")
     return (
@@ -300,8 +305,11 @@ def _guard_line(result: SearchResult) -> str:
     if result.search.get("no_accuracy_check"):  # a longer horizon's runs failed: no check
         words = no_check_words(result.to_dict()["search"])
         return f"{line} {words[0].upper()}{words[1:]}."
-    advice = guard.advice()
-    return f"{line} {advice}" if advice else line
+    advice = guard_words.advice(guard.advice(), guard)
+    if advice:
+        line = f"{line} {advice}"
+    note = result.search.get("accuracy_note")  # the plan's, with any budget it would take
+    return f"{line} {note}" if note else line
 
 
 def _ms(v: float | None) -> float | None:
@@ -399,7 +407,7 @@ def _headline_figure(result: SearchResult) -> go.Figure:
 
 def _plain(value: float | None) -> str:
     """A figure as a person reads it: ``36,430``, ``61.2``, ``4.25``, ``0.9886`` (never
-    ``3.643e+04``, as the bars were labelled)."""
+    ``3.643e+04``, which a reader must decode)."""
     if value is None:
         return "n/a"
     size = abs(value)

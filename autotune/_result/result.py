@@ -18,6 +18,8 @@ from typing import Any
 import optuna
 
 from autotune._errors import ConfigError, StorageError
+from autotune._guard.confirmation import Verdict
+from autotune._guard.guard import AccuracyGuard
 from autotune._knobs.config import SCHEMA_VERSION, TrainingConfig
 from autotune._knobs.trainer_args import trainer_settings
 from autotune._result.files import write_text_atomic
@@ -25,7 +27,6 @@ from autotune._result.report import write_report
 from autotune._result.summary import render_summary
 from autotune._search import coverage, derived, ranking
 from autotune._search import storage as stored
-from autotune._search.guard import AccuracyGuard, Verdict
 from autotune._search.ledger import (
     Ledger,
     TrialRecord,
@@ -448,8 +449,8 @@ def load_config(path: str | os.PathLike[str]) -> TrainingConfig:
 def _beside_winner(out: dict[str, Any], baseline: TrialRecord, winner: TrialRecord) -> None:
     """The baseline's screening figures in ``out`` made those of its measurement in the
     winner's state of the machine (the one :attr:`SearchResult.throughput_ratio` divides by):
-    a README run busy at first showed the baseline at 38 samples/s, measured then, beside a
-    winner measured later with the machine free."""
+    a baseline measured while the machine was busy is not shown beside a winner measured with
+    it free."""
     m, ratio = winner.measurement, winner.screening_ratio
     if m is None or not ratio or winner.number == baseline.number:
         return

@@ -1,22 +1,36 @@
-"""The readable summary of a result: what ``print(result)`` and ``autotune show`` print."""
+"""The readable summary of a result: what ``print(result)`` and ``autotune show`` print.
+
+By default the short story (:func:`story_lines`): at most :data:`~autotune._result.story.
+STORY_LINES` lines, none over :data:`WIDTH` characters and none cut, that say what to change,
+how much faster and how that was measured, whether it is safe, how to apply it, the three
+warnings that matter most (:mod:`autotune._result.story` writes them from the result's facts)
+and where it was measured. With ``detail`` everything, each line whole (:func:`summary_parts`).
+"""
 
 from __future__ import annotations
 
 import json
 import statistics
-import textwrap
 from typing import Any
 
 from autotune._errors import ConfigError
+from autotune._guard import words as guard_words
+from autotune._guard.confirmation import Confirmation, Reason, Settle
+from autotune._guard.guard import AccuracyGuard
+from autotune._guard.plan import whole_run_timeout
+from autotune._guard.words import answer_claim, lag_words, unseen_note
 from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import changes
-from autotune._progress import WIDTH, brief
+from autotune._progress import WIDTH
+from autotune._result import story
+from autotune._result.story import STORY_LINES, Note, choose, fit_first
 from autotune._search.derived import format_speedup
-from autotune._search.guard import ACCURACY_SHARE, answer_claim, lag_words, unseen_note
 from autotune._search.record import GuardFailure, NoRun
+from autotune._search.warm import warm_line
 from autotune._search.words import change_words, unmeasured_words, wrap_clauses
+from autotune._trial.fingerprint import measured_on
 
-__all__ = ["render_summary", "summary_parts"]
+__all__ = ["render_summary", "story_lines", "summary_parts"]
 
 CHANGE = "  change: "  # the summary's second line: what to change of your settings
 
@@ -32,28 +46,152 @@ def _fmt_metric(value: float | None) -> str:
 
 
 def render_summary(data: dict[str, Any], *, detail: bool = False) -> str:
-    """A readable summary of an exported result (what ``autotune show`` prints): each line
-    within :data:`WIDTH` characters, or with ``detail`` each whole (``autotune show
-    --detail``)."""
-    head, rows, tail = summary_parts(data, detail=detail)
+    """A readable summary of an exported result (what ``autotune show`` prints): the short
+    story (:func:`story_lines`), or with ``detail`` everything, each line whole (``autotune
+    show --detail``)."""
+    if not detail:
+        return "\n".join(story_lines(data))
+    head, rows, tail = summary_parts(data)
     lines = [*head, "", f"  {'':22}{'winner':>16}{'baseline':>16}"]
     lines += [f"  {label:22}{w:>16}{b:>16}" for label, w, b in rows]
     return "\n".join([*lines, "", *tail])
 
 
+def story_lines(data: dict[str, Any]) -> list[str]:
+    """The short story: what to change, the speed-up and how it was measured, the accuracy
+    verdict with its horizon, how to apply it, the warnings that matter most (three at most,
+    chosen by rank, each whole) and where it was measured; at most :data:`STORY_LINES` lines,
+    each within :data:`WIDTH` characters. What it leaves out is in the detail."""
+    head = [*_first_lines(data, short=True)]
+    apply, more = _apply_lines(data)
+    end = [_measured_line(data)] if data.get("environment") else []
+    room = STORY_LINES - len(head) - 1 - len(end)
+    chosen = choose(_notes(data), room)
+    warned = [line for note in chosen for line in note.lines()]
+    keep = [more] if len(warned) < room else []  # the first to go where warnings need it
+    return [*head, apply, *keep, *warned, *end]
+
+
+def _notes(data: dict[str, Any]) -> list[Note]:
+    """Every warning the result's facts call for, each a short sentence of
+    :mod:`autotune._result.story` (the story keeps the most important; the detail says each
+    whole, with its reasoning)."""
+    answers, search = data.get("answers") or {}, data.get("search") or {}
+    guard = data.get("accuracy_guard")
+    name = data["metrics"].get("metric_name", "metric")
+    notes = []
+    pending = answers.get("pending")
+    if pending is not None:
+        c, speed = pending.get("confirmation") or {}, format_speedup(pending.get("speedup"))
+        if not c or c.get("failure"):
+            notes.append(story.unchecked(pending["trial"], speed, c.get("failure")))
+        else:
+            reason, need = c.get("settle_reason"), c.get("need")
+            notes.append(
+                story.unsettled(pending["trial"], speed, reason=reason, need=need, metric=name)
+            )
+    lag = (guard or {}).get("lagging_run")
+    if lag:
+        schedule = (data["baseline"]["config"].get("lr_schedule") or {}).get("kind")
+        seeds, metrics = lag.get("seeds") or [lag["seed"]], lag.get("metrics") or [lag["metric"]]
+        notes.append(
+            story.lagging(seeds, metrics, lag["others"], name, constant=schedule == "constant")
+        )
+    machine = search.get("machine") or {}
+    if machine.get("shared"):
+        notes.append(
+            story.shared(
+                int(machine["shared"]),
+                int(machine.get("readings") or 0),
+                cores=machine.get("cores"),
+                others_max=float(machine.get("others_max") or 0.0),
+                gpu=int(machine.get("gpu_others") or 0),
+            )
+        )
+    if search.get("interrupted"):
+        notes.append(story.interrupted())
+    notes += _check_notes(data, guard, search, name)
+    missing = search.get("unmeasured") or []
+    if missing:
+        knobs = list(dict.fromkeys(str(u["knob"]) for u in missing))
+        notes.append(story.unmeasured(knobs, len(missing)))
+    return notes
+
+
+def _check_notes(
+    data: dict[str, Any], guard: dict[str, Any] | None, search: dict[str, Any], name: str
+) -> list[Note]:
+    """The warnings of the accuracy checks: none possible, a horizon short of the run, faster
+    candidates rejected, no change of the numerics confirmed, the guard's advice, a plan
+    shorter than the budget meant."""
+    answers = data.get("answers") or {}
+    notes = []
+    failed = search.get("no_accuracy_check")
+    if guard is None or failed:
+        how = GuardFailure.from_dict(failed) if failed else None
+        notes.append(
+            story.no_check(
+                needed=search.get("numerics_searched") is not False,
+                failed=None if how is None else how.why,
+                failure=None if how is None or how.failure is None else how.failure.value,
+                interrupted=bool(search.get("interrupted")),
+            )
+        )
+    fast = answers.get("fast")
+    judged = _judged(data, fast) if fast is not None and answers.get("chosen") == "fast" else None
+    if judged is not None and judged[1] < judged[2]:
+        notes.append(story.short_horizon(judged[1], judged[2]))
+    rejected = [
+        (int(r["trial"]), format_speedup(r.get("speedup")))
+        for r in answers.get("rejected") or []
+        if (r.get("confirmation") or {}).get("lower") is not None
+    ]
+    if rejected:
+        notes.append(story.rejected(rejected))
+    counts = _unconfirmed_counts(data)
+    if fast is None and guard is not None and any(counts):
+        notes.append(story.unconfirmed(*counts))
+    if guard is None:
+        return notes
+    reason = _advice_reason(guard)
+    if reason is not None and not failed:
+        notes.append(story.guard_advice(reason, metric=name))
+    planned = data["metrics"].get("planned_samples")
+    samples = guard.get("accuracy_samples")
+    # A plan shorter than meant weakens the checks of a change of the numerics, where one is
+    # the answer or would be faster than it.
+    weighs = answers.get("chosen") == "fast" or answers.get("pending") is not None
+    if weighs and search.get("accuracy_note") and samples and planned and samples < planned:
+        notes.append(story.plan_note(int(samples), int(planned)))
+    return notes
+
+
+def _advice_reason(guard: dict[str, Any]) -> str | None:
+    """The reason code of the guard's advice (what keeps every change of the numerics from
+    being confirmed); for a result written before the code was stored, read from the facts
+    its sentence was written from."""
+    if "advice_reason" in guard:
+        return None if guard["advice_reason"] is None else str(guard["advice_reason"])
+    if not guard.get("advice"):
+        return None
+    if guard.get("wrong_way"):
+        return "wrong_way"
+    return "not_learned" if guard.get("learned") is False else "small_validation"
+
+
 def summary_parts(
-    data: dict[str, Any], *, detail: bool = False
+    data: dict[str, Any],
 ) -> tuple[list[str], list[tuple[str, str, str]], list[str]]:
-    """The summary's headline and configs, its table (label, winner, baseline) and the lines
-    after it (the answers, the guard, the search), for a plain or a terminal rendering. Each
-    line within :data:`WIDTH` characters (a config wrapped, a note cut at a clause, see
-    :func:`brief`); with ``detail``, each whole."""
+    """The detail's headline and configs, its table (label, winner, baseline) and the lines
+    after it (the answers, the guard, the search, the fingerprints), for a plain or a terminal
+    rendering, each line whole."""
     m, b = data["metrics"], data["baseline"]["metrics"]
     head = [
-        *_first_lines(data, detail),
+        *_first_lines(data),
+        *_apply_lines(data),
         "",
-        *_config_lines("winner:  ", _describe(data["config"]), detail),
-        *_config_lines("baseline:", _describe(data["baseline"]["config"]), detail),
+        f"  winner:   {_describe(data['config'])}",
+        f"  baseline: {_describe(data['baseline']['config'])}",
     ]
     # Throughput and projected time come from the side-by-side rounds where they measured
     # both (the headline's rounds); the rest of the table is the trials' screening measurement.
@@ -110,16 +248,7 @@ def summary_parts(
     else:
         source = f"  rows: each config's screening measurement (one draw); {_val_source(name)}"
     tail = [source, *_answers(data, name), *_validation_lines(data), *_search_lines(data)]
-    return head, table, tail if detail else [brief(line) for line in tail]
-
-
-def _config_lines(label: str, described: str, detail: bool) -> list[str]:
-    """A config after its label, wrapped within :data:`WIDTH` characters (whole with
-    ``detail``)."""
-    first = f"  {label} "
-    if detail:
-        return [first + described]
-    return textwrap.wrap(described, WIDTH, initial_indent=first, subsequent_indent=" " * len(first))
+    return head, table, tail
 
 
 def no_check_words(search: dict[str, Any]) -> str:
@@ -143,6 +272,19 @@ def no_check_words(search: dict[str, Any]) -> str:
 def _unconfirmed(data: dict[str, Any]) -> str | None:
     """Why the changes of the numerics a search tried made no fast answer, counted from its
     trials' reasons (their progress lines say them one by one); None where none was tried."""
+    could_not, failed, no_time = _unconfirmed_counts(data)
+    parts = [
+        (could_not, "could not beat the answer (screened slower, or trained an answer's steps)"),
+        (failed, "failed screening (outside the tolerance)"),
+        (no_time, "had no time left for their accuracy runs"),
+    ]
+    said = [f"{n} {words}" for n, words in parts if n]
+    return "; ".join(said) if said else None
+
+
+def _unconfirmed_counts(data: dict[str, Any]) -> tuple[int, int, int]:
+    """The changes of the numerics tried that made no fast answer: how many could not win,
+    failed screening, had no time for their accuracy runs."""
     could_not, failed, no_time = 0, 0, 0
     for t in data.get("trials") or []:
         if t.get("role") != "candidate" or t.get("safe") or t.get("reused") or t.get("failure"):
@@ -154,13 +296,7 @@ def _unconfirmed(data: dict[str, Any]) -> str | None:
             could_not += 1
         elif no_run == NoRun.NO_TIME.value:
             no_time += 1
-    parts = [
-        (could_not, "could not beat the answer (screened slower, or trained an answer's steps)"),
-        (failed, "failed screening (outside the tolerance)"),
-        (no_time, "had no time left for their accuracy runs"),
-    ]
-    said = [f"{n} {words}" for n, words in parts if n]
-    return "; ".join(said) if said else None
+    return could_not, failed, no_time
 
 
 def _val_source(name: str) -> str:
@@ -181,27 +317,28 @@ def _changes(data: dict[str, Any]) -> str:
     return change_words(changes(cfg, base), width=WIDTH - len(CHANGE))
 
 
-def _first_lines(data: dict[str, Any], detail: bool = False) -> list[str]:
-    """The summary's answer first, in five lines: what to change (with the headline), how much
-    faster and how that was measured, whether it is safe, and how to apply it."""
-    same = data["config"] == data["baseline"]["config"]
-    head = _headline(data)
-    if not same:
-        head += f"\n{CHANGE}{_changes(data)}"
-    lines = [*head.split("\n"), *_speed_line(data), _accuracy_line(data), *_apply_lines(data)]
-    # A long answer's change (five knobs) wraps at its clauses rather than run past the width.
-    return lines if detail else [part for line in lines for part in wrap_clauses(line)]
+def _first_lines(data: dict[str, Any], *, short: bool = False) -> list[str]:
+    """The summary's answer first: what to change (with the headline), how much faster and
+    how that was measured, and whether it is safe. ``short``: the story's, each line within
+    :data:`WIDTH` characters, written short where the whole one is longer (never cut)."""
+    lines = [_headline(data, short=short)]
+    if data["config"] != data["baseline"]["config"]:
+        change = f"{CHANGE}{_changes(data)}"
+        # A long answer's change (five knobs) wraps at its clauses rather than run past the width.
+        lines += wrap_clauses(change) if short else [change]
+    return [*lines, *_speed_line(data, short=short), _accuracy_line(data, short=short)]
 
 
-def _speed_line(data: dict[str, Any]) -> list[str]:
-    """How much faster, with its range and how it was measured; the table's ratio beside it
-    where it differs (a ratio of the rounds' medians, not the median of their ratios)."""
+def _speed_line(data: dict[str, Any], *, short: bool = False) -> list[str]:
+    """How much faster, with its range and how it was measured; beside the detail's table,
+    the table's ratio where it differs (a ratio of the rounds' medians, not the median of
+    their ratios). The short story shows no table, so no ratio of it."""
     span = data.get("speedup_range")
     if data["config"] == data["baseline"]["config"] or not span:
         return []
     table = data.get("throughput_ratio")
     beside = ""
-    if table and abs(table / data["speedup"] - 1) > 0.01:
+    if table and abs(table / data["speedup"] - 1) > 0.01 and not short:
         beside = f" (the table's ratio of medians: {table:.2f}x)"
     return [
         f"  speed-up: {data['speedup']:.2f}x, range {span[0]:.2f}-{span[1]:.2f}x: the median of "
@@ -209,8 +346,9 @@ def _speed_line(data: dict[str, Any]) -> list[str]:
     ]
 
 
-def _accuracy_line(data: dict[str, Any]) -> str:
-    """The accuracy verdict of the chosen answer, in one sentence with its horizon."""
+def _accuracy_line(data: dict[str, Any], *, short: bool = False) -> str:
+    """The accuracy verdict of the chosen answer, in one sentence with its horizon (``short``:
+    without its bound where the whole line is longer than :data:`WIDTH`)."""
     answers = data.get("answers") or {}
     if data["config"] == data["baseline"]["config"]:
         return "  accuracy: your settings, unchanged"
@@ -222,31 +360,38 @@ def _accuracy_line(data: dict[str, Any]) -> str:
     where = ""
     if horizon and planned:
         where = f" at {horizon:,} samples ({min(1.0, horizon / planned):.0%} of the run)"
-    return (
+    whole = (
         f"  accuracy: confirmed within tolerance {data.get('tolerance'):g} (upper bound "
         f"{c.get('bound') or 0:+.4f}, {len(c.get('runs', []))} paired seeds){where}"
     )
+    if not short:
+        return whole
+    return fit_first(
+        whole, f"  accuracy: confirmed within tolerance {data.get('tolerance'):g}{where}"
+    )
 
 
-def _apply_lines(data: dict[str, Any]) -> list[str]:
+def _apply_lines(data: dict[str, Any]) -> tuple[str, str]:
     """How to use it: the config from the JSON, and the trainer's settings where a trainer
-    ran the trials."""
+    ran the trials; then where to read it back."""
     trainer = data.get("trainer")
     if isinstance(trainer, dict) and trainer.get("kind"):
-        return [
+        return (
             '  apply: autotune.load_config("best.json"), or result.trainer_settings() for your '
             f"{trainer['kind']} trainer",
             "  (`autotune show best.json` reads it back; the reasoning: the report and the JSON)",
-        ]
-    return [
+        )
+    return (
         '  apply: cfg = autotune.load_config("best.json"); loader = cfg.dataloader(dataset); '
         "model = cfg.prepare(model)",
         "  or paste: autotune show best.json --as loop|lightning|transformers; the reasoning: "
         "--detail",
-    ]
+    )
 
 
-def _headline(data: dict[str, Any]) -> str:
+def _headline(data: dict[str, Any], *, short: bool = False) -> str:
+    """The answer in a line: how much faster, for what (the story's written short where the
+    whole one is longer than :data:`WIDTH`)."""
     m = data["metrics"]
     if data["config"] == data["baseline"]["config"]:
         return (
@@ -260,14 +405,29 @@ def _headline(data: dict[str, Any]) -> str:
             if (data.get("search") or {}).get("interrupted")
             else "no side-by-side round measured it with the baseline"
         )
-        return (
+        whole = (
             f"autotune result: NOT measured side by side ({why}): "
             f"{data['speedup']:.2f}x the baseline's steady-state throughput, from the trials' "
             "own measurements, one-time costs left out"
         )
-    return (
+        if not short:
+            return whole
+        return fit_first(  # why is the detail's (and an interruption, a warning's)
+            whole,
+            f"autotune result: {data['speedup']:.2f}x the baseline's throughput in the trials' "
+            "own measurements (NOT measured side by side)",
+        )
+    head = (
         f"autotune result: {data['speedup']:.2f}x faster than the baseline (training time "
-        f"for {m.get('planned_samples', 0):,} samples)" + _length(data)
+        f"for {m.get('planned_samples', 0):,} samples)"
+    )
+    if not short:
+        return head + _length(data)
+    fraction = float(data["config"].get("train_fraction", 1.0))
+    return fit_first(
+        head + _length(data),
+        head + (f"; it trains {fraction:.0%} of the planned epochs" if fraction != 1.0 else ""),
+        head,
     )
 
 
@@ -323,7 +483,7 @@ def _whole_run_timeout(data: dict[str, Any], answer: dict[str, Any]) -> float | 
     if judged is None or judged[0] == 1.0 or judged[1] >= judged[2] or not throughput:
         return None
     repeats = int((data.get("search") or {}).get("accuracy_repeats") or 3)
-    return float(repeats * judged[2] / throughput / ACCURACY_SHARE)
+    return whole_run_timeout(repeats=repeats, planned_samples=judged[2], throughput=throughput)
 
 
 def _length(data: dict[str, Any]) -> str:
@@ -376,7 +536,7 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
         # With no check made, say only that: the time left at the end is one reason, a
         # candidate no faster than the answer while checks were weighed (the rounds then
         # measuring the answer slower) another, and the result does not know which.
-        why = c.get("settle") or (
+        why = _settle_text(data, c) or (
             f"its check was stopped: {c['failure']}"
             if c.get("failure")
             else "no check of it was made before the search ended"
@@ -426,8 +586,8 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
         )
         if (data.get("search") or {}).get("no_accuracy_check"):
             lines.append(f"  ! {no_check_words(data['search'])}")
-        elif guard.get("advice"):
-            lines.append(f"  ! {guard['advice']}")
+        elif _advice_text(guard):
+            lines.append(f"  ! {_advice_text(guard)}")
         lag = guard.get("lagging_run")
         if lag:
             schedule = (data["baseline"]["config"].get("lr_schedule") or {}).get("kind")
@@ -443,6 +603,37 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
     if note:
         lines.append(f"  ! {note}")
     return lines
+
+
+def _settle_text(data: dict[str, Any], c: dict[str, Any]) -> str | None:
+    """What would settle a pending check, whole: rendered from its reason and figures (the
+    guard's words), or as a record written before them stored it; the short story's words
+    where the guard's cannot be rendered (a reason this version does not know)."""
+    guard, reason = data.get("accuracy_guard"), c.get("settle_reason")
+    if not reason:
+        return c.get("settle")
+    try:
+        check = Confirmation.from_dict(c)
+        if guard:
+            return guard_words.confirmation_settle(check, AccuracyGuard.from_dict(guard))
+    except (KeyError, TypeError, ValueError):
+        pass
+    name = data["metrics"].get("metric_name", "metric")
+    words = story.what_settles(str(reason), c.get("need"), name)
+    return f"its check did not settle ({reason})" if words is None else words.rstrip(".")
+
+
+def _advice_text(guard: dict[str, Any]) -> str | None:
+    """The guard's advice, whole: rendered from its reason and figures, or as a result written
+    before them stored it."""
+    reason = guard.get("advice_reason")
+    if not reason:
+        return guard.get("advice")
+    try:
+        settle = Settle(reason=Reason(reason), **(guard.get("advice_facts") or {}))
+    except (TypeError, ValueError):
+        return None
+    return guard_words.advice(settle, AccuracyGuard.from_dict(guard))
 
 
 def _first_seeds(guard: dict[str, Any], data: dict[str, Any]) -> str:
@@ -512,11 +703,39 @@ def _search_lines(data: dict[str, Any]) -> list[str]:
     if search.get("interrupted"):
         lines.append("  (interrupted: this is the best answer found before the stop)")
     if env:
-        lines.append(
-            f"  measured on: {env.get('device_name')} ({env.get('device')}), "
-            f"torch {env.get('torch')}, {env.get('cpu_count')} CPUs"
-        )
+        lines.append(f"  measured on: {_machine(env)}")
+    fingerprints, warm = measured_on(search), search.get("warm_start")
+    lines += [f"  {line}" for line in (fingerprints, warm and warm_line(warm)) if line]
     return lines
+
+
+def _machine(env: dict[str, Any]) -> str:
+    """The device, torch and the CPUs, as the environment names them (what it has)."""
+    name, device = env.get("device_name"), env.get("device")
+    parts = [f"{name} ({device})" if name else str(device)]
+    if env.get("torch"):
+        parts.append(f"torch {env['torch']}")
+    if env.get("cpu_count"):
+        parts.append(f"{env['cpu_count']} CPUs")
+    return ", ".join(parts)
+
+
+def _measured_line(data: dict[str, Any]) -> str:
+    """The story's last line: the machine, with the model's and the training set's types
+    where the result holds their fingerprints (the hashes are the detail's)."""
+    search = data.get("search") or {}
+    model = (search.get("model_fingerprint") or {}).get("type")
+    train = (search.get("data_fingerprint") or {}).get("train") or {}
+    data_words = None
+    if train.get("type"):
+        n = train.get("length")
+        size = "" if n is None else f" of {n:,} items"
+        data_words = (
+            f"a stream ({train['type']}){size}"
+            if train.get("kind") == "stream"
+            else f"{train['type']}{size}"
+        )
+    return story.measured_on(_machine(data.get("environment") or {}), model, data_words)
 
 
 def _study_line(name: str) -> str:

@@ -7,23 +7,24 @@ the budget.
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from typing import Protocol
 
 from autotune._errors import AutotuneError
+from autotune._guard import words as guard_words
+from autotune._guard.guard import FIRST_PAIR, AccuracyGuard, unsettleable
+from autotune._guard.plan import (
+    HorizonPlan,
+    longer_reason,
+    plan_accuracy_budget,
+    plan_horizon,
+    question_runs,
+    timeout_for,
+)
 from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import config_from, pair_base
 from autotune._search import storage
 from autotune._search.bench import Bench
-from autotune._search.guard import (
-    FIRST_PAIR,
-    AccuracyGuard,
-    plan_accuracy_budget,
-    question_runs,
-    unsettleable,
-)
-from autotune._search.horizon import HorizonPlan, longer_reason, plan_horizon
 from autotune._search.ledger import Entry, Ledger
 from autotune._search.record import (
     BaselineAccuracy,
@@ -44,7 +45,6 @@ __all__ = [
     "Calibration",
     "GuardCost",
     "GuardRunsFailed",
-    "budget_note",
     "calibrate",
     "choose_horizon",
     "measure_baseline",
@@ -54,7 +54,6 @@ __all__ = [
     "run_baseline",
     "smaller_split",
     "split_to_fit",
-    "suggested_timeout",
 ]
 
 WIDE_SPREAD = 0.25  # a baseline measurement spread wider than this is measured again
@@ -152,7 +151,7 @@ class Baseline:
     def first_seeds(self) -> tuple[int, ...]:
         """The seeds of a check's first look: from :data:`FIRST_PAIR` (the screening run,
         seed 0, chose the candidate and is no pair), as many as the guard's
-        :meth:`~autotune._search.guard.AccuracyGuard.first_pairs`, or as the baseline has runs
+        :meth:`~autotune._guard.guard.AccuracyGuard.first_pairs`, or as the baseline has runs
         of, where later looks bought more."""
         have = len(self.accuracy.runs) if self.accuracy is not None else 0
         least = self.guard.first_pairs() if self.guard is not None else 0
@@ -317,8 +316,8 @@ def measure_baseline(bench: Bench, space: SearchSpace, *, needs: float = 0.0) ->
     """Measure the baseline's throughput (or adopt the study's) and store it as a trial. Its
     record's config is the one measured: where the one asked for did not fit, a split.
     ``needs``: the seconds its run was seen to take (the calibration's): it gets twice that
-    at the least, however close the deadline (a 30-s search on a busy machine gave it the
-    deadline's last second, and failed as "fix the model/data")."""
+    at the least, however close the deadline: a baseline cut short by the deadline would
+    fail the search as a fault of the model or data."""
     found = Baseline.of(bench.ledger())
     if found is not None:
         bench.report(f"baseline: reusing trial {found.entry.number} from the study")
@@ -335,8 +334,7 @@ def measure_baseline(bench: Bench, space: SearchSpace, *, needs: float = 0.0) ->
         if not bench.deadline.fits(outcome.seconds / MAX_MEASURE_SHARE):
             break  # a short budget: another measurement would be a large part of it
         # Every screening ratio divides by this figure: a slow first window would inflate all
-        # of them (a newcomer's run showed "best 1.81x" for what measured 1.36x side by side).
-        # Each line names its own measurement: a CI run printed the first one's words twice.
+        # of them. Each line names its own measurement, so no two lines read alike.
         bench.report(
             f"baseline: its step times spread {m.spread:.0%} of the median; measuring it again"
             if attempt == 0
@@ -434,7 +432,7 @@ def accuracy_plan_seconds(
         whole_run=s.space.searches_length,
         left=None if left is None else left / SLACK,
     )
-    samples, note, fits = plan.samples, plan.note, plan.fits
+    samples, note, fits = plan.samples, guard_words.plan_note(plan), plan.fits
     per_sample = SLACK * s.accuracy_repeats / max(throughput, 1e-9)
     question = question_runs(s.accuracy_repeats) / s.accuracy_repeats
     if s.accuracy_samples is not None:
@@ -515,7 +513,7 @@ def measure_baseline_accuracy(
         throughput=None if own else pair_throughput,
     )
     plan = horizon_plan(bench, accuracy, reserve)
-    accuracy = dataclasses.replace(accuracy, plans=(*plans, plan.describe()))
+    accuracy = dataclasses.replace(accuracy, plans=(*plans, guard_words.horizon(plan)))
     storage.write_baseline_accuracy(bench.study, accuracy)
     measured = Baseline.of(bench.ledger())
     assert measured is not None and measured.guard is not None
@@ -528,23 +526,23 @@ def measure_baseline_accuracy(
     # priced (the advice says why and what would do).
     checkable = not guard.learned or unsettleable(guard) is None
     if guard.learned and not guard.wrong_way and not guard.lagging and settled_horizon:
-        budget = budget_note(plan, bench.deadline.budget) if checkable else None
+        budget = guard_words.budget_words(plan, bench.deadline.budget) if checkable else None
     if budget:
         note = joined_note(note, budget)
         storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))
         measured = Baseline.of(bench.ledger()) or measured
     # One line per horizon tried; the plan, the budget and the advice are the detail's (the
-    # summary says what is unsettled): a busy README run printed 13 guard lines.
+    # summary says what is unsettled), so that a search that tries many horizons stays short.
     bench.report(
         f"accuracy guard: baseline {guard.metric_name} {guard.baseline_metric:.4f} "
         f"± {guard.spread:.4f} over {guard.repeats} seeds of {samples:,} samples "
         f"(untrained model: {_fmt(guard.initial_metric)}), in {outcome.seconds:.0f} s"
     )
     if checkable:
-        bench.detail(f"accuracy guard: horizon: {plan.describe()}")
+        bench.detail(f"accuracy guard: horizon: {guard_words.horizon(plan)}")
     if budget:
         bench.detail(f"accuracy guard: {budget}")
-    advice = guard.advice()
+    advice = guard_words.advice(guard.advice(), guard)
     if advice:
         bench.detail(f"accuracy guard: {advice}")
     return measured
@@ -568,41 +566,8 @@ def joined_note(*parts: str | None) -> str:
     return " ".join(f"{p[0].upper()}{p[1:]}{'' if p.endswith('.') else '.'}" for p in sentences)
 
 
-SUGGESTION_MARGIN = 1.1  # a suggested timeout's margin for the screening before any check
-
-
-def suggested_timeout(seconds: float) -> int:
-    """A timeout to suggest where ``seconds`` would just hold the work: with
-    :data:`SUGGESTION_MARGIN` (the search screens candidates before any passes and is
-    checked, which the plan does not price), rounded up to 10 s. A ResNet search told 370 s
-    would hold a check fell 10 s short at 360 s."""
-    return 10 * math.ceil(SUGGESTION_MARGIN * seconds / 10)
-
-
-def budget_note(plan: HorizonPlan, timeout: float | None) -> str | None:
-    """What a budget too short for a check at the ``plan``'s horizon means, said once the
-    baseline's runs have measured it (None: one fits, or no time budget): which changes can
-    still be confirmed, and the ``timeout`` that would hold one check."""
-    short = plan.short_by
-    if short is None or timeout is None or plan.left is None:
-        return None
-    need = (
-        f"a timeout of about {suggested_timeout(timeout + short)} s would hold one"
-        if math.isfinite(short)
-        else "no timeout would hold one at this horizon"
-    )
-    cost = f"~{plan.seconds:.0f} s" if math.isfinite(plan.seconds) else "more than any budget"
-    return (
-        f"a check of a change that moves training (its pairs varying as the baseline's seeds "
-        f"do) needs {cost} of accuracy runs here, and ~{plan.left:.0f} s are left for checks: "
-        "in this budget only a change whose pairs vary much less (reduced precision's often "
-        "do), or one better than the baseline by more than the tolerance in most of its "
-        f"pairs, can be confirmed; {need}"
-    )
-
-
 def horizon_plan(bench: Bench, accuracy: BaselineAccuracy, reserve: float) -> HorizonPlan:
-    """The horizon's plan (see :mod:`autotune._search.horizon`) from the baseline's runs, with
+    """The horizon's plan (see :mod:`autotune._guard.plan`) from the baseline's runs, with
     the time left but ``reserve`` seconds for checks."""
     s = bench.settings
     left = bench.deadline.left()
@@ -629,7 +594,7 @@ def choose_horizon(bench: Bench, baseline: Baseline, reserve: float) -> Baseline
         if guard is None or accuracy is None or s.accuracy_samples is not None:
             return baseline
         plan = horizon_plan(bench, accuracy, reserve)
-        why = longer_reason(guard, plan)
+        why = guard_words.longer_words(longer_reason(guard, plan), guard, plan)
         if why is None:
             return baseline
         samples = plan.longer
@@ -642,8 +607,8 @@ def choose_horizon(bench: Bench, baseline: Baseline, reserve: float) -> Baseline
             )
             left, budget = bench.deadline.left(), bench.deadline.budget
             if budget is not None and left is not None:
-                need = budget + seconds + reserve - left
-                text += f": a timeout of about {suggested_timeout(need)} s would hold them"
+                more = timeout_for(budget=budget, left=left, need=seconds + reserve)
+                text += f": a timeout of about {more} s would hold them"
             bench.report(f"accuracy guard: {text}")
             note = joined_note(accuracy.note, f"the horizon: {text}")
             storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))

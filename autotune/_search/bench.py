@@ -12,12 +12,12 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune._choices import CompileMode
+from autotune._guard.guard import AccuracyGuard, screening_violation
 from autotune._knobs.config import TrainingConfig
 from autotune._load import Meter, meter
 from autotune._progress import Briefed, Progress, Report, as_progress
 from autotune._search import storage
 from autotune._search.deadline import Deadline
-from autotune._search.guard import AccuracyGuard, screening_violation
 from autotune._search.ledger import Ledger
 from autotune._search.record import Record, Role
 from autotune._search.settings import SearchSettings
@@ -135,7 +135,7 @@ class Bench:
             and (limit is None or cut < limit)
         ):
             # Stopped at what the search had left, not at a limit of the run's own: a compile
-            # started near the end read as a hang ("ran past its 10 s limit").
+            # started near the end would read as a hang ("ran past its limit").
             own = "none" if limit is None else f"{limit:.0f} s"
             outcome = dataclasses.replace(
                 outcome,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from autotune._search.guard import Confirmation
+from autotune._guard.confirmation import Confirmation
 
 __all__ = ["MIN_ROUNDS", "accuracy_verdict", "format_speedup", "side_by_side", "speedup"]
 
@@ -29,9 +29,8 @@ def side_by_side(speedups: Sequence[float]) -> tuple[float, float, float] | None
     rounds.
 
     A round whose baseline measurement a burst of load slowed lifts every ratio in it, and the
-    mean of two rounds' ratios follows it: a streaming benchmark here, with one core taken
-    during one of its two rounds, answered 2.79x (0.96x and 4.62x) for a config that loops
-    re-measured at 1.03x. Where two rounds disagree, the claim rests on the smaller."""
+    mean of two rounds' ratios follows it. Where two rounds disagree, the claim rests on the
+    smaller."""
     if len(speedups) < MIN_ROUNDS:
         return None
     return float(statistics.median_low(speedups)), min(speedups), max(speedups)

@@ -5,10 +5,10 @@ as the check is unresolved and the seeds that would settle it fit before the dea
 No fixed number of seeds stands: how many a look adds follows from what the runs show (the
 paired drops' spread and the validation sample's noise say how many seeds would confirm a
 harmless change, never the drops' interim mean, which would bias the look; see
-:func:`autotune._search.guard.seeds_to_settle`), capped only by the time left and by
+:func:`autotune._guard.stats.seeds_to_settle`), capped only by the time left and by
 :data:`STEP`, so a first estimate from a few seeds is checked by a look before it is trusted
 with most of the budget. Every look spends part of the guard's error rate (see
-:mod:`autotune._search.guard`), which is why a look that fits goes straight to the seeds that
+:mod:`autotune._guard.guard`), which is why a look that fits goes straight to the seeds that
 would settle it rather than one seed at a time.
 """
 
@@ -17,16 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from autotune._guard.confirmation import Confirmation, Verdict
+from autotune._guard.guard import AccuracyGuard
+from autotune._guard.stats import SampleNoise, confirming_bound
+from autotune._guard.words import confirmation_settle, describe
 from autotune._search import storage, words
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
-from autotune._search.guard import (
-    AccuracyGuard,
-    Confirmation,
-    SampleNoise,
-    Verdict,
-    confirming_bound,
-)
 from autotune._search.ledger import Entry
 from autotune._trial.failures import FailureReason
 from autotune._trial.outcome import AccuracyCheck, AccuracyRun, TrialOutcome
@@ -161,10 +158,12 @@ def confirm(
         _file(bench, entry, result)  # at every look: a search cut off keeps what it bought
     if looked:
         # One short line; the whole reasoning (and what would settle it) is the detail.
-        whole = f"confirmation of trial #{entry.number}: {result.verdict} ({result.describe()})"
+        whole = f"confirmation of trial #{entry.number}: {result.verdict} ({describe(result)})"
         storage.add_note(bench.study, whole)
-        if result.settle:
-            storage.add_note(bench.study, f"  to settle trial #{entry.number}: {result.settle}")
+        guard = (Baseline.of(bench.ledger()) or baseline).guard
+        settle = confirmation_settle(result, guard) if guard is not None else None
+        if settle:
+            storage.add_note(bench.study, f"  to settle trial #{entry.number}: {settle}")
         bench.report(
             words.check_line(
                 entry.number,
@@ -180,9 +179,8 @@ def confirm(
 
 def _overran(seconds: float, expected: float) -> float:
     """How many times its estimate a look took (at least 1): the next look's seeds are priced
-    by it. Seeds are priced from screening throughput, which a busy README run's accuracy
-    runs took ~1.4x: a check bought 36 seeds expected to fit, they took 150 s, and the
-    side-by-side rounds had no time left."""
+    by it. Seeds are priced from screening throughput, which accuracy runs can overrun on a
+    busy machine: unscaled, a look buys seeds that take the side-by-side rounds' time."""
     return max(1.0, seconds / expected) if expected > 0 else 1.0
 
 
@@ -263,8 +261,8 @@ def _look(
     candidate's runs of the new seeds, and the baseline's where it has no run of them yet (its
     new runs join its accuracy record, which later checks pair with too). A run that failed:
     its outcome, and whether it was the baseline's. No run eats into the ``keep`` seconds held
-    for the side-by-side rounds: an idle README run's checks overran their estimates into that
-    time, and its answer went unmeasured side by side."""
+    for the side-by-side rounds: checks that overran their estimates would leave the answer
+    unmeasured side by side."""
     assert baseline.accuracy is not None
     first = last.first_seed
     base_seeds = tuple(range(len(baseline.accuracy.runs), end))
@@ -317,7 +315,7 @@ def won_by_far(
 ) -> list[tuple[int, tuple[float, ...]]]:
     """(seed, per-unit values) of the candidate's ``runs`` that beat the baseline's run of
     their seed by more than the tolerance: kept with the check, as what takes such a pair out
-    of the counted bound's validation noise (:func:`autotune._search.guard.counted_noise`)."""
+    of the counted bound's validation noise (:func:`autotune._guard.guard.counted_noise`)."""
     out = []
     for run in runs:
         if run.units is None or run.seed >= guard.repeats:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from autotune._guard.guard import counted_noise
 from autotune._load import Load
 from autotune._search import derived, ranking, storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm, evidence_value, p_within, seed_seconds
-from autotune._search.guard import counted_noise
 from autotune._search.ledger import Entry, Ledger, away, fastest_verified, promise
 from autotune._trial.failures import FailureReason
 from autotune._trial.outcome import Budget
@@ -31,7 +31,7 @@ CHALLENGERS = 3  # configs a second pass of rounds may add, where they fit
 MAX_STRETCH = 4.0  # the rounds' measurements last at most this many times the search's
 # Where no config that trains the baseline's model screened faster than the baseline, the
 # fastest one that screened at least this fraction of its speed is measured beside it: the
-# baseline's screening is one draw too, and one that ran a third fast hid every safe win.
+# baseline's screening is one draw too, and a fast draw of it would hide every safe win.
 NEAR_SAFE = 0.75
 
 
@@ -83,9 +83,7 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
         # The fewest rounds that measure the answers side by side must still fit after it:
         # with it among them where it may settle, the answers so far where it will not. Not
         # more: a check may make an answer, while rounds beyond the fewest (a second pass,
-        # stretched measurements) only sharpen a figure. A fresh clone's README run left an
-        # 80% schedule (1.47x at screening, the safe answer 1.10x) unchecked for want of
-        # ~82 s, then spent them on six rounds.
+        # stretched measurements) only sharpen a figure.
         after = least_rounds_seconds(ledger, current, entry)
         now = least_rounds_seconds(ledger, current)
         if not bench.deadline.past(cost + now):
@@ -97,19 +95,16 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
         ):
             # The search's first check fits alone: a check that may make a faster answer
             # comes before the rounds that measure the answers so far (as the loop's first
-            # check does), which take what it leaves. An idle README run refused an 80%
-            # schedule's ~106-s check with 107 s left, measured the safe answer no faster
-            # than the baseline and ended 35 s early. Once a check was made, the rounds keep
-            # their time: a busy run then checked two half-length schedules that way, both
-            # unresolved, and left its answer unmeasured side by side.
+            # check does), which take what it leaves. Once a check was made, the rounds keep
+            # their time: more checks taken from it could leave the answer unmeasured side by
+            # side.
             bench.detail(  # the check's verdict line follows
                 f"trial #{entry.number}'s check (~{cost:.0f} s) fits only before the "
                 "side-by-side rounds' time: it comes first, the rounds take what it leaves"
             )
             confirm(bench, current, entry, keep=0.0, persist=0.0)
         else:
-            # A check already made says "another seed": an idle README run, its check
-            # unresolved, ended on "no time left to check" as if none had been made.
+            # A check already made says "another seed", not as if none had been made.
             what = (
                 f"to check trial #{entry.number}'s accuracy"
                 if first
@@ -126,9 +121,8 @@ def confirm_pending(bench: Bench, baseline: Baseline) -> None:
 
 def _pair_rounds(ledger: Ledger, baseline: Baseline, entry: Entry) -> float:
     """Seconds of the fewest rounds that measure ``entry`` beside the baseline alone: what a
-    check that may make it the answer must leave, so that no answer goes unmeasured (a JPEG
-    search's first check took the rounds' whole time, and its confirmed answer was reported
-    from screening against a slow draw of the baseline)."""
+    check that may make it the answer must leave, so that no answer goes unmeasured side by
+    side (and reported from screening, against one draw of the baseline)."""
     base = ledger.baseline
     return 0.0 if base is None else MIN_ROUNDS * _per_round(baseline, [base, entry])
 
@@ -227,9 +221,8 @@ def side_by_side_seconds(ledger: Ledger, baseline: Baseline, extra: Entry | None
     """Expected seconds of the side-by-side rounds, if the answers so far stand (or with
     ``extra`` as the fast answer): kept back from the start of the search. Where no config
     screened faster than the baseline, the fewest rounds of the one that screened nearly as
-    fast (see :func:`_contenders`): the README's run on a 2-core EPYC screened every safe
-    knob at 0.86-1.00x, ran trials to 0 s left and answered "keep the baseline's settings",
-    where channels_last and a fused AdamW measured 1.2x side by side in its other runs."""
+    fast (see :func:`_contenders`): a noisy screening can put a faster safe config just below
+    the baseline, and only rounds kept for it can show it faster side by side."""
     contenders = _contenders(ledger, extra)
     if len(contenders) < 2:
         return least_rounds_seconds(ledger, baseline, extra)
@@ -281,8 +274,7 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
         MIN_ROUNDS * _per_round(baseline, contenders)
     ):
         # The answers' rounds first. Tested as the rounds test themselves (they may end within
-        # the deadline's grace): an idle README run kept 17 s for these, a last trial overran
-        # its limit by a little, and a stricter test here dropped them.
+        # the deadline's grace): a stricter test here would drop rounds that still fit.
         contenders = answers
     if len(contenders) < 2:
         return

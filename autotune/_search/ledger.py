@@ -18,17 +18,12 @@ from typing import Any
 
 import optuna
 
+from autotune._guard.confirmation import Confirmation, Reason, Verdict
+from autotune._guard.guard import AccuracyGuard, screening_violation, unsettleable
 from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
 from autotune._load import Load
 from autotune._search import derived, ranking, storage, yardstick
-from autotune._search.guard import (
-    AccuracyGuard,
-    Confirmation,
-    Verdict,
-    screening_violation,
-    unsettleable,
-)
 from autotune._search.record import BaselineAccuracy, BaselineCheck, Record, Role
 from autotune._search.settings import SearchSettings
 from autotune._trial.failures import FailureReason
@@ -421,9 +416,8 @@ class Ledger:
         if leader is None:
             top = ranking.best(items, time=self.rank_time, noise=self.noise, complexity=complexity)
             return _away_best(self, items) if top and away(self, top) else top
-        # Once the rounds measured the answers, the answer is one they measured (a JPEG
-        # search's rounds found every leader slower, and the ranking fell back to an unmeasured
-        # config screened against a cold first baseline: 1.07x reported, 0.87x in a loop).
+        # Once the rounds measured the answers, the answer is one they measured: not one
+        # that only screening measured, against a baseline draw the rounds did not pair with.
         return leader
 
     def side_speedup(self, entry: Entry) -> float | None:
@@ -469,8 +463,8 @@ class Ledger:
         ``unresolved``: or one that could not settle yet), screened faster than the chosen
         answer or as fast within a tie, each by its :func:`promise` (screening gave it its
         accuracy run; the rounds decide, and only a confirmed one joins them), fastest first:
-        the checks that could change the answer. A busy run's 80% schedule screened 3.67x
-        beside the answer's 3.74x, passed, and was never checked."""
+        the checks that could change the answer (one screened within a tie of the answer
+        may still be the faster)."""
         bar = could_win_bar(self)
         floor = bar[1] if bar is not None else math.inf
 
@@ -513,16 +507,15 @@ class Ledger:
         return _pareto(self)
 
     @property
-    def checks_unsettleable(self) -> str | None:
+    def checks_unsettleable(self) -> Reason | None:
         """Why the accuracy checks cannot settle anything, or None (no guard yet, or they can):
-        :func:`autotune._search.guard.unsettleable`."""
+        :func:`autotune._guard.guard.unsettleable`."""
         return None if self.guard is None else unsettleable(self.guard)
 
     def slower_side_by_side(self, entry: Entry) -> bool:
         """Whether the side-by-side rounds measured it no faster than the baseline beyond a
         tie (the median of its rounds' ratios at most 1 + :data:`ranking.TIE`): never the
-        answer then, however its unpaired times rank (a busy README run answered a config at
-        a median of 1.00x, range 0.75-1.11x, that trained at 0.88x in a plain loop)."""
+        answer then, however its unpaired times rank: paired rounds are the fairer measure."""
         base = self.baseline
         if base is None or entry.config == base.config:
             return False
@@ -658,9 +651,8 @@ def draws(ledger: Ledger, entry: Entry) -> list[float]:
     """Its config's screening draws, each in the machine's latest state (see
     :meth:`Ledger.normalized`): one per trial that measured the config (a reuse of another's
     record is not one), those taken while the machine was busy only where none was taken free;
-    the baseline's: its latest measurement. A config drawn twice ranks by both (a JPEG search
-    screened the foreach optimizer once at 1.36x, the rounds measured 1.05x, and its second
-    pass had been built on it)."""
+    the baseline's: its latest measurement. A config drawn twice ranks by both, so that one
+    high draw does not carry it (nor what a later pass builds on it)."""
     base = ledger.baseline
     if entry.record.role is Role.BASELINE or (base is not None and entry.config == base.config):
         first = ledger.normalized(entry.record)
@@ -697,10 +689,9 @@ def step_draws(ledger: Ledger, cfg: TrainingConfig) -> list[float]:
 def promise(ledger: Ledger, entry: Entry) -> float:
     """Its projected time as "could it win?" reads it: its side-by-side figure where the
     rounds measured it (see :meth:`Ledger.projected`), else the median of every screening draw
-    of its steps (see :func:`step_draws`). One draw is noisy: a README run screened a fused
-    AdamW at 1.42x, measured 1.15x side by side, and ruled out every change of the numerics
-    below it, among them an 80% schedule of the same steps (its own draw 1.19x; a fifth fewer
-    steps is 1.25x what its steps' draws say). Without any, it ranks last."""
+    of its steps (see :func:`step_draws`). One draw is noisy: one high draw of a safe config
+    would rule out every change of the numerics below it, even a shorter schedule of the same
+    steps. Without any, it ranks last."""
     if len(ledger.remeasured(entry)) >= derived.MIN_ROUNDS:
         return ledger.rank_time(entry)
     times = step_draws(ledger, entry.config)
@@ -721,9 +712,8 @@ def could_win_bar(ledger: Ledger) -> tuple[Entry, float] | None:
     """The fastest verified answer and the projected time a change of the numerics must beat
     to be worth checking: its figure, and beyond it a tie where the rounds measured it side by
     side, else the spread of this search's screening draws (:func:`screening_noise`). Its
-    figure is then one draw, and the least of several: a busy README run ruled out every
-    change screened at 1.6-2.5x beside a safe config screened once at 2.58x that the rounds
-    measured at 1.81x."""
+    figure is then one draw, and the least of several, so likely low: without the noise
+    beyond it, a change as fast would be ruled out."""
     fastest = fastest_verified(ledger)
     if fastest is None:
         return None

@@ -22,6 +22,7 @@ import optuna
 
 from autotune._device import describe_device
 from autotune._errors import AutotuneError
+from autotune._guard.words import unsettleable_words
 from autotune._load import Meter
 from autotune._search import coverage, rebase, storage, words
 from autotune._search.baseline import (
@@ -229,8 +230,7 @@ class Search:
                 behind = least_rounds_seconds(ledger, baseline)
             elif state.step.stage is Stage.FAST and ledger.guard is not None:
                 # A change of the numerics may make an answer; rounds beyond the fewest only
-                # sharpen a figure (an idle README run kept a 1.94x half-length schedule's
-                # 12-s accuracy run for three rounds and a second pass of a 1.21x answer).
+                # sharpen a figure, so they are not kept from it.
                 reserve = least_rounds_seconds(ledger, baseline) + self.question.confirm_reserve(
                     ledger
                 )
@@ -293,9 +293,11 @@ class Search:
         state = self.state
         why = ledger.checks_unsettleable
         if why is not None and not state.no_checks:
+            assert ledger.guard is not None
+            said = unsettleable_words(why, ledger.guard)
             state.drop_checks()
             self.bench.report(
-                f"accuracy guard: its checks cannot settle a change of the numerics ({why}): "
+                f"accuracy guard: its checks cannot settle a change of the numerics ({said}): "
                 "the rest of the budget goes to knobs that leave the numerics alone"
             )
         if self.worker:  # the coordinator measures the baseline's accuracy, not a worker

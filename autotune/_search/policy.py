@@ -35,10 +35,10 @@ from typing import Any
 
 from autotune._choices import CompileMode, Precision, ScheduleKind
 from autotune._errors import ConfigError
+from autotune._guard.confirmation import Verdict
 from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
 from autotune._search import race
-from autotune._search.guard import Verdict
 from autotune._search.ledger import Entry, Ledger
 from autotune._search.warm import inside
 from autotune._space import Choice, SearchSpace
@@ -207,9 +207,9 @@ class StagePolicy:
         best safe config (coordinate descent), the knobs whose single change gained most first.
         None when it has nothing left.
 
-        An idle README run's first safe win, one loader worker at 1.14x (0.94x in a plain loop),
-        became the base of every later knob, channels_last (1.26x) alone was never measured,
-        and the rounds answered the baseline."""
+        The second draw and the pairs come before the descent, so that one high draw of a
+        first win does not become the base of every later knob while a faster single change
+        goes unmeasured."""
         for variants in self._safe_variants(base):
             step = self._variants(Stage.SAFE, pins, ledger, variants)
             if step is not None:
@@ -259,9 +259,8 @@ class StagePolicy:
         threads); then the other splits of its global batch, where they leave the numerics
         alone."""
         # The CPU thread count first (the space has it on a CPU only): it sets every step's
-        # cost, most of all where other work holds cores. A README run beside one busy core
-        # measured the baseline's two threads at 37 samples/s, and the safe stage's share
-        # ended on loader and optimizer knobs before it came to the threads.
+        # cost, most of all where other work holds cores, so the stage must not run out of
+        # time before it comes to them.
         # A warm start's order, where it has one: what moved the earlier search's time most.
         names = sorted(
             registry.numerics_free_knobs(),
@@ -426,9 +425,8 @@ def longer_retries(space: SearchSpace, ledger: Ledger) -> list[TrainingConfig]:
     whose check rejected it, at the listed share nearest halfway from its own to the whole
     run (0.5 -> 0.8 in the default space), the fastest failure first. At a short horizon,
     half the epochs is judged at half the horizon's samples against the whole of them, and
-    fails where a milder cut holds: the README's run on an idle 2-core EPYC screened four
-    half-length schedules (0.91-0.93 against 0.99), the sampler proposing one after another,
-    and made no check."""
+    fails where a milder cut holds; without the retry the sampler may propose half-length
+    schedules one after another and make no check."""
     length = space.knobs.get("train_fraction")
     if not isinstance(length, Choice):
         return []

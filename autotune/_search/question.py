@@ -2,19 +2,18 @@
 measured, kept from the safe stage (after its own share), asked when only it is left, at the
 longest horizon the time left holds.
 
-The README's run on a 2-core AMD EPYC chose whole-recipe accuracy runs from a share of the
-whole 300 s, then found them not to fit the time left 84 s in and dropped every check: the
-safe stage and the side-by-side rounds spent the budget on questions worth less. Here the
-plan is made before the first candidate (and where not even the shortest horizon's runs and
-one check fit, that is said then, with the timeout that would hold one), the time it keeps
-counts each run's start-up, and the first check comes before the rounds: the rounds measure
-answers, a check makes one.
+A plan priced from the whole budget can be found not to fit the time left later, and then
+every check is dropped for questions worth less. So the plan is made before the first
+candidate (and where not even the shortest horizon's runs and one check fit, that is said
+then, with the timeout that would hold one), the time it keeps counts each run's start-up,
+and the first check comes before the rounds: the rounds measure answers, a check makes one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from autotune._guard.plan import timeout_for
 from autotune._search import storage
 from autotune._search.baseline import (
     Baseline,
@@ -22,7 +21,6 @@ from autotune._search.baseline import (
     accuracy_plan_seconds,
     choose_horizon,
     measure_baseline_accuracy,
-    suggested_timeout,
 )
 from autotune._search.bench import Bench
 from autotune._search.candidate import expected_seconds
@@ -37,8 +35,7 @@ __all__ = ["SAFE_FIRST_SHARE", "AccuracyQuestion"]
 SAFE_FIRST_SHARE = 0.2
 # Screenings the question keeps time for beyond the checked candidate's own: the first change
 # of the numerics screened is the boldest (the largest projected win) and often fails its
-# screening. The README's run on an idle 2-core EPYC screened one that failed (batch 128,
-# one-cycle, half the epochs), then one that passed with 88 s left for a 110-s check.
+# screening, which leaves the next one too little time for its check without this spare.
 SPARE_SCREENINGS = 1
 
 
@@ -104,8 +101,8 @@ class AccuracyQuestion:
                 "that leave the numerics alone are searched until then"
             )
         else:
-            # Not "kept": a busy README run printed "~302 s of the budget are kept" with 290 s
-            # left. The safe knobs have their share; the runs then shrink to the time left.
+            # Not "kept": the runs may want more than is left. The safe knobs have their
+            # share; the runs then shrink to the time left.
             bench.report(
                 f"accuracy guard: its runs would take ~{kept:.0f} s; the safe knobs have "
                 f"~{safe:.0f} s first, then the runs shorten to the time left"
@@ -164,8 +161,8 @@ class AccuracyQuestion:
             )
             state.measured(choose_horizon(bench, state.baseline, self.reserve(bench.ledger())))
         except GuardRunsFailed as failed:
-            # ~40 s into a search, a stream that ended took the 14 safe configs it had
-            # measured down with it: what was found stands, and the safe stage goes on.
+            # The guard's failure does not end the search: what was found stands, and the
+            # safe stage goes on.
             storage.write_guard_failure(bench.study, failed.failure)
             state.drop_checks()
             bench.report(
@@ -192,8 +189,8 @@ class AccuracyQuestion:
 
     def confirm_reserve(self, ledger: Ledger) -> float:
         """Seconds kept for confirming the leader that passed screening (0: none pending, or
-        its check no longer fits even alone: it is never made, and keeping its time back ended
-        a simulated search's trials at 130 s of 240 with trials that fitted left unrun)."""
+        its check no longer fits even alone: it is never made, and keeping its time back would
+        leave trials that fit unrun)."""
         assert self.state.baseline is not None
         leader = ledger.pending()
         cost = 0.0 if leader is None else self.state.baseline.confirm_seconds(leader.record)
@@ -205,7 +202,8 @@ class AccuracyQuestion:
         stage's share): said, with the timeout that would hold it."""
         self.state.drop_checks()
         deadline = self.bench.deadline
-        more = suggested_timeout((deadline.budget or 0.0) + need - float(deadline.left() or 0.0))
+        budget, left = deadline.budget or 0.0, float(deadline.left() or 0.0)
+        more = timeout_for(budget=budget, left=left, need=need)
         self.bench.report(
             f"accuracy guard: no time for accuracy checks (~{need:.0f} s: the baseline's runs "
             "at the shortest horizon and one candidate's check, with the time kept beside them "

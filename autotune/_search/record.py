@@ -281,7 +281,7 @@ class BaselineAccuracy:
     seconds: float = 0.0  # all the runs, wall clock
     note: str | None = None  # what the budget plan said (a run shorter than an epoch)
     # How the horizon was chosen: one line per horizon tried, the plan made at it (see
-    # autotune._search.horizon), the last one at ``samples``.
+    # autotune._guard.plan), the last one at ``samples``.
     plans: tuple[str, ...] = ()
     # The settings every accuracy run trains with, the baseline's and both arms of every pair
     # (the baseline's config with the safe answer's shared knobs, see registry.pair_base), and

@@ -4,10 +4,10 @@ display."""
 
 from __future__ import annotations
 
+from autotune._guard.confirmation import Verdict
 from autotune._knobs import registry
 from autotune._progress import Status
 from autotune._search import derived, words
-from autotune._search.guard import Verdict
 from autotune._search.ledger import Entry, Ledger, trials_counted
 from autotune._search.words import Accuracy, TrialFacts
 

@@ -43,8 +43,8 @@ import sqlalchemy.exc
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune._errors import OtherModelError, StorageError
+from autotune._guard.confirmation import Confirmation
 from autotune._load import Load
-from autotune._search.guard import Confirmation
 from autotune._search.record import BaselineAccuracy, BaselineCheck, GuardFailure, Record
 from autotune._search.settings import SearchSettings, differences, measured_changes
 from autotune._trial.outcome import AccuracyRun
@@ -423,7 +423,7 @@ def _database(url: str) -> optuna.storages.RDBStorage:
     engine_kwargs: dict[str, Any] = {}
     if _sqlite_file(url) is not None and not re.search(r"[?&]timeout=", url):
         # Python's default busy timeout is 5 s: a write then fails "database is locked" while
-        # other processes' writes queue before it (four searches on two cores).
+        # other processes' writes queue before it (several searches sharing a few cores).
         engine_kwargs["connect_args"] = {"timeout": SQLITE_TIMEOUT}
 
     def make() -> optuna.storages.RDBStorage:

@@ -20,7 +20,6 @@ __all__ = [
     "check_line",
     "compact",
     "fit",
-    "option",
     "trial_header",
     "trial_row",
     "unmeasured_words",
@@ -153,20 +152,11 @@ def wrap_clauses(line: str, width: int = ROW_WIDTH, indent: str = "    ") -> lis
     return [*out, current]
 
 
-def option(field: str, value: object = None) -> str:
-    """A search option as advice names it, in both ways in: the command line's flag and the
-    :class:`~autotune.SearchOptions` field (``--accuracy-repeats 13 / SearchOptions(
-    accuracy_repeats=13)``); tests hold each to the parser and the dataclass."""
-    shown = "..." if value is None else str(value)
-    flag = f"--{field.replace('_', '-')}" + ("" if value is None else f" {value}")
-    return f"{flag} / SearchOptions({field}={shown})"
-
-
 def unmeasured_words(values: Sequence[tuple[str, object, str]]) -> str:
     """The values of the space no trial measured, ``(knob, value, why)`` each, grouped by why,
     in one line: "compile_mode=default, max-autotune (the search ended before they came up);
-    batch_size=128 (trial #5: out of memory)". One reason per group, not per value: a README
-    run's line repeated "not tried: the search ended before it came up" eight times."""
+    batch_size=128 (trial #5: out of memory)". One reason per group, not per value, so that
+    no reason is repeated."""
     groups: dict[str, list[str]] = {}
     for knob, value, why in values:
         groups.setdefault(why, []).append(f"{knob}={value}")

@@ -62,7 +62,7 @@ class AccuracyCheck:
     config: TrainingConfig | None = None
     # Also validate halfway (where that equals a run of half the samples: a constant rate
     # without warm-up): the baseline's spread at two horizons, from which the search judges
-    # whether a longer horizon settles checks sooner (see autotune._search.horizon).
+    # whether a longer horizon settles checks sooner (see autotune._guard.plan).
     midpoint: bool = False
 
 
