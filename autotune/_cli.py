@@ -403,8 +403,10 @@ def _search(
         return 130
     result.save(args.out)
     progress.close()  # the live panel goes before the summary
+    # The last progress line, so that the summary on stdout is the short story alone.
+    if not args.quiet:
+        print(f"wrote {args.out}", file=sys.stderr, flush=True)
     print_summary(result.to_dict(), sys.stdout)
-    print(f"\nwrote {args.out}", flush=True)
     if result.interrupted:
         print(
             "Interrupted. Run the same command again to resume the study "
