@@ -26,6 +26,7 @@ import optuna
 
 import autotune
 from autotune._device import environment
+from autotune._guard import words as guard_words
 from autotune._search import storage
 from autotune._search.ledger import Ledger
 
@@ -100,8 +101,8 @@ def run(name: str, timeout: float) -> tuple[list[str], str]:
     accuracy = ledger.baseline_accuracy
     if accuracy is not None:
         summary += f"; accuracy runs of {accuracy.samples:,} samples"
-        for plan in accuracy.plans:
-            summary += f"\n  - horizon plan: {plan}"
+        for plan in accuracy.horizons:
+            summary += f"\n  - horizon plan: {guard_words.horizon(plan)}"
     return rows, summary
 
 

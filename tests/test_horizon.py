@@ -12,6 +12,7 @@ from sim import Model, noise, result_of, search
 from autotune._guard import words
 from autotune._guard.confirmation import Verdict
 from autotune._guard.plan import Longer, pairs_to_confirm, plan_horizon
+from autotune._search.baseline import accuracy_words
 from autotune._trial.outcome import AccuracyRun
 
 DIGITS = {"batch_size": [32, 64], "precision": ["fp32"]}
@@ -137,7 +138,7 @@ def test_a_horizon_where_some_runs_have_not_taken_off_is_lengthened_and_checks_s
     text = "\n".join(lines)
     accuracy = ledger.baseline_accuracy
     assert accuracy is not None and accuracy.samples == 4000, text
-    assert len(accuracy.plans) == 2, text
+    assert len(accuracy.horizons) == 2, text
     assert any("had not taken off" in line and "trying 4,000" in line for line in lines), text
     assert any("horizon: runs of 2,048 samples" in line for line in lines), text
     b64 = next(e for e in ledger.candidates if e.config.batch_size == 64)
@@ -160,7 +161,8 @@ def test_a_horizon_that_settles_checks_as_soon_is_kept() -> None:
     run, _, lines = search(model, knobs=DIGITS, timeout=60.0, n_train=400)
     accuracy = run.ledger().baseline_accuracy
     assert accuracy is not None and accuracy.samples == 2048, "\n".join(lines)
-    assert len(accuracy.plans) == 1 and accuracy.plans[0].endswith("keep it"), "\n".join(lines)
+    assert len(accuracy.horizons) == 1, "\n".join(lines)
+    assert words.horizon(accuracy.horizons[0]).endswith("keep it"), "\n".join(lines)
 
 
 def test_seeds_that_have_not_taken_off_where_another_has_are_counted() -> None:
@@ -274,9 +276,12 @@ def test_the_search_says_up_front_when_its_budget_holds_no_check_that_moves_trai
     run, _, lines = search(digits(metric=metric), knobs=DIGITS, timeout=60.0, n_train=400)
     said = [line for line in lines if "can be confirmed; a timeout of about" in line]
     assert len(said) == 1, "\n".join(lines)
-    accuracy = run.ledger().baseline_accuracy
-    assert accuracy is not None and accuracy.note is not None
-    assert "only a change whose pairs vary much less" in accuracy.note
+    ledger = run.ledger()
+    accuracy = ledger.baseline_accuracy
+    assert accuracy is not None and ledger.guard is not None
+    assert accuracy.budget == 60.0 and accuracy.horizons  # the facts the note is written from
+    said = accuracy_words(accuracy, ledger.guard) or ""
+    assert "only a change whose pairs vary much less" in said
 
 
 def test_a_longer_horizon_that_does_not_fit_says_which_timeout_would_hold_it() -> None:
@@ -294,9 +299,13 @@ def test_a_longer_horizon_that_does_not_fit_says_which_timeout_would_hold_it() -
     said = [line for line in lines if "do not fit in the time left: a timeout of about" in line]
     assert len(said) == 1 and "had not taken off" in said[0], text
     assert not any("can be confirmed; a timeout of about" in line for line in lines), text
-    accuracy = run.ledger().baseline_accuracy
-    assert accuracy is not None and accuracy.samples == 2048, text
-    assert accuracy.note is not None and "The horizon: 1 of the baseline's" in accuracy.note
+    ledger = run.ledger()
+    accuracy = ledger.baseline_accuracy
+    assert accuracy is not None and accuracy.samples == 2048 and ledger.guard is not None, text
+    assert accuracy.longer is not None and accuracy.longer.reason is Longer.LAGGING
+    said = accuracy_words(accuracy, ledger.guard) or ""
+    assert "The horizon: 1 of the baseline's" in said
+    assert f"a timeout of about {accuracy.longer.timeout} s would hold them" in said
 
 
 def test_a_budget_figure_is_one_number_in_every_output(tmp_path) -> None:
@@ -313,8 +322,9 @@ def test_a_budget_figure_is_one_number_in_every_output(tmp_path) -> None:
     phrase = f"a timeout of about {said[0]} s would hold one"
     result = result_of(run, 60.0)
     data = result.to_dict()
-    assert phrase in data["search"]["accuracy_note"]
-    from autotune._result.summary import render_summary
+    from autotune._result.summary import accuracy_note, render_summary
 
+    assert data["search"]["accuracy_plan"]["budget"] == 60.0  # the JSON holds the facts
+    assert phrase in (accuracy_note(data) or "")
     assert phrase in render_summary(data, detail=True)
     assert phrase in result.report(tmp_path / "report.html").read_text()

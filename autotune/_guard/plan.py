@@ -23,7 +23,8 @@ import enum
 import functools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from autotune._guard.guard import FIRST_PAIR, AccuracyGuard
 from autotune._guard.stats import MAX_NEED, fewest, look_alpha, t_quantile
@@ -35,6 +36,7 @@ __all__ = [
     "AccuracyPlan",
     "HorizonPlan",
     "Longer",
+    "LongerMiss",
     "PlanNote",
     "check_timeout",
     "epoch_timeout",
@@ -98,6 +100,14 @@ class AccuracyPlan:
     n_train: int = 0
     repeats: int = 0
     planned_epochs: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "note": None if self.note is None else self.note.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AccuracyPlan:
+        note = data.get("note")
+        return cls(**{**data, "note": None if note is None else PlanNote(note)})
 
 
 def plan_accuracy_budget(
@@ -237,6 +247,21 @@ class HorizonPlan:
     least_longer_seconds: float  # the least check there: the baseline's runs and as many pairs
     left: float | None = None  # seconds the search has left for checks (None: no time budget)
 
+    def to_dict(self) -> dict[str, Any]:
+        """Its fields, an infinite price as None (JSON has no infinity)."""
+        return {
+            k: None if isinstance(v, float) and math.isinf(v) else v
+            for k, v in dataclasses.asdict(self).items()
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HorizonPlan:
+        prices = ("seconds", "longer_seconds", "least_longer_seconds")
+        fields: dict[str, Any] = {
+            k: math.inf if k in prices and v is None else v for k, v in data.items()
+        }
+        return cls(**fields)
+
     @property
     def reason(self) -> Longer | None:
         """Why the longer horizon is the better place to check, or None: it is expected to
@@ -323,6 +348,45 @@ def plan_horizon(
         least_longer_seconds=question_runs(repeats) * run_seconds * longer / samples,
         left=left,
     )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LongerMiss:
+    """A longer horizon that did not fit: why it was asked for (``reason``, at ``plan``), its
+    ``samples``, the ``seconds`` the baseline's runs and one check there take, and the
+    ``timeout`` that would hold them (:func:`timeout_for`; None: no time budget); ``lagging``
+    of the baseline's ``repeats`` seeds had not taken off then (later checks buy it more)."""
+
+    reason: Longer
+    plan: HorizonPlan
+    samples: int
+    seconds: float
+    timeout: int | None = None
+    lagging: int = 0
+    repeats: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason.value,
+            "plan": self.plan.to_dict(),
+            "samples": self.samples,
+            "seconds": self.seconds,
+            "timeout": self.timeout,
+            "lagging": self.lagging,
+            "repeats": self.repeats,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LongerMiss:
+        return cls(
+            reason=Longer(data["reason"]),
+            plan=HorizonPlan.from_dict(data["plan"]),
+            samples=int(data["samples"]),
+            seconds=float(data["seconds"]),
+            timeout=data.get("timeout"),
+            lagging=int(data.get("lagging") or 0),
+            repeats=int(data.get("repeats") or 0),
+        )
 
 
 def longer_reason(guard: AccuracyGuard, plan: HorizonPlan) -> Longer | None:

@@ -15,6 +15,7 @@ from autotune._guard.plan import (
     AccuracyPlan,
     HorizonPlan,
     Longer,
+    LongerMiss,
     PlanNote,
     check_timeout,
 )
@@ -28,6 +29,7 @@ from autotune._guard.stats import (
 )
 
 __all__ = [
+    "accuracy_note",
     "advice",
     "answer_claim",
     "budget_words",
@@ -414,3 +416,46 @@ def budget_words(plan: HorizonPlan, timeout: float | None) -> str | None:
         "do), or one better than the baseline by more than the tolerance in most of its "
         f"pairs, can be confirmed; {need}"
     )
+
+
+def sentences(*parts: str | None) -> str:
+    """``parts`` as sentences: each capitalised and ended with a full stop, one space apart."""
+    said = (p.strip() for p in parts if p and p.strip())
+    return " ".join(f"{p[0].upper()}{p[1:]}{'' if p.endswith('.') else '.'}" for p in said)
+
+
+def longer_miss_words(miss: LongerMiss, guard: AccuracyGuard) -> str:
+    """A longer horizon that did not fit: why it was asked for, and the timeout that would
+    hold it."""
+    why = (  # the seeds as they were then: later checks buy the baseline more
+        f"{miss.lagging} of the baseline's {miss.repeats} seeds had not taken off in "
+        f"{miss.plan.samples:,} samples per run where another had"
+        if miss.reason is Longer.LAGGING
+        else longer_words(miss.reason, guard, miss.plan)
+    )
+    text = (
+        f"{why}, but runs of {miss.samples:,} samples (~{miss.seconds:.0f} s for the baseline's "
+        "and one check) do not fit in the time left"
+    )
+    if miss.timeout is not None:
+        text += f": a timeout of about {miss.timeout} s would hold them"
+    return text
+
+
+def accuracy_note(
+    *,
+    plan: AccuracyPlan | None,
+    horizon: HorizonPlan | None,
+    budget: float | None,
+    longer: LongerMiss | None,
+    guard: AccuracyGuard,
+) -> str | None:
+    """What the baseline's accuracy record says of its horizon, in sentences: the budget's plan
+    (:func:`plan_note`), what a budget too short for a check there allows
+    (:func:`budget_words`), and a longer horizon that did not fit; None where it says nothing."""
+    parts = [
+        None if plan is None else plan_note(plan),
+        None if horizon is None or budget is None else budget_words(horizon, budget),
+        None if longer is None else f"the horizon: {longer_miss_words(longer, guard)}",
+    ]
+    return sentences(*parts) or None

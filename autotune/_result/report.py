@@ -28,7 +28,7 @@ from optuna.trial import TrialState
 from autotune._guard import words as guard_words
 from autotune._knobs import registry
 from autotune._result.files import write_text_atomic
-from autotune._result.summary import no_check_words
+from autotune._result.summary import accuracy_note, no_check_words
 from autotune._search.derived import accuracy_verdict, format_speedup
 from autotune._search.ranking import rank_time
 from autotune._trial.fingerprint import measured_on
@@ -308,7 +308,7 @@ def _guard_line(result: SearchResult) -> str:
     advice = guard_words.advice(guard.advice(), guard)
     if advice:
         line = f"{line} {advice}"
-    note = result.search.get("accuracy_note")  # the plan's, with any budget it would take
+    note = accuracy_note(result.to_dict())  # the plan's, with any budget it would take
     return f"{line} {note}" if note else line
 
 

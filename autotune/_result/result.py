@@ -35,7 +35,7 @@ from autotune._search.ledger import (
     first_win_at,
     loads,
 )
-from autotune._search.record import GuardFailure
+from autotune._search.record import BaselineAccuracy, GuardFailure
 from autotune._search.settings import SearchSettings
 from autotune._trial.probe import MemoryLimits
 
@@ -124,7 +124,9 @@ class SearchResult:
             "numerics_searched": bool(
                 settings.space.numerics_knobs(split_free=settings.split_free)
             ),
-            "accuracy_note": ledger.baseline_accuracy.note if ledger.baseline_accuracy else None,
+            # What the accuracy record says of its horizon, as facts (``accuracy_note``: the
+            # sentences of a file written before them).
+            "accuracy_plan": _accuracy_plan(ledger.baseline_accuracy),
             "no_accuracy_check": no_check.to_dict() if no_check else None,  # a NoCheck, why
             # The settings every accuracy run trained with (None: the baseline's own).
             "accuracy_runs_config": (
@@ -462,3 +464,17 @@ def _beside_winner(out: dict[str, Any], baseline: TrialRecord, winner: TrialReco
 def _side(trial: TrialRecord) -> bool:
     """Whether the side-by-side rounds measured it (its figures are theirs)."""
     return trial.side_rounds >= derived.MIN_ROUNDS
+
+
+def _accuracy_plan(accuracy: BaselineAccuracy | None) -> dict[str, Any] | None:
+    """The facts of the baseline's accuracy record that its words are written from (see
+    :func:`autotune._result.summary.accuracy_note`)."""
+    if accuracy is None:
+        return None
+    return {
+        "plan": None if accuracy.plan is None else accuracy.plan.to_dict(),
+        "horizon": accuracy.horizons[-1].to_dict() if accuracy.horizons else None,
+        "budget": accuracy.budget,
+        "longer": None if accuracy.longer is None else accuracy.longer.to_dict(),
+        "note": accuracy.stored_note,
+    }

@@ -17,7 +17,7 @@ from autotune._errors import ConfigError
 from autotune._guard import words as guard_words
 from autotune._guard.confirmation import Confirmation, Reason, Settle
 from autotune._guard.guard import AccuracyGuard
-from autotune._guard.plan import whole_run_timeout
+from autotune._guard.plan import AccuracyPlan, HorizonPlan, LongerMiss, whole_run_timeout
 from autotune._guard.words import answer_claim, lag_words, unseen_note
 from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import changes
@@ -30,7 +30,7 @@ from autotune._search.warm import warm_line
 from autotune._search.words import change_words, unmeasured_words, wrap_clauses
 from autotune._trial.fingerprint import measured_on
 
-__all__ = ["render_summary", "story_lines", "summary_parts"]
+__all__ = ["accuracy_note", "render_summary", "story_lines", "summary_parts"]
 
 CHANGE = "  change: "  # the summary's second line: what to change of your settings
 
@@ -161,7 +161,7 @@ def _check_notes(
     # A plan shorter than meant weakens the checks of a change of the numerics, where one is
     # the answer or would be faster than it.
     weighs = answers.get("chosen") == "fast" or answers.get("pending") is not None
-    if weighs and search.get("accuracy_note") and samples and planned and samples < planned:
+    if weighs and accuracy_note(data) and samples and planned and samples < planned:
         notes.append(story.plan_note(int(samples), int(planned)))
     return notes
 
@@ -599,7 +599,7 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
                 else ""
             )
             lines.append(f"  ! {lag_words(lag, name)}{hint}")
-    note = (data.get("search") or {}).get("accuracy_note")
+    note = accuracy_note(data)
     if note:
         lines.append(f"  ! {note}")
     return lines
@@ -784,3 +784,22 @@ def _describe(cfg: dict[str, Any]) -> str:
         return TrainingConfig.from_dict(cfg).describe()
     except ConfigError:
         return json.dumps(cfg)
+
+
+def accuracy_note(data: dict[str, Any]) -> str | None:
+    """What the baseline's accuracy record says of its horizon, in sentences, from the facts
+    a result holds (``search.accuracy_plan``), or as a file written before them stored it."""
+    search = data.get("search") or {}
+    facts, guard = search.get("accuracy_plan"), data.get("accuracy_guard")
+    if facts is None or guard is None:
+        note = search.get("accuracy_note")
+        return None if note is None else str(note)
+    plan, horizon, longer = facts.get("plan"), facts.get("horizon"), facts.get("longer")
+    said = guard_words.accuracy_note(
+        plan=None if plan is None else AccuracyPlan.from_dict(plan),
+        horizon=None if horizon is None else HorizonPlan.from_dict(horizon),
+        budget=facts.get("budget"),
+        longer=None if longer is None else LongerMiss.from_dict(longer),
+        guard=AccuracyGuard.from_dict(guard),
+    )
+    return guard_words.sentences(facts.get("note"), said) or None

@@ -14,7 +14,9 @@ from autotune._errors import AutotuneError
 from autotune._guard import words as guard_words
 from autotune._guard.guard import FIRST_PAIR, AccuracyGuard, unsettleable
 from autotune._guard.plan import (
+    AccuracyPlan,
     HorizonPlan,
+    LongerMiss,
     longer_reason,
     plan_accuracy_budget,
     plan_horizon,
@@ -399,12 +401,13 @@ def pair_settings(ledger: Ledger, baseline: Baseline) -> tuple[TrainingConfig, f
 @dataclasses.dataclass(frozen=True)
 class GuardCost:
     """The baseline's accuracy runs as planned: ``samples`` per run, ``seconds`` for all of
-    them, the plan's ``note``; ``fits``: whether they and one check fit in the time given
-    (at the shortest horizon a check may use, whose runs take ``least_seconds``)."""
+    them, the budget's ``plan`` (None where the user fixed the samples); ``fits``: whether they
+    and one check fit in the time given (at the shortest horizon a check may use, whose runs
+    take ``least_seconds``)."""
 
     samples: int
     seconds: float
-    note: str | None
+    plan: AccuracyPlan | None
     fits: bool = True
     least_seconds: float = 0.0
     # The same runs and one check's after them (see guard.question_runs), at the plan's
@@ -432,17 +435,18 @@ def accuracy_plan_seconds(
         whole_run=s.space.searches_length,
         left=None if left is None else left / SLACK,
     )
-    samples, note, fits = plan.samples, guard_words.plan_note(plan), plan.fits
+    chosen: AccuracyPlan | None = plan
+    samples, fits = plan.samples, plan.fits
     per_sample = SLACK * s.accuracy_repeats / max(throughput, 1e-9)
     question = question_runs(s.accuracy_repeats) / s.accuracy_repeats
     if s.accuracy_samples is not None:
-        samples, note = s.accuracy_samples, None
+        samples, chosen = s.accuracy_samples, None
         fits = left is None or question * per_sample * samples <= left
     least = s.accuracy_samples if s.accuracy_samples is not None else plan.least
     return GuardCost(
         samples=samples,
         seconds=per_sample * samples,
-        note=note,
+        plan=chosen,
         fits=fits,
         least_seconds=per_sample * least,
         question_seconds=question * per_sample * samples,
@@ -454,25 +458,26 @@ def measure_baseline_accuracy(
     bench: Bench,
     baseline: Baseline,
     samples: int | None = None,
-    plans: tuple[str, ...] = (),
+    horizons: tuple[HorizonPlan, ...] = (),
     reserve: float = 0.0,
     left: float | None = None,
 ) -> Baseline:
     """The baseline's accuracy runs over ``accuracy_repeats`` seeds (and the untrained model's
     metric), each validated halfway too, stored in the study with the horizon's plan (after
-    the ``plans`` of the horizons tried before): the guard every candidate is then held to.
+    the ``horizons`` tried before): the guard every candidate is then held to.
     ``samples``: a horizon other than the plan's (a longer one, see :func:`choose_horizon`);
     ``left``: the seconds there are for these runs and one check (see
     :func:`accuracy_plan_seconds`)."""
     s = bench.settings
     cost = accuracy_plan_seconds(bench, baseline, left=left)
-    planned, expected, note = cost.samples, cost.seconds, cost.note
+    planned, expected, chosen = cost.samples, cost.seconds, cost.plan
     if samples is None:
         samples = planned
     else:
-        expected, note = expected * samples / planned, None
-    if note is not None:
-        bench.detail(f"accuracy guard: {note}")
+        expected, chosen = expected * samples / planned, None
+    said = None if chosen is None else guard_words.plan_note(chosen)
+    if said is not None:
+        bench.detail(f"accuracy guard: {said}")
     pair, pair_throughput = pair_settings(bench.ledger(), baseline)
     own = pair == baseline.record.config
     if not own:
@@ -500,7 +505,7 @@ def measure_baseline_accuracy(
                 failure=outcome.failure,
                 message=outcome.message or "",
                 samples=samples,
-                longer=bool(plans),
+                longer=bool(horizons),
             )
         )
     accuracy = BaselineAccuracy(
@@ -508,12 +513,12 @@ def measure_baseline_accuracy(
         samples=samples,
         initial_metric=outcome.initial_metric,
         seconds=outcome.seconds,
-        note=note,
+        plan=chosen,
         config=None if own else pair,
         throughput=None if own else pair_throughput,
     )
     plan = horizon_plan(bench, accuracy, reserve)
-    accuracy = dataclasses.replace(accuracy, plans=(*plans, guard_words.horizon(plan)))
+    accuracy = dataclasses.replace(accuracy, horizons=(*horizons, plan))
     storage.write_baseline_accuracy(bench.study, accuracy)
     measured = Baseline.of(bench.ledger())
     assert measured is not None and measured.guard is not None
@@ -528,8 +533,8 @@ def measure_baseline_accuracy(
     if guard.learned and not guard.wrong_way and not guard.lagging and settled_horizon:
         budget = guard_words.budget_words(plan, bench.deadline.budget) if checkable else None
     if budget:
-        note = joined_note(note, budget)
-        storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))
+        timed = dataclasses.replace(accuracy, budget=bench.deadline.budget)
+        storage.write_baseline_accuracy(bench.study, timed)
         measured = Baseline.of(bench.ledger()) or measured
     # One line per horizon tried; the plan, the budget and the advice are the detail's (the
     # summary says what is unsettled), so that a search that tries many horizons stays short.
@@ -560,10 +565,17 @@ class GuardRunsFailed(AutotuneError):
         self.failure = failure
 
 
-def joined_note(*parts: str | None) -> str:
-    """The accuracy record's note from its ``parts``, each a sentence."""
-    sentences = (p.strip() for p in parts if p and p.strip())
-    return " ".join(f"{p[0].upper()}{p[1:]}{'' if p.endswith('.') else '.'}" for p in sentences)
+def accuracy_words(accuracy: BaselineAccuracy, guard: AccuracyGuard) -> str | None:
+    """What the baseline's accuracy record says of its horizon, in sentences: a study filed
+    before these facts, its note as stored, and what came after it."""
+    said = guard_words.accuracy_note(
+        plan=accuracy.plan,
+        horizon=accuracy.horizons[-1] if accuracy.horizons else None,
+        budget=accuracy.budget,
+        longer=accuracy.longer,
+        guard=guard,
+    )
+    return guard_words.sentences(accuracy.stored_note, said) or None
 
 
 def horizon_plan(bench: Bench, accuracy: BaselineAccuracy, reserve: float) -> HorizonPlan:
@@ -601,21 +613,28 @@ def choose_horizon(bench: Bench, baseline: Baseline, reserve: float) -> Baseline
         runs = question_runs(s.accuracy_repeats)
         seconds = SLACK * runs * samples / max(baseline.throughput, 1e-9)
         if not bench.deadline.fits(seconds + reserve):
-            text = (
-                f"{why}, but runs of {samples:,} samples (~{seconds:.0f} s for the baseline's "
-                "and one check) do not fit in the time left"
-            )
             left, budget = bench.deadline.left(), bench.deadline.budget
+            more = None
             if budget is not None and left is not None:
                 more = timeout_for(budget=budget, left=left, need=seconds + reserve)
-                text += f": a timeout of about {more} s would hold them"
-            bench.report(f"accuracy guard: {text}")
-            note = joined_note(accuracy.note, f"the horizon: {text}")
-            storage.write_baseline_accuracy(bench.study, dataclasses.replace(accuracy, note=note))
+            reason = longer_reason(guard, plan)
+            assert reason is not None  # why is its words
+            miss = LongerMiss(
+                reason=reason,
+                plan=plan,
+                samples=samples,
+                seconds=seconds,
+                timeout=more,
+                lagging=guard.lagging,
+                repeats=guard.repeats,
+            )
+            bench.report(f"accuracy guard: {guard_words.longer_miss_words(miss, guard)}")
+            missed = dataclasses.replace(accuracy, longer=miss)
+            storage.write_baseline_accuracy(bench.study, missed)
             return Baseline.of(bench.ledger()) or baseline
         bench.report(f"accuracy guard: {why}; trying {samples:,}")
         baseline = measure_baseline_accuracy(
-            bench, baseline, samples, plans=accuracy.plans, reserve=reserve
+            bench, baseline, samples, horizons=accuracy.horizons, reserve=reserve
         )
 
 

@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from autotune._guard.plan import AccuracyPlan, HorizonPlan, LongerMiss
 from autotune._knobs.config import TrainingConfig
 from autotune._load import Load
 from autotune._stream import StreamEnded
@@ -279,10 +280,16 @@ class BaselineAccuracy:
     samples: int
     initial_metric: float | None = None
     seconds: float = 0.0  # all the runs, wall clock
-    note: str | None = None  # what the budget plan said (a run shorter than an epoch)
-    # How the horizon was chosen: one line per horizon tried, the plan made at it (see
-    # autotune._guard.plan), the last one at ``samples``.
-    plans: tuple[str, ...] = ()
+    # The budget's plan where it chose the horizon (None: the user's accuracy_samples, or a
+    # longer horizon the plan of the horizon asked for).
+    plan: AccuracyPlan | None = None
+    # The horizon's plan made at each horizon tried (see autotune._guard.plan), the last one
+    # at ``samples``.
+    horizons: tuple[HorizonPlan, ...] = ()
+    # The time budget, where a check at the last horizon does not fit in what is left of it.
+    budget: float | None = None
+    longer: LongerMiss | None = None  # a longer horizon asked for that did not fit
+    stored_note: str | None = None  # a study filed before these facts: its note, as stored
     # The settings every accuracy run trains with, the baseline's and both arms of every pair
     # (the baseline's config with the safe answer's shared knobs, see registry.pair_base), and
     # that config's throughput; None: the baseline's own (and studies filed before).
@@ -295,8 +302,11 @@ class BaselineAccuracy:
             "samples": self.samples,
             "initial_metric": self.initial_metric,
             "seconds": self.seconds,
-            "note": self.note,
-            "plans": list(self.plans),
+            "plan": None if self.plan is None else self.plan.to_dict(),
+            "horizons": [h.to_dict() for h in self.horizons],
+            "budget": self.budget,
+            "longer": None if self.longer is None else self.longer.to_dict(),
+            "note": self.stored_note,
             "config": None if self.config is None else self.config.to_dict(),
             "throughput": self.throughput,
         }
@@ -308,8 +318,11 @@ class BaselineAccuracy:
             samples=int(data["samples"]),
             initial_metric=_float(data.get("initial_metric")),
             seconds=float(data.get("seconds") or 0.0),
-            note=data.get("note"),
-            plans=tuple(str(p) for p in data.get("plans") or ()),
+            plan=None if data.get("plan") is None else AccuracyPlan.from_dict(data["plan"]),
+            horizons=tuple(HorizonPlan.from_dict(h) for h in data.get("horizons") or ()),
+            budget=_float(data.get("budget")),
+            longer=None if data.get("longer") is None else LongerMiss.from_dict(data["longer"]),
+            stored_note=data.get("note"),
             config=None if data.get("config") is None else TrainingConfig.from_dict(data["config"]),
             throughput=_float(data.get("throughput")),
         )
