@@ -322,7 +322,8 @@ def test_a_budget_figure_is_one_number_in_every_output(tmp_path) -> None:
     phrase = f"a timeout of about {said[0]} s would hold one"
     result = result_of(run, 60.0)
     data = result.to_dict()
-    from autotune._result.summary import accuracy_note, render_summary
+    from autotune._result.facts import accuracy_note
+    from autotune._result.summary import render_summary
 
     assert data["search"]["accuracy_plan"]["budget"] == 60.0  # the JSON holds the facts
     assert phrase in (accuracy_note(data) or "")

@@ -27,8 +27,9 @@ from optuna.trial import TrialState
 
 from autotune._guard import words as guard_words
 from autotune._knobs import registry
+from autotune._result.facts import accuracy_note
 from autotune._result.files import write_text_atomic
-from autotune._result.summary import accuracy_note, no_check_words
+from autotune._result.summary import no_check_words
 from autotune._search.derived import accuracy_verdict, format_speedup
 from autotune._search.ranking import rank_time
 from autotune._trial.fingerprint import measured_on

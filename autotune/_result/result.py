@@ -124,8 +124,6 @@ class SearchResult:
             "numerics_searched": bool(
                 settings.space.numerics_knobs(split_free=settings.split_free)
             ),
-            # What the accuracy record says of its horizon, as facts (``accuracy_note``: the
-            # sentences of a file written before them).
             "accuracy_plan": _accuracy_plan(ledger.baseline_accuracy),
             "no_accuracy_check": no_check.to_dict() if no_check else None,  # a NoCheck, why
             # The settings every accuracy run trained with (None: the baseline's own).
@@ -468,7 +466,7 @@ def _side(trial: TrialRecord) -> bool:
 
 def _accuracy_plan(accuracy: BaselineAccuracy | None) -> dict[str, Any] | None:
     """The facts of the baseline's accuracy record that its words are written from (see
-    :func:`autotune._result.summary.accuracy_note`)."""
+    :func:`autotune._result.facts.accuracy_note`)."""
     if accuracy is None:
         return None
     return {

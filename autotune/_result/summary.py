@@ -14,15 +14,13 @@ import statistics
 from typing import Any
 
 from autotune._errors import ConfigError
-from autotune._guard import words as guard_words
-from autotune._guard.confirmation import Confirmation, Reason, Settle
-from autotune._guard.guard import AccuracyGuard
-from autotune._guard.plan import AccuracyPlan, HorizonPlan, LongerMiss, whole_run_timeout
+from autotune._guard.plan import whole_run_timeout
 from autotune._guard.words import answer_claim, lag_words, unseen_note
 from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import changes
 from autotune._progress import WIDTH
 from autotune._result import story
+from autotune._result.facts import accuracy_note, advice_reason, advice_text, settle_text
 from autotune._result.story import STORY_LINES, Note, choose, fit_first
 from autotune._search.derived import format_speedup
 from autotune._search.record import GuardFailure, NoRun
@@ -30,7 +28,7 @@ from autotune._search.warm import warm_line
 from autotune._search.words import change_words, unmeasured_words, wrap_clauses
 from autotune._trial.fingerprint import measured_on
 
-__all__ = ["accuracy_note", "render_summary", "story_lines", "summary_parts"]
+__all__ = ["render_summary", "story_lines", "summary_parts"]
 
 CHANGE = "  change: "  # the summary's second line: what to change of your settings
 
@@ -153,7 +151,7 @@ def _check_notes(
         notes.append(story.unconfirmed(*counts))
     if guard is None:
         return notes
-    reason = _advice_reason(guard)
+    reason = advice_reason(guard)
     if reason is not None and not failed:
         notes.append(story.guard_advice(reason, metric=name))
     planned = data["metrics"].get("planned_samples")
@@ -164,19 +162,6 @@ def _check_notes(
     if weighs and accuracy_note(data) and samples and planned and samples < planned:
         notes.append(story.plan_note(int(samples), int(planned)))
     return notes
-
-
-def _advice_reason(guard: dict[str, Any]) -> str | None:
-    """The reason code of the guard's advice (what keeps every change of the numerics from
-    being confirmed); for a result written before the code was stored, read from the facts
-    its sentence was written from."""
-    if "advice_reason" in guard:
-        return None if guard["advice_reason"] is None else str(guard["advice_reason"])
-    if not guard.get("advice"):
-        return None
-    if guard.get("wrong_way"):
-        return "wrong_way"
-    return "not_learned" if guard.get("learned") is False else "small_validation"
 
 
 def summary_parts(
@@ -536,7 +521,7 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
         # With no check made, say only that: the time left at the end is one reason, a
         # candidate no faster than the answer while checks were weighed (the rounds then
         # measuring the answer slower) another, and the result does not know which.
-        why = _settle_text(data, c) or (
+        why = settle_text(data, c) or (
             f"its check was stopped: {c['failure']}"
             if c.get("failure")
             else "no check of it was made before the search ended"
@@ -586,8 +571,8 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
         )
         if (data.get("search") or {}).get("no_accuracy_check"):
             lines.append(f"  ! {no_check_words(data['search'])}")
-        elif _advice_text(guard):
-            lines.append(f"  ! {_advice_text(guard)}")
+        elif advice_text(guard):
+            lines.append(f"  ! {advice_text(guard)}")
         lag = guard.get("lagging_run")
         if lag:
             schedule = (data["baseline"]["config"].get("lr_schedule") or {}).get("kind")
@@ -603,37 +588,6 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
     if note:
         lines.append(f"  ! {note}")
     return lines
-
-
-def _settle_text(data: dict[str, Any], c: dict[str, Any]) -> str | None:
-    """What would settle a pending check, whole: rendered from its reason and figures (the
-    guard's words), or as a record written before them stored it; the short story's words
-    where the guard's cannot be rendered (a reason this version does not know)."""
-    guard, reason = data.get("accuracy_guard"), c.get("settle_reason")
-    if not reason:
-        return c.get("settle")
-    try:
-        check = Confirmation.from_dict(c)
-        if guard:
-            return guard_words.confirmation_settle(check, AccuracyGuard.from_dict(guard))
-    except (KeyError, TypeError, ValueError):
-        pass
-    name = data["metrics"].get("metric_name", "metric")
-    words = story.what_settles(str(reason), c.get("need"), name)
-    return f"its check did not settle ({reason})" if words is None else words.rstrip(".")
-
-
-def _advice_text(guard: dict[str, Any]) -> str | None:
-    """The guard's advice, whole: rendered from its reason and figures, or as a result written
-    before them stored it."""
-    reason = guard.get("advice_reason")
-    if not reason:
-        return guard.get("advice")
-    try:
-        settle = Settle(reason=Reason(reason), **(guard.get("advice_facts") or {}))
-    except (TypeError, ValueError):
-        return None
-    return guard_words.advice(settle, AccuracyGuard.from_dict(guard))
 
 
 def _first_seeds(guard: dict[str, Any], data: dict[str, Any]) -> str:
@@ -784,22 +738,3 @@ def _describe(cfg: dict[str, Any]) -> str:
         return TrainingConfig.from_dict(cfg).describe()
     except ConfigError:
         return json.dumps(cfg)
-
-
-def accuracy_note(data: dict[str, Any]) -> str | None:
-    """What the baseline's accuracy record says of its horizon, in sentences, from the facts
-    a result holds (``search.accuracy_plan``), or as a file written before them stored it."""
-    search = data.get("search") or {}
-    facts, guard = search.get("accuracy_plan"), data.get("accuracy_guard")
-    if facts is None or guard is None:
-        note = search.get("accuracy_note")
-        return None if note is None else str(note)
-    plan, horizon, longer = facts.get("plan"), facts.get("horizon"), facts.get("longer")
-    said = guard_words.accuracy_note(
-        plan=None if plan is None else AccuracyPlan.from_dict(plan),
-        horizon=None if horizon is None else HorizonPlan.from_dict(horizon),
-        budget=facts.get("budget"),
-        longer=None if longer is None else LongerMiss.from_dict(longer),
-        guard=AccuracyGuard.from_dict(guard),
-    )
-    return guard_words.sentences(facts.get("note"), said) or None
