@@ -117,8 +117,10 @@ def confirm(
         result = _first_look(bench, baseline, entry, keep)
         scale = _overran(bench.deadline.now() - start, expected)
         _file(bench, entry, result)
+    guard = baseline.guard  # the words' figures: the latest the loop read, no read more
     while result.verdict is Verdict.UNRESOLVED and result.confirmable:
         current = Baseline.of(bench.ledger()) or baseline
+        guard = current.guard or guard
         n = len(result.runs)
         left = bench.deadline.left()
         target = next_target(
@@ -160,7 +162,6 @@ def confirm(
         # One short line; the whole reasoning (and what would settle it) is the detail.
         whole = f"confirmation of trial #{entry.number}: {result.verdict} ({describe(result)})"
         storage.add_note(bench.study, whole)
-        guard = (Baseline.of(bench.ledger()) or baseline).guard
         settle = confirmation_settle(result, guard) if guard is not None else None
         if settle:
             storage.add_note(bench.study, f"  to settle trial #{entry.number}: {settle}")
