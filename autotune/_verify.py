@@ -34,7 +34,7 @@ from autotune._knobs.config import TrainingConfig
 from autotune._options import PLANNED_EPOCHS, VERIFY_ROUNDS
 from autotune._progress import Report
 from autotune._result.result import SearchResult
-from autotune._search.derived import speedup
+from autotune._search.derived import round_speedup, speedup
 from autotune._task import Task, as_task, check_model
 from autotune._trial.bounded import SetUpLimit, bounded
 from autotune._trial.data import DataModuleLike
@@ -189,18 +189,19 @@ class VerifyReport:
 
     @property
     def median_speedup(self) -> float | None:
-        return statistics.median(self.speedups) if self.speedups else None
+        """The rounds' speedup as the search computes it (:func:`derived.round_speedup`)."""
+        return round_speedup(self.speedups)
 
     @property
     def median_throughput_ratio(self) -> float | None:
-        ratios = self.throughput_ratios
-        return statistics.median(ratios) if ratios else None
+        return round_speedup(self.throughput_ratios)
 
     @property
     def speedup_spread(self) -> float:
         """(max - min) / median of the per-round speedups."""
         s = self.speedups
-        return (max(s) - min(s)) / statistics.median(s) if len(s) > 1 else 0.0
+        median = round_speedup(s)
+        return (max(s) - min(s)) / median if len(s) > 1 and median else 0.0
 
     @property
     def faster_here(self) -> bool:
@@ -282,7 +283,7 @@ class VerifyReport:
             ):
                 rec = "n/a" if recorded is None else f"{recorded:.2f}x"
                 lines.append(
-                    f"  {label:28}{statistics.median(values):>9.2f}x{min(values):>9.2f}x"
+                    f"  {label:28}{round_speedup(values) or 0.0:>9.2f}x{min(values):>9.2f}x"
                     f"{max(values):>9.2f}x{rec:>10}"
                 )
             for name, ms in (

@@ -693,3 +693,34 @@ def test_accuracy_runs_train_with_the_safe_answers_loader_and_memory_knobs() -> 
     # runs did (1 s each): priced at the pair's throughput, not the baseline's (0.5 s).
     assert filed.run_seconds(ledger.entries[1].record) == pytest.approx(SLACK * 1.0)
     assert old.run_seconds(ledger.entries[1].record) == pytest.approx(SLACK * 0.5)
+
+
+def test_verify_and_the_search_compute_one_speedup_from_the_same_round_draws() -> None:
+    """Four rounds, an even number: the search's figure is the lower middle ratio, and verify's
+    was the mean of the two middle ones (statistics.median), so on the same draws the two
+    printed different speed-ups. One function computes both now."""
+    from autotune._verify import VerifyReport
+
+    s = settings()
+    winner = BASE.replace(batch_size=64)
+    step_times = [(0.020, 0.0133), (0.021, 0.0131), (0.019, 0.0119), (0.020, 0.0125)]
+    base_ms = [measurement(b) for b, _ in step_times]
+    win_ms = [measurement(w, 64) for _, w in step_times]
+    rounds = [
+        {0: s.projected_time(b, BASE), 1: s.projected_time(w, winner)}
+        for b, w in zip(base_ms, win_ms, strict=True)
+    ]
+    ledger = Ledger.read(_study_with([_base(), _candidate(winner, 100.0)], rounds), s)
+    report = VerifyReport(
+        winner=winner, baseline=BASE, device="cpu", baseline_measurements=tuple(base_ms),
+        winner_measurements=tuple(win_ms), recorded_speedup=None,
+        recorded_throughput_ratio=None, planned_samples=round(s.planned_epochs * s.n_train),
+        planned_epochs=s.planned_epochs, environment_warnings=(),
+    )  # fmt: skip
+    search = ledger.side_speedup(ledger.entries[1])
+    assert search is not None and report.speedups == pytest.approx(
+        ledger.round_speedups(ledger.entries[1])
+    )
+    assert report.median_speedup == search
+    assert sorted(report.speedups)[1] == pytest.approx(search)  # the lower middle of four
+

@@ -9,7 +9,14 @@ from collections.abc import Sequence
 
 from autotune._guard.confirmation import Confirmation
 
-__all__ = ["MIN_ROUNDS", "accuracy_verdict", "format_speedup", "side_by_side", "speedup"]
+__all__ = [
+    "MIN_ROUNDS",
+    "accuracy_verdict",
+    "format_speedup",
+    "round_speedup",
+    "side_by_side",
+    "speedup",
+]
 
 MIN_ROUNDS = 2  # side-by-side rounds that make a measured speedup (one round is one draw)
 
@@ -23,17 +30,23 @@ def speedup(baseline_time: float | None, time: float | None) -> float | None:
     return baseline_time / time
 
 
-def side_by_side(speedups: Sequence[float]) -> tuple[float, float, float] | None:
-    """The speedup measured side by side: the median over the rounds (of an even number, the
-    lower middle one), and the lowest and the highest; None with fewer than :data:`MIN_ROUNDS`
-    rounds.
+def round_speedup(speedups: Sequence[float]) -> float | None:
+    """The speedup a set of side-by-side rounds measured, for the search and ``verify`` alike:
+    the median of the rounds' ratios, of an even number the lower middle one (None: no rounds).
 
     A round whose baseline measurement a burst of load slowed lifts every ratio in it, and the
     mean of two rounds' ratios follows it. Where two rounds disagree, the claim rests on the
     smaller."""
-    if len(speedups) < MIN_ROUNDS:
+    return float(statistics.median_low(speedups)) if speedups else None
+
+
+def side_by_side(speedups: Sequence[float]) -> tuple[float, float, float] | None:
+    """The speedup measured side by side (:func:`round_speedup`), and the lowest and the
+    highest round's; None with fewer than :data:`MIN_ROUNDS` rounds."""
+    median = round_speedup(speedups)
+    if len(speedups) < MIN_ROUNDS or median is None:
         return None
-    return float(statistics.median_low(speedups)), min(speedups), max(speedups)
+    return median, min(speedups), max(speedups)
 
 
 def format_speedup(value: float | None) -> str:
