@@ -10,7 +10,8 @@ import math
 import pytest
 from sim import Model, noise, search
 
-from autotune._guard.confirmation import Verdict
+from autotune._guard.confirmation import RunFailed, Verdict
+from autotune._guard.words import describe
 from autotune._search.evidence import UNTIMED_SEEDS, evidence_value, next_target
 
 DIGITS = {"batch_size": [32, 64], "precision": ["fp32"]}
@@ -124,7 +125,12 @@ def test_a_check_stopped_by_the_deadline_is_unresolved_not_rejected() -> None:
     b64 = next(e for e in ledger.candidates if e.config.batch_size == 64)
     c = ledger.confirmation(b64)
     assert c is not None and c.verdict is Verdict.UNRESOLVED, "\n".join(lines)
-    assert c.failure is not None and "stopped before they ended" in c.failure
+    assert c.failed is RunFailed.STOPPED and not c.tested
+    assert c.failure == "timeout; the search's time left set that limit (the run's own: 60 s)"
+    assert describe(c) == (
+        f"its accuracy runs were stopped before they ended ({c.failure}): no verdict on its "
+        "accuracy"
+    )
     assert not c.confirmable and not c.runs
     assert "rejected" not in "\n".join(line for line in lines if "confirmation of" in line)
     best = ledger.best()
@@ -141,6 +147,7 @@ def test_a_check_whose_runs_hang_past_their_own_limit_is_rejected() -> None:
     b64 = next(e for e in ledger.candidates if e.config.batch_size == 64)
     c = ledger.confirmation(b64)
     assert c is not None and c.verdict is Verdict.REJECTED and c.failure == "timeout"
+    assert c.failed is RunFailed.FAILED and describe(c) == "timeout"
     assert clock.now - run.settings.started <= 1.05 * 600, "\n".join(lines)
 
 

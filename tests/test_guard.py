@@ -15,7 +15,7 @@ from sim import VAL_ITEMS, per_example
 import autotune
 from autotune import AccuracyGuard
 from autotune._guard import words
-from autotune._guard.confirmation import Confirmation, Reason, Verdict
+from autotune._guard.confirmation import Confirmation, Reason, RunFailed, Verdict
 from autotune._guard.guard import screening_margin, settle
 from autotune._guard.plan import PlanNote, plan_accuracy_budget
 from autotune._guard.stats import (
@@ -215,11 +215,22 @@ def test_later_looks_and_later_checks_are_held_to_a_stricter_level() -> None:
         assert shares_spent(k) < 1.0
 
 
-def test_a_check_whose_runs_failed_spends_none_of_the_error_rate() -> None:
+@pytest.mark.parametrize(
+    "crashed",
+    [
+        Confirmation(
+            runs=(), verdict=Verdict.REJECTED, failed=RunFailed.FAILED, failure="crashed", order=1
+        ),
+        # A run that failed without a message: it was taken for a test when only the
+        # message said a run had failed.
+        Confirmation(runs=(), verdict=Verdict.REJECTED, failed=RunFailed.FAILED, order=1),
+        Confirmation(runs=(), verdict=Verdict.REJECTED, failure="crashed", order=1),  # older
+    ],
+)
+def test_a_check_whose_runs_failed_spends_none_of_the_error_rate(crashed) -> None:
     """The study's first check crashed (no test was made); the second, the first to test
     anything, is judged at the first check's level (97.19%), not the second's (99.53%)."""
     g = guard([0.90, 0.93, 0.87], initial=0.5)
-    crashed = Confirmation(runs=(), verdict=Verdict.REJECTED, failure="crashed", order=1)
     tested = check(g, [0.899, 0.930, 0.868], trial=4)
     tested = dataclasses.replace(tested, order=2)
     judged = rejudged({"a": crashed, "b": tested}, g)

@@ -30,6 +30,15 @@ class NoBound(str, enum.Enum):
     EXACT = "exact"  # the pairs agree exactly, and no per-example values bound the sample
 
 
+class RunFailed(str, enum.Enum):
+    """Why a check made no test: its runs (or the baseline's) did not give a usable metric."""
+
+    STOPPED = "stopped"  # its runs were stopped by the search's time: no verdict
+    BASELINE_STOPPED = "baseline_stopped"  # the baseline's runs it needed were: no verdict
+    FAILED = "failed"  # a run failed on its own (a crash, a hang past its limit): rejected
+    NOT_FINITE = "not_finite"  # a run's metric is not finite: rejected
+
+
 # The sentences records written before NoBound stored, read back as their codes.
 _NO_BOUND_WORDS = {
     "one seed": NoBound.ONE_SEED,
@@ -102,7 +111,8 @@ class Confirmation:
     ``confidence`` this check's own margin, kept in the study: one less its earlier looks'
     error shares and this look's p-value. It is not the answer's confidence (which counts
     every check's share: :func:`answer_claim`), so the result's JSON does not show it. A
-    confirmation whose runs failed carries the ``failure`` message."""
+    confirmation whose runs failed says why in ``failed``, with the run's own ``failure``
+    message."""
 
     runs: tuple[float, ...]  # the candidate's metric per seed (first_seed, first_seed + 1, ...)
     verdict: Verdict
@@ -122,7 +132,10 @@ class Confirmation:
     looks: int = 1  # the looks taken at this candidate (each one spends part of the error rate)
     confidence: float | None = None  # achieved by a confirmation, across its looks
     tolerance: float | None = None
-    failure: str | None = None  # the failed run's message (a trial's own words, kept as given)
+    failed: RunFailed | None = None  # why its runs made no test (None: they did, or old)
+    # The failed run's message (a trial's own words, kept as given); in a record written
+    # before `failed`, the whole sentence the search wrote.
+    failure: str | None = None
     settle: Settle | None = None  # what would settle an unresolved check
     need: int | None = None  # seeds that would settle it at the next look, at the pairs' spread
     trial: int | None = None  # the trial it checked
@@ -145,11 +158,17 @@ class Confirmation:
         return self.verdict is Verdict.CONFIRMED
 
     @property
+    def tested(self) -> bool:
+        """Whether its runs made a test (none failed): only such a check spends a share of the
+        answer's error rate, and is judged again from its runs."""
+        return self.failed is None and self.failure is None
+
+    @property
     def confirmable(self) -> bool:
         """Whether more seeds could still confirm it: its runs bound the validation sample's
         error (per-example values were recorded), or there are not yet two pairs to tell."""
         return (
-            self.failure is None
+            self.tested
             and not self.wide_sample
             and (len(self.runs) < 2 or self.sample_error is not None)
         )
@@ -173,6 +192,8 @@ class Confirmation:
                 out[key] = getattr(self, key)
         if self.no_bound is not None:
             out["no_bound"] = self.no_bound.value
+        if self.failed is not None:
+            out["failed"] = self.failed.value
         if self.settle is not None:
             out["settle_reason"] = self.settle.reason.value
             out["settle_facts"] = self.settle.facts()
@@ -212,6 +233,7 @@ class Confirmation:
             first_seed=int(data.get("first_seed") or 0),
             units=None if units is None else tuple(float(u) for u in units),
             no_bound=_no_bound(data.get("no_bound")),
+            failed=RunFailed(data["failed"]) if data.get("failed") else None,
             settle=Settle.from_dict(data) if data.get("settle_reason") else None,
             stored_settle=data.get("settle") if isinstance(data.get("settle"), str) else None,
             **{key: data.get(key) for key in _OPTIONAL},

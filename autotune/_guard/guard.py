@@ -36,7 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from autotune._guard.confirmation import Confirmation, NoBound, Reason, Settle, Verdict
+from autotune._guard.confirmation import (
+    Confirmation,
+    NoBound,
+    Reason,
+    RunFailed,
+    Settle,
+    Verdict,
+)
 from autotune._guard.stats import (
     CONFIDENCE,
     SampleNoise,
@@ -300,7 +307,7 @@ class AccuracyGuard:
         if not drops:
             return dataclasses.replace(base, verdict=Verdict.UNRESOLVED, no_bound=NoBound.UNPAIRED)
         if not all(math.isfinite(d) for d in drops):
-            return dataclasses.replace(base, drop=math.inf, failure="a run's metric is not finite")
+            return dataclasses.replace(base, drop=math.inf, failed=RunFailed.NOT_FINITE)
         # Units summed over seeds the baseline lacks would not match its sums: no pairs there.
         noise = self.sample_noise(units, drops, squares, first) if pairs == len(runs) else None
         # The counted drops' own: without the pairs won by far more than the tolerance.

@@ -8,7 +8,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune._guard.confirmation import Confirmation, NoBound, Reason, Settle, Verdict
+from autotune._guard.confirmation import (
+    Confirmation,
+    NoBound,
+    Reason,
+    RunFailed,
+    Settle,
+    Verdict,
+)
 from autotune._guard.guard import FIRST_PAIR, LOOK_POWER, AccuracyGuard, validation_floor
 from autotune._guard.plan import (
     ACCURACY_SHARE,
@@ -120,10 +127,28 @@ def no_bound_words(why: NoBound | None) -> str:
     return _NO_BOUND[why or NoBound.ONE_SEED]
 
 
+def run_failed(failed: RunFailed | None, message: str | None) -> str:
+    """Why a check's runs made no test, from its code and the run's own ``message``; a record
+    written before the code holds the whole sentence as ``message``, said as stored."""
+    said = f" ({message})" if message else ""
+    if failed is RunFailed.STOPPED:
+        return f"its accuracy runs were stopped before they ended{said}: no verdict on its accuracy"
+    if failed is RunFailed.BASELINE_STOPPED:
+        return (
+            f"the baseline's accuracy runs were stopped before they ended{said}: no verdict on "
+            "its accuracy"
+        )
+    if failed is RunFailed.NOT_FINITE:
+        return "a run's metric is not finite"
+    if failed is RunFailed.FAILED:
+        return message or "an accuracy run failed"
+    return str(message)
+
+
 def describe(c: Confirmation) -> str:
     """A check in one sentence: its mean paired drop, bound, look and verdict."""
     if c.drop is None:
-        return str(c.failure)
+        return run_failed(c.failed, c.failure)
     text = f"mean paired drop {c.drop:+.4f} over {len(c.runs)} seeds"
     if c.bound is None or c.lower is None:
         text += f", no confidence bound ({no_bound_words(c.no_bound)})"

@@ -8,12 +8,24 @@ from __future__ import annotations
 from typing import Any
 
 from autotune._guard import words as guard_words
-from autotune._guard.confirmation import Confirmation, Reason, Settle
+from autotune._guard.confirmation import Confirmation, Reason, RunFailed, Settle
 from autotune._guard.guard import AccuracyGuard
 from autotune._guard.plan import AccuracyPlan, HorizonPlan, LongerMiss
 from autotune._result import story
 
-__all__ = ["accuracy_note", "advice_reason", "advice_text", "settle_text"]
+__all__ = ["accuracy_note", "advice_reason", "advice_text", "failure_text", "settle_text"]
+
+
+def failure_text(c: dict[str, Any]) -> str | None:
+    """Why a check's runs made no test, whole (None: they made one): from its code and the
+    run's message, or as a record written before the code stored it."""
+    if not c.get("failed") and not c.get("failure"):
+        return None
+    try:
+        failed = RunFailed(c["failed"]) if c.get("failed") else None
+    except ValueError:  # a code this version does not know
+        failed = None
+    return guard_words.run_failed(failed, c.get("failure"))
 
 
 def settle_text(data: dict[str, Any], c: dict[str, Any]) -> str | None:

@@ -20,7 +20,13 @@ from autotune._knobs.config import TrainingConfig
 from autotune._knobs.registry import changes
 from autotune._progress import WIDTH
 from autotune._result import story
-from autotune._result.facts import accuracy_note, advice_reason, advice_text, settle_text
+from autotune._result.facts import (
+    accuracy_note,
+    advice_reason,
+    advice_text,
+    failure_text,
+    settle_text,
+)
 from autotune._result.story import STORY_LINES, Note, choose, fit_first
 from autotune._search.derived import format_speedup
 from autotune._search.record import GuardFailure, NoRun
@@ -81,8 +87,8 @@ def _notes(data: dict[str, Any]) -> list[Note]:
     pending = answers.get("pending")
     if pending is not None:
         c, speed = pending.get("confirmation") or {}, format_speedup(pending.get("speedup"))
-        if not c or c.get("failure"):
-            notes.append(story.unchecked(pending["trial"], speed, c.get("failure")))
+        if not c or failure_text(c):
+            notes.append(story.unchecked(pending["trial"], speed, failure_text(c)))
         else:
             reason, need = c.get("settle_reason"), c.get("need")
             notes.append(
@@ -521,9 +527,10 @@ def _answers(data: dict[str, Any], name: str) -> list[str]:
         # With no check made, say only that: the time left at the end is one reason, a
         # candidate no faster than the answer while checks were weighed (the rounds then
         # measuring the answer slower) another, and the result does not know which.
+        failure = failure_text(c)
         why = settle_text(data, c) or (
-            f"its check was stopped: {c['failure']}"
-            if c.get("failure")
+            f"its check was stopped: {failure}"
+            if failure
             else "no check of it was made before the search ended"
         )
         whole = _whole_run_timeout(data, pending)

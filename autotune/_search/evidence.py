@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from autotune._guard.confirmation import Confirmation, Verdict
+from autotune._guard.confirmation import Confirmation, RunFailed, Verdict
 from autotune._guard.guard import AccuracyGuard
 from autotune._guard.stats import SampleNoise, confirming_bound
 from autotune._guard.words import confirmation_settle, describe
@@ -194,7 +194,7 @@ def _first_look(bench: Bench, baseline: Baseline, entry: Entry, keep: float) -> 
     assert baseline.guard is not None and baseline.accuracy is not None
     seeds = baseline.first_seeds()
     # The check's rank among those that made a test (see ledger.rejudged).
-    order = 1 + sum(1 for c in bench.ledger().confirmations.values() if c.failure is None)
+    order = 1 + sum(1 for c in bench.ledger().confirmations.values() if c.tested)
     start = Confirmation(runs=(), verdict=Verdict.UNRESOLVED, first_seed=seeds[0], order=order)
     result = _look(bench, baseline, entry, start, seeds[-1] + 1, looks=1, keep=keep)
     if isinstance(result, Confirmation):
@@ -203,16 +203,14 @@ def _first_look(bench: Bench, baseline: Baseline, entry: Entry, keep: float) -> 
     # Stopped by the deadline, or at the time kept for the side-by-side rounds: no verdict.
     late = bench.deadline.past() or (keep > 0 and not bench.deadline.fits(keep))
     stopped = of_baseline or (outcome.failure is FailureReason.TIMEOUT and late)
-    whose = "the baseline's" if of_baseline else "its"
+    failed = RunFailed.FAILED
+    if stopped:
+        failed = RunFailed.BASELINE_STOPPED if of_baseline else RunFailed.STOPPED
     return Confirmation(
         runs=(),
         verdict=Verdict.UNRESOLVED if stopped else Verdict.REJECTED,
-        failure=(
-            f"{whose} accuracy runs were stopped before they ended ({outcome.message}): no "
-            "verdict on its accuracy"
-            if stopped
-            else outcome.message
-        ),
+        failed=failed,
+        failure=outcome.message,
         trial=entry.number,
         at=bench.deadline.now(),
         order=order,

@@ -201,7 +201,7 @@ def rejudged(
     out = {}
     rank = 0
     for key, c in ranked:
-        if c.failure is None:
+        if c.tested:
             rank += 1
             c = guard.confirm(
                 c.runs,

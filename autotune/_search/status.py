@@ -60,7 +60,7 @@ def _accuracy(ledger: Ledger, entry: Entry) -> Accuracy:
     if ledger.safe(entry):
         return Accuracy.NOT_NEEDED
     c = ledger.confirmation(entry)
-    if c is not None and c.failure is None:
+    if c is not None and c.tested:
         return {
             Verdict.CONFIRMED: Accuracy.CONFIRMED,
             Verdict.REJECTED: Accuracy.REJECTED,
