@@ -724,3 +724,65 @@ def test_verify_and_the_search_compute_one_speedup_from_the_same_round_draws() -
     assert report.median_speedup == search
     assert sorted(report.speedups)[1] == pytest.approx(search)  # the lower middle of four
 
+
+def _decisions(ledger: Ledger) -> tuple[object, ...]:
+    """What the search decides from a snapshot: the answer, the pending check, every trial's
+    verdicts and figures."""
+    best, pending = ledger.best(), ledger.pending(unresolved=True)
+    return (
+        best.number if best else None,
+        pending.number if pending else None,
+        ledger.trial_records(),
+        ledger.confirmations,
+        ledger.guard,
+        ledger.rounds,
+        ledger.baseline_checks,
+    )
+
+
+def test_a_read_after_another_process_wrote_reads_what_changed_and_decides_the_same(
+    tmp_path,
+) -> None:
+    """The search keeps its last read and asks the study only what changed since: another
+    process's finished trial, a confirmation it filed and a baseline seed it bought are all
+    seen, and every decision equals a fresh read's; where nothing changed, the same snapshot
+    (and what it computed) comes back."""
+    url = f"sqlite:///{tmp_path / 'two.db'}"
+    s = settings()
+    bf16 = BASE.replace(precision="bf16")
+    mine = optuna.create_study(storage=url, study_name="two")
+    theirs = optuna.load_study(storage=url, study_name="two")  # another worker's handle
+    for record in [_base(), _candidate(BASE.replace(channels_last=True), 120.0)]:
+        trial = mine.ask()
+        storage.store_record(trial, record)
+        mine.tell(trial, record.projected_time)
+    storage.write_baseline_accuracy(
+        mine, BaselineAccuracy(runs=runs(0.90, 0.91, 0.89), samples=256, initial_metric=0.3)
+    )
+    first = Ledger.read(mine, s)
+    assert Ledger.read(mine, s, previous=first) is first  # nothing changed
+    assert first.best().number == 1 and first.pending() is None
+
+    trial = theirs.ask()  # their candidate: bf16, faster, passed screening
+    storage.store_record(
+        trial,
+        dataclasses.replace(_candidate(bf16, 100.0), accuracy=runs(0.905), accuracy_samples=256),
+    )
+    theirs.tell(trial, 100.0)
+    second = Ledger.read(mine, s, previous=first)
+    assert second is not first and second.pending().number == 2
+    assert _decisions(second) == _decisions(Ledger.read(mine, s))
+
+    storage.file_confirmation(  # their check of it, and a seed of the baseline's they bought
+        theirs, autotune._knobs.registry.numerics_id(bf16),
+        check(second.guard, [0.905, 0.91, 0.889]),
+    )  # fmt: skip
+    storage.add_baseline_runs(theirs, runs(0.90, 0.91, 0.89, 0.90)[3:])
+    storage.add_round(theirs, {0: 200.0, 1: 121.0, 2: 99.0})
+    third = Ledger.read(mine, s, previous=second)
+    assert len(third.baseline_accuracy.runs) == 4 and third.guard != second.guard
+    assert third.best().number == 2 and third.pending() is None
+    assert _decisions(third) == _decisions(Ledger.read(mine, s))
+    # Other settings judge the same evidence anew (a tolerance the study republished).
+    looser = settings(tolerance=0.05)
+    assert Ledger.read(mine, looser, previous=third).guard == Ledger.read(mine, looser).guard

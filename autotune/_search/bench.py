@@ -68,6 +68,7 @@ class Bench:
         self.fingerprint = fingerprint
         # Reads other processes' use of the machine around each run (None: not read).
         self.load_meter = load_meter
+        self._ledger: Ledger | None = None  # the last read: the next one reads what changed
 
     def detail(self, line: str) -> None:
         """Say ``line`` in the result's detail only (see :meth:`Briefed.detail`)."""
@@ -84,7 +85,10 @@ class Bench:
         return self.state.deadline
 
     def ledger(self) -> Ledger:
-        return Ledger.read(self.study, self.settings)
+        """The study as it stands, rebuilt from the last read where it changed since (another
+        process's trials and checks included)."""
+        self._ledger = Ledger.read(self.study, self.settings, previous=self._ledger)
+        return self._ledger
 
     def execute(
         self,

@@ -10,11 +10,12 @@ the two cannot disagree about a trial.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import optuna
 
@@ -24,10 +25,9 @@ from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
 from autotune._load import Load
 from autotune._search import derived, ranking, storage, yardstick
-from autotune._search.record import BaselineAccuracy, BaselineCheck, Record, Role
+from autotune._search.record import BaselineAccuracy, BaselineCheck, Record, Role, TrialRecord
 from autotune._search.settings import SearchSettings
 from autotune._trial.failures import FailureReason
-from autotune._trial.measure import Measurement
 from autotune._trial.outcome import AccuracyRun
 
 __all__ = [
@@ -46,118 +46,7 @@ __all__ = [
     "step_draws",
 ]
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TrialRecord:
-    """One trial as the result reports it: its record, and the study's verdict on it (its
-    projected time over every measurement, whether it may win, its confirmation)."""
-
-    number: int
-    role: str  # "baseline" or "candidate"
-    config: TrainingConfig
-    measurement: Measurement | None
-    metric: float | None
-    accuracy_checked: bool
-    projected_time: float | None
-    feasible: bool
-    failure: str | None = None
-    message: str | None = None
-    seconds: float = 0.0
-    reused: bool = False
-    fingerprint: str | None = None  # of the machine that measured it (see device.fingerprint)
-    # Its accuracy checked over as many seeds as the baseline's, paired (see AccuracyGuard).
-    confirmation: Confirmation | None = None
-    safe: bool = False  # trains the baseline's model: numerics unchanged, no accuracy risk
-    screened: bool | None = None  # passed its one-run accuracy screening (None: not checked)
-    screened_then: bool | None = None  # that verdict when it finished (its progress row's)
-    no_accuracy_run: str | None = None  # why a change of the numerics got none (NoRun's value)
-    # Measured again side by side with the baseline: in how many rounds, and its throughput
-    # there (the median); its figures then come from those rounds, not its screening.
-    side_rounds: int = 0
-    side_throughput: float | None = None
-    # Its speedup over the baseline, paired: the median of its rounds' ratios (None: no rounds).
-    side_speedup: float | None = None
-    # Its projected time by its screening measurement, in the machine's latest state: taken
-    # against the baseline measured nearest it in its own state (see Ledger.reference).
-    screening_time: float | None = None
-    # Its screening throughput over that baseline measurement's (None: no measurement).
-    screening_ratio: float | None = None
-    load: Load | None = None  # other processes' use of the machine while it was measured
-
-    @property
-    def confirmed(self) -> bool | None:
-        """True/False once confirmed/rejected; None when there was nothing (or no time) to
-        confirm."""
-        return None if self.confirmation is None else self.confirmation.passed
-
-    @property
-    def throughput(self) -> float | None:
-        """Samples/s: measured side by side where it was, else its screening measurement."""
-        if self.side_throughput is not None:
-            return self.side_throughput
-        return self.measurement.throughput if self.measurement is not None else None
-
-    @property
-    def measured_as(self) -> str:
-        """Where its throughput and projected time come from."""
-        if self.side_rounds >= derived.MIN_ROUNDS:
-            return f"side by side over {self.side_rounds} rounds"
-        return "screening (one measurement)"
-
-    def metrics(
-        self, metric_name: str, planned_samples: int, *, side: bool = True
-    ) -> dict[str, Any]:
-        """Its figures: throughput, step time and projected time from the side-by-side rounds
-        where they measured it (and ``side``: the config it is compared with was measured
-        there too), else from its screening measurement; the rest from screening."""
-        out: dict[str, Any] = {}
-        side = side and self.side_rounds >= derived.MIN_ROUNDS
-        if self.measurement is not None:
-            out.update(self.measurement.summary())
-            out["screening_throughput"] = self.measurement.throughput
-            if side and self.side_throughput is not None:  # the same fact as the throughput
-                out["throughput"] = self.side_throughput
-                out["step_time"] = self.measurement.batch_size / self.side_throughput
-        out["measured_as"] = self.measured_as if side else "screening (one measurement)"
-        runs = self.confirmation.runs if self.confirmation is not None else ()
-        out["validation_metric"] = sum(runs) / len(runs) if runs else self.metric
-        out["validation_metric_runs"] = len(runs) if runs else (1 if self.metric is not None else 0)
-        out["metric_name"] = metric_name
-        out["accuracy_checked"] = self.accuracy_checked
-        out["accuracy_confirmed"] = self.confirmed
-        out["projected_training_time"] = self.projected_time if side else self.screening_time
-        out["planned_samples"] = planned_samples
-        # What it trains of them: a config that trains a share of the epochs trains fewer.
-        out["trained_samples"] = round(planned_samples * self.config.train_fraction)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "number": self.number,
-            "role": self.role,
-            "config": self.config.to_dict(),
-            "throughput": self.throughput,
-            "validation_metric": self.metric,
-            "accuracy_checked": self.accuracy_checked,
-            "projected_training_time": self.projected_time,
-            "feasible": self.feasible,
-            "failure": self.failure,
-            "message": self.message,
-            "seconds": self.seconds,
-            "reused": self.reused,
-            "fingerprint": self.fingerprint,
-            "confirmation": self.confirmation.summary() if self.confirmation else None,
-            "safe": self.safe,
-            "screened": self.screened,
-            "screened_then": self.screened_then,
-            "no_accuracy_run": self.no_accuracy_run,
-            "measured_as": self.measured_as,
-            "screening_throughput": (
-                self.measurement.throughput if self.measurement is not None else None
-            ),
-            "screening_ratio": self.screening_ratio,
-            "load": self.load.to_dict() if self.load is not None else None,
-        }
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +108,16 @@ def rejudged(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Source:
+    """What a ledger was read from: the finished trials' numbers, the study's attributes and
+    the settings it was judged under."""
+
+    numbers: tuple[int, ...]
+    attrs: Mapping[str, Any]
+    settings: SearchSettings
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Ledger:
     """A snapshot of the study; every verdict on a trial is a method of it."""
 
@@ -234,43 +133,56 @@ class Ledger:
     baseline_checks: tuple[BaselineCheck, ...] = ()  # the baseline measured again meanwhile
     notes: tuple[str, ...] = ()  # the whole texts of event lines shortened (the detail)
 
+    # What it was read from (None: built by hand), so that the next read rebuilds only what
+    # changed since: see :meth:`read`.
+    source: Source | None = dataclasses.field(default=None, compare=False, repr=False)
+    # What its methods computed, kept for the next question asked of the same snapshot: the
+    # search asks it many per trial, and each weighs every trial against the others.
+    memo: dict[Any, Any] = dataclasses.field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    def kept(self, key: Any, make: Callable[[], T]) -> T:
+        """``make()``, computed once per snapshot under ``key``."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]  # type: ignore[no-any-return]
+
     @classmethod
-    def read(cls, study: optuna.Study, settings: SearchSettings) -> Ledger:
-        accuracy = storage.read_baseline_accuracy(study)
-        confirmations = storage.read_confirmations(study)
-        guard = None
-        if accuracy is not None:
-            guard = make_guard(settings, accuracy).with_pairs(list(confirmations.values()))
-            confirmations = rejudged(confirmations, guard)
-        return cls(
-            entries=tuple(Entry(t.number, rec) for t, rec in storage.read_records(study)),
-            rounds=tuple(storage.read_rounds(study)),
-            round_throughputs=tuple(storage.read_round_throughputs(study)),
-            round_loads=tuple(storage.read_round_loads(study)),
-            baseline_checks=tuple(storage.read_baseline_checks(study)),
-            notes=tuple(storage.read_notes(study)),
-            confirmations=confirmations,
-            baseline_accuracy=accuracy,
-            guard=guard,
-            split_free=settings.split_free,
-        )
+    def read(
+        cls, study: optuna.Study, settings: SearchSettings, previous: Ledger | None = None
+    ) -> Ledger:
+        """The study as it stands. With ``previous`` (an earlier read of the same study), only
+        what changed since is rebuilt: the records of trials that finished since are parsed
+        (a finished trial never changes), the checks judged again only where their evidence
+        (the confirmations, the baseline's runs, the settings) changed, and ``previous``
+        itself returned where nothing did, so that what it computed is kept."""
+        return _read(study, settings, previous)
 
     # -- What was measured ---------------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def baseline(self) -> Entry | None:
         return next((e for e in self.entries if e.record.role is Role.BASELINE), None)
 
-    @property
+    @functools.cached_property
     def candidates(self) -> tuple[Entry, ...]:
         return tuple(e for e in self.entries if e.record.role is Role.CANDIDATE)
+
+    @functools.cached_property
+    def _by_config(self) -> dict[TrainingConfig, tuple[Entry, ...]]:
+        """Every entry by its config, in trial order."""
+        out: dict[TrainingConfig, list[Entry]] = {}
+        for e in self.entries:
+            out.setdefault(e.config, []).append(e)
+        return {cfg: tuple(es) for cfg, es in out.items()}
 
     def failures(self) -> dict[str, int]:
         return dict(Counter(e.record.failure.value for e in self.entries if e.record.failure))
 
     def measured(self, cfg: TrainingConfig) -> Entry | None:
         """The trial that measured ``cfg`` itself (not a reuse), one not :func:`away` first."""
-        own = [e for e in self.entries if e.config == cfg and not e.record.reused]
+        own = [e for e in self._by_config.get(cfg, ()) if not e.record.reused]
         return min(own, key=lambda e: away(self, e), default=None)
 
     def numerics_id(self, cfg: TrainingConfig) -> str:
@@ -302,7 +214,7 @@ class Ledger:
         """The trial numbers of every entry with ``entry``'s config (itself included): a
         config re-measured side by side under one trial number is re-measured for all of them,
         so a twin that kept only its first, luckier measurement cannot outrank it."""
-        return tuple(e.number for e in self.entries if e.config == entry.config)
+        return tuple(e.number for e in self._by_config.get(entry.config, ()))
 
     def remeasured(self, entry: Entry) -> tuple[float, ...]:
         """Its config's projected times measured again in the side-by-side rounds."""
@@ -315,7 +227,7 @@ class Ledger:
 
     # -- The baseline's measurements, and each trial's against the one of its state ------------
 
-    @property
+    @functools.cached_property
     def checks(self) -> tuple[BaselineCheck, ...]:
         """Every measurement of the baseline's throughput, its trial's first, in time order."""
         base = self.baseline
@@ -540,33 +452,77 @@ class Ledger:
         return tuple(self.trial_record(e) for e in self.entries)
 
     def trial_record(self, entry: Entry) -> TrialRecord:
-        r = entry.record
-        return TrialRecord(
-            number=entry.number,
-            role=r.role.value,
-            config=r.config,
-            measurement=r.measurement,
-            metric=r.metric,
-            accuracy_checked=bool(r.accuracy),
-            projected_time=self.projected(entry),
-            feasible=self.feasible(entry),
-            failure=r.failure.value if r.failure else None,
-            message=r.message,
-            seconds=r.seconds,
-            reused=r.reused,
-            fingerprint=r.fingerprint or None,
-            confirmation=self.confirmation(entry),
-            safe=self.safe(entry),
-            screened=self.screened(entry),
-            screened_then=r.screened_then,
-            no_accuracy_run=r.no_run.value if r.no_run is not None else None,
-            side_rounds=len(self.remeasured(entry)),
-            side_throughput=self.side_throughput(entry),
-            side_speedup=self.side_speedup(entry),
-            screening_time=self.normalized(r),
-            screening_ratio=yardstick.ratio(self.checks, r),
-            load=r.load,
-        )
+        return _trial_record(self, entry)
+
+
+def _read(study: optuna.Study, settings: SearchSettings, previous: Ledger | None) -> Ledger:
+    """:meth:`Ledger.read`."""
+    before = previous.source if previous is not None else None
+    known = {e.number: e.record for e in previous.entries} if previous is not None else {}
+    records = storage.records_since(study, known)
+    attrs = study.user_attrs
+    now = Source(numbers=tuple(n for n, _ in records), attrs=attrs, settings=settings)
+    if previous is not None and before is not None and before == now:
+        return previous
+    evidence = storage.guard_evidence(attrs)
+    if (
+        previous is not None
+        and before is not None
+        and before.settings == settings
+        and storage.guard_evidence(before.attrs) == evidence
+    ):
+        accuracy, guard = previous.baseline_accuracy, previous.guard
+        confirmations = previous.confirmations
+    else:
+        accuracy = storage.read_baseline_accuracy(attrs)
+        confirmations = storage.read_confirmations(attrs)
+        guard = None
+        if accuracy is not None:
+            guard = make_guard(settings, accuracy).with_pairs(list(confirmations.values()))
+            confirmations = rejudged(confirmations, guard)
+    return Ledger(
+        entries=tuple(Entry(n, rec) for n, rec in records),
+        rounds=tuple(storage.read_rounds(attrs)),
+        round_throughputs=tuple(storage.read_round_throughputs(attrs)),
+        round_loads=tuple(storage.read_round_loads(attrs)),
+        baseline_checks=tuple(storage.read_baseline_checks(attrs)),
+        notes=tuple(storage.read_notes(attrs)),
+        confirmations=confirmations,
+        baseline_accuracy=accuracy,
+        guard=guard,
+        split_free=settings.split_free,
+        source=now,
+    )
+
+
+def _trial_record(ledger: Ledger, entry: Entry) -> TrialRecord:
+    r = entry.record
+    return TrialRecord(
+        number=entry.number,
+        role=r.role.value,
+        config=r.config,
+        measurement=r.measurement,
+        metric=r.metric,
+        accuracy_checked=bool(r.accuracy),
+        projected_time=ledger.projected(entry),
+        feasible=ledger.feasible(entry),
+        failure=r.failure.value if r.failure else None,
+        message=r.message,
+        seconds=r.seconds,
+        reused=r.reused,
+        fingerprint=r.fingerprint or None,
+        confirmation=ledger.confirmation(entry),
+        safe=ledger.safe(entry),
+        screened=ledger.screened(entry),
+        screened_then=r.screened_then,
+        no_accuracy_run=r.no_run.value if r.no_run is not None else None,
+        side_rounds=len(ledger.remeasured(entry)),
+        side_throughput=ledger.side_throughput(entry),
+        side_speedup=ledger.side_speedup(entry),
+        screening_time=ledger.normalized(r),
+        screening_ratio=yardstick.ratio(ledger.checks, r),
+        load=r.load,
+    )
 
 
 def away(ledger: Ledger, entry: Entry) -> bool:
@@ -657,7 +613,7 @@ def draws(ledger: Ledger, entry: Entry) -> list[float]:
     if entry.record.role is Role.BASELINE or (base is not None and entry.config == base.config):
         first = ledger.normalized(entry.record)
         return [] if first is None else [first]
-    own = [e for e in ledger.entries if e.config == entry.config and not e.record.reused]
+    own = [e for e in ledger._by_config.get(entry.config, ()) if not e.record.reused]
     free = [e for e in own or [entry] if not yardstick.away(ledger.checks, e.record)]
     figures = [ledger.normalized(e.record) for e in (free or own or [entry])]
     return [f for f in figures if f is not None]
@@ -667,23 +623,36 @@ def step_draws(ledger: Ledger, cfg: TrainingConfig) -> list[float]:
     """Every screening draw of ``cfg``'s steps: the projected time of each measured config
     that makes the steps ``cfg`` makes (see :func:`registry.step_key`: only its learning rate
     or its run's length differs), its steady part scaled to ``cfg``'s share of the run."""
-    key = registry.step_key(cfg)
     out: list[float] = []
     busy: list[float] = []
-    for e in ledger.entries:
-        r = e.record
-        if (
-            ledger.measured_ok(e)
-            and not r.reused
-            and r.measurement is not None
-            and r.projected_time is not None
-            and registry.step_key(e.config) == key
-        ):
-            once = r.measurement.one_time_cost
-            share = cfg.train_fraction / e.config.train_fraction
-            time = ledger.normalized(r) or r.projected_time
-            (busy if away(ledger, e) else out).append((time - once) * share + once)
+    for time, once, fraction, away_ in _step_measurements(ledger).get(registry.step_key(cfg), ()):
+        share = cfg.train_fraction / fraction
+        (busy if away_ else out).append((time - once) * share + once)
     return out or busy  # a busy state's draws only where no other state drew them
+
+
+def _step_measurements(
+    ledger: Ledger,
+) -> dict[TrainingConfig, list[tuple[float, float, float, bool]]]:
+    """By :func:`registry.step_key`, each measured trial's projected time (in the machine's
+    latest state), one-time cost, share of the run, and whether it was :func:`away`."""
+
+    def make() -> dict[TrainingConfig, list[tuple[float, float, float, bool]]]:
+        out: dict[TrainingConfig, list[tuple[float, float, float, bool]]] = {}
+        for e in ledger.entries:
+            r = e.record
+            if (
+                ledger.measured_ok(e)
+                and not r.reused
+                and r.measurement is not None
+                and r.projected_time is not None
+            ):
+                time = ledger.normalized(r) or r.projected_time
+                row = (time, r.measurement.one_time_cost, e.config.train_fraction, away(ledger, e))
+                out.setdefault(registry.step_key(e.config), []).append(row)
+        return out
+
+    return ledger.kept("step measurements", make)
 
 
 def promise(ledger: Ledger, entry: Entry) -> float:
@@ -692,20 +661,29 @@ def promise(ledger: Ledger, entry: Entry) -> float:
     of its steps (see :func:`step_draws`). One draw is noisy: one high draw of a safe config
     would rule out every change of the numerics below it, even a shorter schedule of the same
     steps. Without any, it ranks last."""
-    if len(ledger.remeasured(entry)) >= derived.MIN_ROUNDS:
-        return ledger.rank_time(entry)
-    times = step_draws(ledger, entry.config)
-    return ranking.median_time(times) if times else ledger.rank_time(entry)
+
+    def make() -> float:
+        if len(ledger.remeasured(entry)) >= derived.MIN_ROUNDS:
+            return ledger.rank_time(entry)
+        times = step_draws(ledger, entry.config)
+        return ranking.median_time(times) if times else ledger.rank_time(entry)
+
+    return ledger.kept(("promise", entry.number), make)
 
 
 def fastest_verified(ledger: Ledger) -> tuple[Entry, float] | None:
     """The verified answer (safe, or confirmed) of the least :func:`promise`, and that
     figure."""
-    ranked = [(promise(ledger, e), e.number, e) for e in ledger.entries if ledger.feasible(e)]
-    if not ranked:
-        return None
-    time, _, entry = min(ranked, key=lambda t: (t[0], t[1]))
-    return entry, time
+
+    def make() -> tuple[Entry, float] | None:
+        feasible = [e for e in ledger.entries if ledger.feasible(e)]
+        ranked = [(promise(ledger, e), e.number, e) for e in feasible]
+        if not ranked:
+            return None
+        time, _, entry = min(ranked, key=lambda t: (t[0], t[1]))
+        return entry, time
+
+    return ledger.kept("fastest verified", make)
 
 
 def could_win_bar(ledger: Ledger) -> tuple[Entry, float] | None:
@@ -729,17 +707,21 @@ def screening_noise(ledger: Ledger) -> float:
     run's length, see :func:`step_draws`), of their draws' relative range (at least a tie, at
     most :data:`ranking.MAX_NOISE`); :data:`ranking.MAX_NOISE` before any steps were drawn
     twice."""
-    seen: set[TrainingConfig] = set()
-    spreads = []
-    for e in ledger.entries:
-        key = registry.step_key(e.config)
-        if key in seen:
-            continue
-        seen.add(key)
-        draws = step_draws(ledger, e.config)
-        if len(draws) >= 2:
-            spreads.append(ranking.relative_noise(draws))
-    return float(statistics.median(spreads)) if spreads else ranking.MAX_NOISE
+
+    def make() -> float:
+        seen: set[TrainingConfig] = set()
+        spreads = []
+        for e in ledger.entries:
+            key = registry.step_key(e.config)
+            if key in seen:
+                continue
+            seen.add(key)
+            draws = step_draws(ledger, e.config)
+            if len(draws) >= 2:
+                spreads.append(ranking.relative_noise(draws))
+        return float(statistics.median(spreads)) if spreads else ranking.MAX_NOISE
+
+    return ledger.kept("screening noise", make)
 
 
 def beside(ledger: Ledger, entry: Entry) -> Ledger:
@@ -753,6 +735,7 @@ def beside(ledger: Ledger, entry: Entry) -> Ledger:
         rounds=tuple(ledger.rounds[i] for i in kept),
         round_throughputs=tuple(rated[i] for i in kept if i < len(rated)),
         round_loads=tuple(loads[i] for i in kept if i < len(loads)),
+        source=None,  # not the study as read: never a next read's `previous`
     )
 
 

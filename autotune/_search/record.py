@@ -2,7 +2,8 @@
 
 The record lives in the trial's user attribute ``autotune`` (see :mod:`autotune._search.storage`),
 so a resumed search, a worker on another host and a report rebuilt from the storage all read the
-same thing through :meth:`Record.from_dict`.
+same thing through :meth:`Record.from_dict`. :class:`TrialRecord` is one trial as a result
+reports it: its record with the study's verdicts on it (see :meth:`Ledger.trial_record`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from autotune._guard.confirmation import Confirmation
 from autotune._guard.plan import AccuracyPlan, HorizonPlan, LongerMiss
 from autotune._knobs.config import TrainingConfig
 from autotune._load import Load
+from autotune._search import derived
 from autotune._stream import StreamEnded
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
@@ -30,6 +33,7 @@ __all__ = [
     "NoRun",
     "Record",
     "Role",
+    "TrialRecord",
 ]
 
 
@@ -326,3 +330,116 @@ class BaselineAccuracy:
             config=None if data.get("config") is None else TrainingConfig.from_dict(data["config"]),
             throughput=_float(data.get("throughput")),
         )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrialRecord:
+    """One trial as the result reports it: its record, and the study's verdict on it (its
+    projected time over every measurement, whether it may win, its confirmation)."""
+
+    number: int
+    role: str  # "baseline" or "candidate"
+    config: TrainingConfig
+    measurement: Measurement | None
+    metric: float | None
+    accuracy_checked: bool
+    projected_time: float | None
+    feasible: bool
+    failure: str | None = None
+    message: str | None = None
+    seconds: float = 0.0
+    reused: bool = False
+    fingerprint: str | None = None  # of the machine that measured it (see device.fingerprint)
+    # Its accuracy checked over as many seeds as the baseline's, paired (see AccuracyGuard).
+    confirmation: Confirmation | None = None
+    safe: bool = False  # trains the baseline's model: numerics unchanged, no accuracy risk
+    screened: bool | None = None  # passed its one-run accuracy screening (None: not checked)
+    screened_then: bool | None = None  # that verdict when it finished (its progress row's)
+    no_accuracy_run: str | None = None  # why a change of the numerics got none (NoRun's value)
+    # Measured again side by side with the baseline: in how many rounds, and its throughput
+    # there (the median); its figures then come from those rounds, not its screening.
+    side_rounds: int = 0
+    side_throughput: float | None = None
+    # Its speedup over the baseline, paired: the median of its rounds' ratios (None: no rounds).
+    side_speedup: float | None = None
+    # Its projected time by its screening measurement, in the machine's latest state: taken
+    # against the baseline measured nearest it in its own state (see Ledger.reference).
+    screening_time: float | None = None
+    # Its screening throughput over that baseline measurement's (None: no measurement).
+    screening_ratio: float | None = None
+    load: Load | None = None  # other processes' use of the machine while it was measured
+
+    @property
+    def confirmed(self) -> bool | None:
+        """True/False once confirmed/rejected; None when there was nothing (or no time) to
+        confirm."""
+        return None if self.confirmation is None else self.confirmation.passed
+
+    @property
+    def throughput(self) -> float | None:
+        """Samples/s: measured side by side where it was, else its screening measurement."""
+        if self.side_throughput is not None:
+            return self.side_throughput
+        return self.measurement.throughput if self.measurement is not None else None
+
+    @property
+    def measured_as(self) -> str:
+        """Where its throughput and projected time come from."""
+        if self.side_rounds >= derived.MIN_ROUNDS:
+            return f"side by side over {self.side_rounds} rounds"
+        return "screening (one measurement)"
+
+    def metrics(
+        self, metric_name: str, planned_samples: int, *, side: bool = True
+    ) -> dict[str, Any]:
+        """Its figures: throughput, step time and projected time from the side-by-side rounds
+        where they measured it (and ``side``: the config it is compared with was measured
+        there too), else from its screening measurement; the rest from screening."""
+        out: dict[str, Any] = {}
+        side = side and self.side_rounds >= derived.MIN_ROUNDS
+        if self.measurement is not None:
+            out.update(self.measurement.summary())
+            out["screening_throughput"] = self.measurement.throughput
+            if side and self.side_throughput is not None:  # the same fact as the throughput
+                out["throughput"] = self.side_throughput
+                out["step_time"] = self.measurement.batch_size / self.side_throughput
+        out["measured_as"] = self.measured_as if side else "screening (one measurement)"
+        runs = self.confirmation.runs if self.confirmation is not None else ()
+        out["validation_metric"] = sum(runs) / len(runs) if runs else self.metric
+        out["validation_metric_runs"] = len(runs) if runs else (1 if self.metric is not None else 0)
+        out["metric_name"] = metric_name
+        out["accuracy_checked"] = self.accuracy_checked
+        out["accuracy_confirmed"] = self.confirmed
+        out["projected_training_time"] = self.projected_time if side else self.screening_time
+        out["planned_samples"] = planned_samples
+        # What it trains of them: a config that trains a share of the epochs trains fewer.
+        out["trained_samples"] = round(planned_samples * self.config.train_fraction)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "role": self.role,
+            "config": self.config.to_dict(),
+            "throughput": self.throughput,
+            "validation_metric": self.metric,
+            "accuracy_checked": self.accuracy_checked,
+            "projected_training_time": self.projected_time,
+            "feasible": self.feasible,
+            "failure": self.failure,
+            "message": self.message,
+            "seconds": self.seconds,
+            "reused": self.reused,
+            "fingerprint": self.fingerprint,
+            "confirmation": self.confirmation.summary() if self.confirmation else None,
+            "safe": self.safe,
+            "screened": self.screened,
+            "screened_then": self.screened_then,
+            "no_accuracy_run": self.no_accuracy_run,
+            "measured_as": self.measured_as,
+            "screening_throughput": (
+                self.measurement.throughput if self.measurement is not None else None
+            ),
+            "screening_ratio": self.screening_ratio,
+            "load": self.load.to_dict() if self.load is not None else None,
+        }

@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -124,6 +124,29 @@ def read_records(study: optuna.Study) -> list[tuple[FrozenTrial, Record]]:
     return out
 
 
+def records_since(study: optuna.Study, known: Mapping[int, Record]) -> list[tuple[int, Record]]:
+    """Every finished trial's record, in trial order, by number: those in ``known`` (read
+    before) as they are there, since a finished trial's attributes never change; only the
+    others are parsed. Optuna's storage cache reads only the trials not finished before."""
+    out = []
+    for trial in study.get_trials(deepcopy=False, states=FINISHED):
+        record = known.get(trial.number)
+        if record is None:
+            data = trial.user_attrs.get(RECORD)
+            record = Record.from_dict(data) if isinstance(data, dict) else None
+        if record is not None:
+            out.append((trial.number, record))
+    return out
+
+
+Attrs = Mapping[str, Any]  # a study's user attributes, read once (``study.user_attrs``)
+
+
+def _attrs(source: optuna.Study | Attrs) -> Attrs:
+    """A study's user attributes: read from its storage (one query), or as already read."""
+    return source if isinstance(source, Mapping) else source.user_attrs
+
+
 def store_record(trial: optuna.Trial, record: Record) -> None:
     trial.set_user_attr(RECORD, record.to_dict())
     trial.set_user_attr(ROLE, record.role.value)
@@ -194,10 +217,10 @@ def write_memory(study: optuna.Study, memory: MemoryLimits) -> None:
     study.set_user_attr(MEMORY, memory.to_dict())
 
 
-def read_baseline_accuracy(study: optuna.Study) -> BaselineAccuracy | None:
+def read_baseline_accuracy(study: optuna.Study | Attrs) -> BaselineAccuracy | None:
     """The baseline's accuracy runs: its first ones, then the seeds that checks bought later
     (each filed under its own attribute), as far as they run on from seed to seed."""
-    attrs = study.user_attrs
+    attrs = _attrs(study)
     data = attrs.get(BASELINE_ACCURACY)
     if not isinstance(data, dict):
         return None
@@ -236,14 +259,14 @@ def add_baseline_runs(study: optuna.Study, runs: Sequence[AccuracyRun]) -> None:
         study.set_user_attr(f"{BASELINE_RUN}{run.seed}", run.to_dict())
 
 
-def _round_values(study: optuna.Study) -> list[dict[int, Any]]:
-    data = study.user_attrs.get(ROUNDS)
+def _round_values(study: optuna.Study | Attrs) -> list[dict[int, Any]]:
+    data = _attrs(study).get(ROUNDS)
     if not isinstance(data, list):
         return []
     return [{int(k): v for k, v in r.items()} for r in data if isinstance(r, dict)]
 
 
-def read_rounds(study: optuna.Study) -> list[dict[int, float]]:
+def read_rounds(study: optuna.Study | Attrs) -> list[dict[int, float]]:
     """The side-by-side rounds: in each, the trials measured again one after the other, trial
     number -> projected time. (Only the coordinator writes them.)"""
     return [
@@ -252,7 +275,7 @@ def read_rounds(study: optuna.Study) -> list[dict[int, float]]:
     ]
 
 
-def read_round_throughputs(study: optuna.Study) -> list[dict[int, float]]:
+def read_round_throughputs(study: optuna.Study | Attrs) -> list[dict[int, float]]:
     """The same rounds' steady-state throughputs, trial number -> samples/s (rounds filed
     before they were kept have none)."""
     return [
@@ -261,7 +284,7 @@ def read_round_throughputs(study: optuna.Study) -> list[dict[int, float]]:
     ]
 
 
-def read_round_loads(study: optuna.Study) -> list[dict[int, Load]]:
+def read_round_loads(study: optuna.Study | Attrs) -> list[dict[int, Load]]:
     """The same rounds' machine states, trial number -> other processes' use during it."""
     out = []
     for r in _round_values(study):
@@ -311,11 +334,11 @@ def add_note(study: optuna.Study, text: str) -> None:
     study.set_user_attr(f"{NOTE}{said}", text)
 
 
-def read_notes(study: optuna.Study) -> list[str]:
+def read_notes(study: optuna.Study | Attrs) -> list[str]:
     """The event lines' whole texts, in the order they were said."""
     notes = [
         (key, value)
-        for key, value in study.user_attrs.items()
+        for key, value in _attrs(study).items()
         if key.startswith(NOTE) and isinstance(value, str)
     ]
     return [
@@ -323,22 +346,29 @@ def read_notes(study: optuna.Study) -> list[str]:
     ]
 
 
-def read_baseline_checks(study: optuna.Study) -> list[BaselineCheck]:
+def read_baseline_checks(study: optuna.Study | Attrs) -> list[BaselineCheck]:
     """The baseline's measurements taken during the search (its trial's own aside), in time
     order."""
     checks = [
         BaselineCheck.from_dict(value)
-        for key, value in study.user_attrs.items()
+        for key, value in _attrs(study).items()
         if key.startswith(BASELINE_CHECK) and isinstance(value, dict)
     ]
     return sorted(checks, key=lambda c: c.at)
 
 
-def read_confirmations(study: optuna.Study) -> dict[str, Confirmation]:
+def guard_evidence(attrs: Attrs) -> dict[str, Any]:
+    """The attributes the accuracy guard and its checks' verdicts are made from: the
+    baseline's runs and every confirmation (a check is judged again when one changes)."""
+    keys = (BASELINE_ACCURACY, BASELINE_RUN, CONFIRMATION)
+    return {k: v for k, v in attrs.items() if k.startswith(keys)}
+
+
+def read_confirmations(study: optuna.Study | Attrs) -> dict[str, Confirmation]:
     """Numerics id (see autotune._knobs.registry.numerics_id) -> the confirmation filed under it."""
     return {
         key.removeprefix(CONFIRMATION): Confirmation.from_dict(value)
-        for key, value in study.user_attrs.items()
+        for key, value in _attrs(study).items()
         if key.startswith(CONFIRMATION) and isinstance(value, dict)
     }
 
