@@ -20,6 +20,7 @@ import contextlib
 import datetime
 import itertools
 import multiprocessing
+import shutil
 import statistics
 import sys
 import tempfile
@@ -108,6 +109,7 @@ def main() -> int:
     )
     parser.add_argument("--workers", type=int, default=1, help="processes on the one study")
     parser.add_argument("--label", default=None, help="this run's name in RESULTS.md")
+    parser.add_argument("--keep", default=None, help="copy a SQLite study to this file")
     parser.add_argument("--no-write", action="store_true", help="print, do not edit RESULTS.md")
     args = parser.parse_args()
     name = f"overhead-{int(time.time())}"
@@ -136,6 +138,8 @@ def main() -> int:
         gaps = overheads(url, name)
         last = max(t.datetime_complete for t in finished(url, name))
         tail = (ended - last).total_seconds()
+        if args.keep and url.startswith("sqlite:///"):
+            shutil.copy(url.removeprefix("sqlite:///"), args.keep)
     storage_kind = url.split(":", 1)[0].split("+", 1)[0]
     lines = [
         f"- {len(gaps) + args.workers} trials, {storage_kind}, {args.workers} process(es), "

@@ -16,7 +16,7 @@ import autotune
 from autotune import AccuracyGuard
 from autotune._guard import words
 from autotune._guard.confirmation import Confirmation, Reason, RunFailed, Verdict
-from autotune._guard.guard import screening_margin, settle
+from autotune._guard.guard import judge, rejudged, screening_margin, settle
 from autotune._guard.plan import PlanNote, plan_accuracy_budget
 from autotune._guard.stats import (
     check_alpha,
@@ -29,7 +29,6 @@ from autotune._guard.stats import (
     unseen_rate,
 )
 from autotune._guard.words import lag_words
-from autotune._search.ledger import rejudged
 from autotune._trial.outcome import AccuracyRun
 from autotune._trial.task import make_task, split_dataset
 from autotune.examples import tiny_data
@@ -237,6 +236,32 @@ def test_a_check_whose_runs_failed_spends_none_of_the_error_rate(crashed) -> Non
     assert judged["a"] is crashed
     assert judged["b"].order == 1 and "(look 1 of check 1)" in words.describe(judged["b"])
     assert judged["b"].bound == pytest.approx(tested.bound)
+
+
+def test_filing_a_check_judges_only_the_checks_it_changed(monkeypatch) -> None:
+    """Judging a study's checks again under the same guard reuses each verdict whose check is
+    stored and ranked as before (a 200-trial search judged 154 checks again at every check it
+    filed, 54 ms each time); a check opened before the others moves their ranks, and those
+    are judged again. Every verdict equals judging all of them afresh."""
+    g = guard([0.90, 0.93, 0.87], initial=0.5)
+    a = dataclasses.replace(check(g, [0.899, 0.930, 0.868], trial=4), order=1)
+    b = dataclasses.replace(check(g, [0.905, 0.925, 0.871], trial=6), order=2)
+    earlier = judge({"a": a, "b": b}, g)
+    calls: list[int | None] = []
+    confirm = AccuracyGuard.confirm
+    monkeypatch.setattr(
+        AccuracyGuard, "confirm", lambda self, *a, **kw: calls.append(kw["trial"]) or confirm(
+            self, *a, **kw)
+    )  # fmt: skip
+    c = dataclasses.replace(check(g, [0.901, 0.929, 0.869], trial=8), order=3)
+    later = judge({"a": a, "b": b, "c": c}, g, earlier)
+    assert set(calls) == {8}  # the new check alone
+    assert later == judge({"a": a, "b": b, "c": c}, g)
+    calls.clear()
+    first = dataclasses.replace(c, order=0)  # opened before both: their ranks move
+    moved = judge({"a": a, "b": b, "c": first}, g, later)
+    assert set(calls) == {4, 6, 8}
+    assert {k: v[2] for k, v in moved.items()} == rejudged({"a": a, "b": b, "c": first}, g)
 
 
 def test_identical_pairs_are_bounded_by_the_validation_samples_own_noise() -> None:

@@ -67,7 +67,10 @@ __all__ = [
     "FIRST_PAIR",
     "SHORT_LOOK",
     "AccuracyGuard",
+    "Judged",
     "counted_noise",
+    "judge",
+    "rejudged",
     "screening_margin",
     "screening_violation",
     "settle",
@@ -679,3 +682,54 @@ def _advice_facts(advice: Settle | None) -> dict[str, Any]:
     if advice is None:
         return {"advice_reason": None}
     return {"advice_reason": advice.reason.value, "advice_facts": advice.facts()}
+
+
+# A check as stored, its rank among the study's checks, and as judged from them.
+Judged = tuple[Confirmation, int, Confirmation]
+
+
+def rejudged(
+    confirmations: Mapping[str, Confirmation], guard: AccuracyGuard
+) -> dict[str, Confirmation]:
+    """The confirmations, each judged from its stored runs under ``guard`` (its tolerance,
+    the baseline's runs as they are now), at the look it was filed at: a verdict is derived,
+    never carried over. Each check's share of the answer's error rate follows from its rank
+    among the study's checks (by the order each was opened in, then its trial), so that two
+    checks never spend the same share. A check whose runs failed (no test was made, nothing
+    can be confirmed by it) takes no rank: it spends none of the error rate."""
+    return {key: judged for key, (_, _, judged) in judge(confirmations, guard).items()}
+
+
+def judge(
+    confirmations: Mapping[str, Confirmation],
+    guard: AccuracyGuard,
+    earlier: Mapping[str, Judged] | None = None,
+) -> dict[str, Judged]:
+    """:func:`rejudged`, with what each check was judged from. ``earlier``: the study's
+    checks judged under this same guard before; one stored and ranked as it was then keeps
+    that verdict (a verdict is a function of the guard, the stored check and its rank), so
+    that filing one check does not judge every other again."""
+    ranked = sorted(confirmations.items(), key=lambda kv: (kv[1].order, kv[1].trial or 0, kv[0]))
+    out: dict[str, Judged] = {}
+    rank = 0
+    for key, stored in ranked:
+        c = stored
+        before = (earlier or {}).get(key)
+        if c.tested:
+            rank += 1
+        if c.tested and before is not None and before[1] == rank and before[0] == stored:
+            c = before[2]
+        elif c.tested:
+            c = guard.confirm(
+                c.runs,
+                units=c.units,
+                squares=c.squares,
+                looks=c.looks,
+                order=rank,
+                trial=c.trial,
+                at=c.at,
+                first=c.first_seed,
+                capped=c.capped_units,
+            )
+        out[key] = (stored, rank, c)
+    return out

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import math
 import statistics
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -20,7 +21,13 @@ from typing import Any, TypeVar
 import optuna
 
 from autotune._guard.confirmation import Confirmation, Reason, Verdict
-from autotune._guard.guard import AccuracyGuard, screening_violation, unsettleable
+from autotune._guard.guard import (
+    AccuracyGuard,
+    Judged,
+    judge,
+    screening_violation,
+    unsettleable,
+)
 from autotune._knobs import registry
 from autotune._knobs.config import TrainingConfig
 from autotune._load import Load
@@ -77,36 +84,6 @@ def make_guard(settings: SearchSettings, accuracy: BaselineAccuracy) -> Accuracy
     )
 
 
-def rejudged(
-    confirmations: Mapping[str, Confirmation], guard: AccuracyGuard
-) -> dict[str, Confirmation]:
-    """The confirmations, each judged from its stored runs under ``guard`` (its tolerance,
-    the baseline's runs as they are now), at the look it was filed at: a verdict is derived,
-    never carried over. Each check's share of the answer's error rate follows from its rank
-    among the study's checks (by the order each was opened in, then its trial), so that two
-    checks never spend the same share. A check whose runs failed (no test was made, nothing
-    can be confirmed by it) takes no rank: it spends none of the error rate."""
-    ranked = sorted(confirmations.items(), key=lambda kv: (kv[1].order, kv[1].trial or 0, kv[0]))
-    out = {}
-    rank = 0
-    for key, c in ranked:
-        if c.tested:
-            rank += 1
-            c = guard.confirm(
-                c.runs,
-                units=c.units,
-                squares=c.squares,
-                looks=c.looks,
-                order=rank,
-                trial=c.trial,
-                at=c.at,
-                first=c.first_seed,
-                capped=c.capped_units,
-            )
-        out[key] = c
-    return out
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Source:
     """What a ledger was read from: the finished trials' numbers, the study's attributes and
@@ -115,6 +92,18 @@ class Source:
     numbers: tuple[int, ...]
     attrs: Mapping[str, Any]
     settings: SearchSettings
+    writes: int = dataclasses.field(default=0, compare=False)  # storage.writes() then
+    at: float = dataclasses.field(default=0.0, compare=False)  # time.monotonic() then
+
+    def attrs_stand(self, numbers: tuple[int, ...]) -> bool:
+        """Whether its attributes stand for a read now, with ``numbers`` finished: no trial
+        finished since, this process wrote none, and they were read within
+        :data:`storage.ATTRS_FRESH` seconds (another process's writes are seen within it)."""
+        return (
+            numbers == self.numbers
+            and storage.writes() == self.writes
+            and time.monotonic() - self.at < storage.ATTRS_FRESH
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -136,6 +125,9 @@ class Ledger:
     # What it was read from (None: built by hand), so that the next read rebuilds only what
     # changed since: see :meth:`read`.
     source: Source | None = dataclasses.field(default=None, compare=False, repr=False)
+    judged: Mapping[str, Judged] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )  # what each confirmation was judged from (see :func:`judge`)
     # What its methods computed, kept for the next question asked of the same snapshot: the
     # search asks it many per trial, and each weighs every trial against the others.
     memo: dict[Any, Any] = dataclasses.field(
@@ -460,8 +452,18 @@ def _read(study: optuna.Study, settings: SearchSettings, previous: Ledger | None
     before = previous.source if previous is not None else None
     known = {e.number: e.record for e in previous.entries} if previous is not None else {}
     records = storage.records_since(study, known)
-    attrs = study.user_attrs
-    now = Source(numbers=tuple(n for n, _ in records), attrs=attrs, settings=settings)
+    numbers = tuple(n for n, _ in records)
+    if before is not None and before.attrs_stand(numbers):
+        now = dataclasses.replace(before, settings=settings)
+    else:
+        now = Source(
+            numbers=numbers,
+            attrs=study.user_attrs,
+            settings=settings,
+            writes=storage.writes(),
+            at=time.monotonic(),
+        )
+    attrs = now.attrs
     if previous is not None and before is not None and before == now:
         return previous
     evidence = storage.guard_evidence(attrs)
@@ -471,15 +473,15 @@ def _read(study: optuna.Study, settings: SearchSettings, previous: Ledger | None
         and before.settings == settings
         and storage.guard_evidence(before.attrs) == evidence
     ):
-        accuracy, guard = previous.baseline_accuracy, previous.guard
-        confirmations = previous.confirmations
+        accuracy, guard, judged = previous.baseline_accuracy, previous.guard, previous.judged
     else:
         accuracy = storage.read_baseline_accuracy(attrs)
-        confirmations = storage.read_confirmations(attrs)
-        guard = None
+        stored = storage.read_confirmations(attrs)
+        guard, judged = None, {key: (c, 0, c) for key, c in stored.items()}
         if accuracy is not None:
-            guard = make_guard(settings, accuracy).with_pairs(list(confirmations.values()))
-            confirmations = rejudged(confirmations, guard)
+            guard = make_guard(settings, accuracy).with_pairs(list(stored.values()))
+            same = previous is not None and previous.guard == guard
+            judged = judge(stored, guard, previous.judged if same and previous else None)
     return Ledger(
         entries=tuple(Entry(n, rec) for n, rec in records),
         rounds=tuple(storage.read_rounds(attrs)),
@@ -487,11 +489,12 @@ def _read(study: optuna.Study, settings: SearchSettings, previous: Ledger | None
         round_loads=tuple(storage.read_round_loads(attrs)),
         baseline_checks=tuple(storage.read_baseline_checks(attrs)),
         notes=tuple(storage.read_notes(attrs)),
-        confirmations=confirmations,
+        confirmations={key: c for key, (_, _, c) in judged.items()},
         baseline_accuracy=accuracy,
         guard=guard,
         split_free=settings.split_free,
         source=now,
+        judged=judged,
     )
 
 
@@ -625,9 +628,11 @@ def step_draws(ledger: Ledger, cfg: TrainingConfig) -> list[float]:
     or its run's length differs), its steady part scaled to ``cfg``'s share of the run."""
     out: list[float] = []
     busy: list[float] = []
-    for time, once, fraction, away_ in _step_measurements(ledger).get(registry.step_key(cfg), ()):
+    for seconds, once, fraction, away_ in _step_measurements(ledger).get(
+        registry.step_key(cfg), ()
+    ):
         share = cfg.train_fraction / fraction
-        (busy if away_ else out).append((time - once) * share + once)
+        (busy if away_ else out).append((seconds - once) * share + once)
     return out or busy  # a busy state's draws only where no other state drew them
 
 
@@ -647,8 +652,13 @@ def _step_measurements(
                 and r.measurement is not None
                 and r.projected_time is not None
             ):
-                time = ledger.normalized(r) or r.projected_time
-                row = (time, r.measurement.one_time_cost, e.config.train_fraction, away(ledger, e))
+                seconds = ledger.normalized(r) or r.projected_time
+                row = (
+                    seconds,
+                    r.measurement.one_time_cost,
+                    e.config.train_fraction,
+                    away(ledger, e),
+                )
                 out.setdefault(registry.step_key(e.config), []).append(row)
         return out
 
@@ -680,8 +690,8 @@ def fastest_verified(ledger: Ledger) -> tuple[Entry, float] | None:
         ranked = [(promise(ledger, e), e.number, e) for e in feasible]
         if not ranked:
             return None
-        time, _, entry = min(ranked, key=lambda t: (t[0], t[1]))
-        return entry, time
+        seconds, _, entry = min(ranked, key=lambda t: (t[0], t[1]))
+        return entry, seconds
 
     return ledger.kept("fastest verified", make)
 
@@ -695,10 +705,10 @@ def could_win_bar(ledger: Ledger) -> tuple[Entry, float] | None:
     fastest = fastest_verified(ledger)
     if fastest is None:
         return None
-    entry, time = fastest
+    entry, seconds = fastest
     settled = len(ledger.remeasured(entry)) >= derived.MIN_ROUNDS
     margin = ranking.TIE if settled else screening_noise(ledger)
-    return entry, time * (1 + margin)
+    return entry, seconds * (1 + margin)
 
 
 def screening_noise(ledger: Ledger) -> float:

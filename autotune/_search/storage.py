@@ -140,6 +140,22 @@ def records_since(study: optuna.Study, known: Mapping[int, Record]) -> list[tupl
 
 
 Attrs = Mapping[str, Any]  # a study's user attributes, read once (``study.user_attrs``)
+# Seconds a read of the study's attributes stands for the next read, where this process wrote
+# none since and no trial finished: reading them is one query but decodes every attribute
+# (each check's per-example sums among them), and the search asks many questions a second.
+ATTRS_FRESH = 1.0
+_WRITES = [0]  # study attributes this process has written, in any study
+
+
+def _set(study: optuna.Study, key: str, value: Any) -> None:
+    study.set_user_attr(key, value)
+    _WRITES[0] += 1
+
+
+def writes() -> int:
+    """How many study attributes this process has written: a read of them taken before the
+    last write is out of date."""
+    return _WRITES[0]
 
 
 def _attrs(source: optuna.Study | Attrs) -> Attrs:
@@ -205,7 +221,7 @@ def refuse_other_model(
 
 
 def publish_settings(study: optuna.Study, settings: SearchSettings) -> None:
-    study.set_user_attr(SETTINGS, settings.to_dict())
+    _set(study, SETTINGS, settings.to_dict())
 
 
 def read_memory(study: optuna.Study) -> MemoryLimits | None:
@@ -214,7 +230,7 @@ def read_memory(study: optuna.Study) -> MemoryLimits | None:
 
 
 def write_memory(study: optuna.Study, memory: MemoryLimits) -> None:
-    study.set_user_attr(MEMORY, memory.to_dict())
+    _set(study, MEMORY, memory.to_dict())
 
 
 def read_baseline_accuracy(study: optuna.Study | Attrs) -> BaselineAccuracy | None:
@@ -239,7 +255,7 @@ def read_baseline_accuracy(study: optuna.Study | Attrs) -> BaselineAccuracy | No
 
 
 def write_baseline_accuracy(study: optuna.Study, accuracy: BaselineAccuracy) -> None:
-    study.set_user_attr(BASELINE_ACCURACY, accuracy.to_dict())
+    _set(study, BASELINE_ACCURACY, accuracy.to_dict())
 
 
 def read_guard_failure(study: optuna.Study) -> GuardFailure | None:
@@ -249,14 +265,14 @@ def read_guard_failure(study: optuna.Study) -> GuardFailure | None:
 
 
 def write_guard_failure(study: optuna.Study, failure: GuardFailure) -> None:
-    study.set_user_attr(GUARD_FAILURE, failure.to_dict())
+    _set(study, GUARD_FAILURE, failure.to_dict())
 
 
 def add_baseline_runs(study: optuna.Study, runs: Sequence[AccuracyRun]) -> None:
     """File more of the baseline's accuracy runs, each under its seed: workers that extend the
     baseline at once add their seeds side by side instead of overwriting each other's."""
     for run in runs:
-        study.set_user_attr(f"{BASELINE_RUN}{run.seed}", run.to_dict())
+        _set(study, f"{BASELINE_RUN}{run.seed}", run.to_dict())
 
 
 def _round_values(study: optuna.Study | Attrs) -> list[dict[int, Any]]:
@@ -317,21 +333,21 @@ def add_round(
 
     rounds = study.user_attrs.get(ROUNDS)
     rounds = rounds if isinstance(rounds, list) else []
-    study.set_user_attr(ROUNDS, [*rounds, {str(n): value(n, t) for n, t in measured.items()}])
+    _set(study, ROUNDS, [*rounds, {str(n): value(n, t) for n, t in measured.items()}])
 
 
 def add_baseline_check(study: optuna.Study, check: BaselineCheck) -> None:
     """File a measurement of the baseline taken during the search (its own key: processes
     filing at once never overwrite each other)."""
     key = f"{BASELINE_CHECK}{check.at:.6f}:{os.getpid()}"
-    study.set_user_attr(key, check.to_dict())
+    _set(study, key, check.to_dict())
 
 
 def add_note(study: optuna.Study, text: str) -> None:
     """Keep an event line's whole text (its progress line was shortened): the detail a
     result shows with ``autotune show --detail``."""
     said = f"{datetime.datetime.now().timestamp():.6f}:{os.getpid()}:{next(_NOTES)}"
-    study.set_user_attr(f"{NOTE}{said}", text)
+    _set(study, f"{NOTE}{said}", text)
 
 
 def read_notes(study: optuna.Study | Attrs) -> list[str]:
@@ -374,7 +390,7 @@ def read_confirmations(study: optuna.Study | Attrs) -> dict[str, Confirmation]:
 
 
 def file_confirmation(study: optuna.Study, numerics: str, confirmation: Confirmation) -> None:
-    study.set_user_attr(f"{CONFIRMATION}{numerics}", confirmation.to_dict())
+    _set(study, f"{CONFIRMATION}{numerics}", confirmation.to_dict())
 
 
 # -- Opening the study, and keeping it honest across crashes ------------------------------------
