@@ -193,7 +193,7 @@ def _first_look(bench: Bench, baseline: Baseline, entry: Entry, keep: float) -> 
     that failed, says nothing of its accuracy: unresolved, and not checked again."""
     assert baseline.guard is not None and baseline.accuracy is not None
     seeds = baseline.first_seeds()
-    # The check's rank among those that made a test (see ledger.rejudged).
+    # The check's rank among those that made a test (see guard.rejudged).
     order = 1 + sum(1 for c in bench.ledger().confirmations.values() if c.tested)
     start = Confirmation(runs=(), verdict=Verdict.UNRESOLVED, first_seed=seeds[0], order=order)
     result = _look(bench, baseline, entry, start, seeds[-1] + 1, looks=1, keep=keep)
