@@ -34,7 +34,10 @@ from autotune._knobs.config import TrainingConfig
 from autotune._options import PLANNED_EPOCHS, VERIFY_ROUNDS
 from autotune._progress import Report
 from autotune._result.result import SearchResult
-from autotune._search.derived import round_speedup, speedup
+from autotune._search.derived import round_interval, round_speedup, speedup
+from autotune._speed import stats as speed
+from autotune._speed import words as speed_words
+from autotune._speed.stats import Interval
 from autotune._task import Task, as_task, check_model
 from autotune._trial.bounded import SetUpLimit, bounded
 from autotune._trial.data import DataModuleLike
@@ -60,7 +63,6 @@ __all__ = ["VerifyReport", "compare_environments", "setup_limit", "verify"]
 # The search calibrates each trial's budget from the baseline's speed and its time budget;
 # a check gets this fixed one, longer than the search's default (outcome.Budget).
 DEFAULT_BUDGET = Budget(warmup_steps=3, timed_samples=4096, min_timed_steps=10, chunks=5)
-DRIFT_WARNING = 0.15  # relative gap between re-measured and recorded speedup worth a warning
 
 # Fields of a result's `environment` that decide timings, and how to name them.
 _ENV_FIELDS = (
@@ -157,6 +159,7 @@ class VerifyReport:
     accuracy: dict[str, Any] | None = None  # {"samples", "baseline": [...], "winner": [...]}
     seconds: float = 0.0
     full: FullReport | None = None  # the whole planned run of both (verify --full)
+    recorded_interval: tuple[float, float] | None = None  # the search's 95% interval
 
     @property
     def same_config(self) -> bool:
@@ -193,6 +196,26 @@ class VerifyReport:
         return round_speedup(self.speedups)
 
     @property
+    def interval(self) -> Interval | None:
+        """The speedup here with its 95% interval, as the search computes it
+        (:func:`derived.round_interval`, over this run's fixed number of rounds)."""
+        return round_interval(self.speedups, looks=1)
+
+    @property
+    def agreement(self) -> str | None:
+        """Whether this run's interval overlaps the search's: "agrees", "slower here" (this
+        run's interval wholly below the search's) or "faster here"; None where either is
+        missing."""
+        here, there = self.interval, self.recorded_interval
+        if here is None or there is None or self.same_config:
+            return None
+        if here.high < there[0]:
+            return "slower here"
+        if here.low > there[1]:
+            return "faster here"
+        return "agrees"
+
+    @property
     def median_throughput_ratio(self) -> float | None:
         return round_speedup(self.throughput_ratios)
 
@@ -205,31 +228,36 @@ class VerifyReport:
 
     @property
     def faster_here(self) -> bool:
-        """Whether the winner still beats the baseline here (median over the rounds)."""
+        """Whether the winner still beats the baseline here beyond the noise (its interval's
+        lower bound above 1; from one round, that round's ratio above 1)."""
         if self.same_config:
             return True
         if "winner" in self.failures:
             return False
-        median = self.median_speedup
-        return median is not None and median > 1.0
+        figure = self.interval
+        if figure is None:  # one round is one draw: its ratio is all there is
+            median = self.median_speedup
+            return median is not None and median > 1.0
+        return figure.above_one
 
     @property
     def warnings(self) -> list[str]:
         out = list(self.environment_warnings)
         for name, message in self.failures.items():
             out.append(f"the {name} config failed here: {message}")
-        median = self.median_speedup
-        if median is not None and not self.same_config:
-            if median <= 1.0:
+        figure = self.interval
+        if figure is not None and not self.same_config:
+            if not figure.above_one:
                 out.append(
-                    f"the winner is not faster than the baseline here: median speedup "
-                    f"{median:.2f}x over {len(self.speedups)} rounds"
+                    "the winner is not faster than the baseline here beyond the noise: "
+                    f"{speed_words.interval(figure)}"
                 )
-            recorded = self.recorded_speedup
-            if recorded and abs(median / recorded - 1) > max(DRIFT_WARNING, self.speedup_spread):
+            if self.agreement in ("slower here", "faster here") and self.recorded_interval:
+                low, high = self.recorded_interval
                 out.append(
-                    f"re-measured speedup {median:.2f}x differs from the recorded {recorded:.2f}x "
-                    f"by more than the rounds' spread ({self.speedup_spread:.0%})"
+                    f"{self.agreement} than at search time: {speed_words.interval(figure)} "
+                    f"against the search's {self.recorded_speedup or 0:.2f}x "
+                    f"(95% interval {low:.2f}-{high:.2f}x)"
                 )
         for name, ms in (
             ("baseline", self.baseline_measurements),
@@ -254,6 +282,13 @@ class VerifyReport:
             "throughput_ratios": self.throughput_ratios,
             "speedups": self.speedups,
             "median_speedup": self.median_speedup,
+            "speedup_interval": (
+                None if self.interval is None else [self.interval.low, self.interval.high]
+            ),
+            "recorded_interval": (
+                None if self.recorded_interval is None else list(self.recorded_interval)
+            ),
+            "agreement": self.agreement,
             "median_throughput_ratio": self.median_throughput_ratio,
             "recorded_speedup": self.recorded_speedup,
             "recorded_throughput_ratio": self.recorded_throughput_ratio,
@@ -295,9 +330,18 @@ class VerifyReport:
                     f"  {name:28}{statistics.median(tp):>10,.0f}{min(tp):>10,.0f}{max(tp):>10,.0f}"
                 )
             lines.append(
-                f"  ({len(speedups)} alternating rounds; projected for {self.planned_samples:,} "
-                f"samples over {self.planned_epochs:g} epochs)"
+                f"  ({len(speedups)} paired rounds, each in an order drawn afresh; projected "
+                f"for {self.planned_samples:,} samples over {self.planned_epochs:g} epochs)"
             )
+            figure = self.interval
+            if figure is not None:
+                lines.append(f"  speed-up here: {speed_words.interval(figure)}")
+            if figure is not None and self.recorded_interval is not None:
+                low, high = self.recorded_interval
+                lines.append(
+                    f"  the search's: {self.recorded_speedup or 0:.2f}x (95% interval "
+                    f"{low:.2f}-{high:.2f}x): {self.agreement}"
+                )
         if self.accuracy:
             b, w = self.accuracy["baseline"], self.accuracy["winner"]
             diff = statistics.fmean(w) - statistics.fmean(b)
@@ -427,7 +471,8 @@ def verify(
     limits = run_limits(data, pair, explicit, budget=measure_budget, start_up=start_up)
     executor = _Limited(inner, limits)
     try:
-        measured, failures = _measure_rounds(pair, executor, measure_budget, rounds, report)
+        seed = str(search.get("study_name") or "verify")
+        measured, failures = _measure_rounds(pair, executor, measure_budget, rounds, report, seed)
         accuracy = _accuracy(data, pair, workload, executor, measure_budget, measured, failures,
                              accuracy_seeds, report)  # fmt: skip
         metrics = data.get("metrics") or {}
@@ -454,6 +499,7 @@ def verify(
         winner_measurements=tuple(measured["winner"]),
         recorded_speedup=_number(data.get("speedup")),
         recorded_throughput_ratio=_number(data.get("throughput_ratio")),
+        recorded_interval=_pair(data.get("speedup_interval")),
         planned_samples=planned_samples,
         planned_epochs=planned_epochs,
         environment_warnings=tuple(env_warnings),
@@ -802,8 +848,10 @@ def _measure_rounds(
     budget: Budget,
     rounds: int,
     report: Callable[[str], None],
+    seed: str,
 ) -> tuple[dict[str, list[Measurement]], dict[str, str]]:
-    """Both configs' throughput, alternating which goes first; the failures by name."""
+    """Both configs' throughput, each round in an order drawn afresh as the search's rounds
+    draw theirs (:func:`autotune._speed.stats.round_order`); the failures by name."""
     measured: dict[str, list[Measurement]] = {"baseline": [], "winner": []}
     failures: dict[str, str] = {}
     if pair["winner"] == pair["baseline"]:
@@ -817,7 +865,7 @@ def _measure_rounds(
             report(f"warm-up: {name} failed ({failures[name]})")
             return measured, failures
     for r in range(rounds):
-        order = ["baseline", "winner"] if r % 2 == 0 else ["winner", "baseline"]
+        order = speed.round_order(["baseline", "winner"], f"verify:{seed}", r)
         for name in order:
             if name in failures:
                 continue
@@ -831,6 +879,14 @@ def _measure_rounds(
         if failures:
             break
     return measured, failures
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    """A stored interval ``[low, high]`` (None: absent, or not two numbers)."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        return None
+    low, high = _number(value[0]), _number(value[1])
+    return None if low is None or high is None else (low, high)
 
 
 def _number(value: Any) -> float | None:

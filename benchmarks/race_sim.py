@@ -1,6 +1,12 @@
 """The safe stage's choice under this machine's measurement noise, simulated (issue 56).
 
     python benchmarks/race_sim.py --searches 40 --write
+    python benchmarks/race_sim.py --rule --searches 1000 --write
+
+With ``--rule``, only the side-by-side rounds: each scenario of ``tests/rounds_sim.py`` (configs
+of known speeds, 10% log-normal noise per measurement) raced by the search's own rule, and how
+often the answer's 95% interval covers its true speedup, the simpler of two configs 2% apart is
+answered, and a config as fast as the baseline is answered (issue 70's figures).
 
 Runs guided searches on the test suite's simulated machine (``tests/sim.py``: a fake clock, no
 training) over the numerics-free knobs of the JPEG pipeline: loader workers, one thread,
@@ -94,6 +100,7 @@ def one_search(seed: int, sd: float, knobs: dict[str, list[object]]) -> dict[str
     run, _, _ = sim.search(model, knobs=knobs, timeout=240.0, **extra)  # type: ignore[arg-type]
     result = sim.result_of(run)
     true = speed(result.winner.config)
+    span = getattr(result, "speedup_interval", None)
     top = [e.config for e in run.ledger().entries if math.isclose(speed(e.config), BEST)]
     return {
         "built": float(bool(top)),
@@ -101,6 +108,8 @@ def one_search(seed: int, sd: float, knobs: dict[str, list[object]]) -> dict[str
         "reported": result.speedup,
         "trials": len(run.ledger().candidates),
         "answer": result.winner.config.describe(),
+        # Whether the answer's 95% interval covers its true speedup (no interval: None).
+        "covered": None if span is None else float(span[0] <= true <= span[1]),
     }
 
 
@@ -117,14 +126,56 @@ def code_version() -> str:
     return f"{head}{'+changes' if dirty else ''}"
 
 
+def rule(searches: int, sd: float) -> list[str]:
+    """The rounds' rule alone over :data:`rounds_sim.SCENARIOS`, ``searches`` races each."""
+    import rounds_sim
+
+    lines = [
+        "| scenario | answer's 95% interval covers its true speedup | answers | rounds, mean |",
+        "|---|---|---|---|",
+    ]
+    for drift in (0.0, 0.05):
+        for name, speeds in rounds_sim.SCENARIOS.items():
+            raced = [rounds_sim.race(speeds, seed, sd=sd, drift=drift) for seed in range(searches)]
+            answers: dict[str, int] = {}
+            for r in raced:
+                answers[r.answer] = answers.get(r.answer, 0) + 1
+            named = ", ".join(f"{k} {v}" for k, v in sorted(answers.items(), key=lambda kv: -kv[1]))
+            where = f"{name}, drift {drift}" if drift else name
+            lines.append(
+                f"| {where} | {sum(r.covered for r in raced)} of {searches} | {named} | "
+                f"{statistics.mean(r.rounds for r in raced):.1f} |"
+            )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rule", action="store_true", help="the rounds' rule alone")
     parser.add_argument("--searches", type=int, default=40)
     parser.add_argument("--sd", type=float, default=0.098)
     parser.add_argument("--numerics", action="store_true", help="the numerics knobs too")
     parser.add_argument("--section", default="race-sim")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
+    if args.rule:
+        version = code_version()
+        out = "\n".join(
+            [
+                f"## The side-by-side rounds' rule, simulated ({version})",
+                "",
+                f"`python benchmarks/race_sim.py {' '.join(sys.argv[1:])}`, autotune at "
+                f"{version}: every measurement log-normal with sd {args.sd}; with drift, a "
+                "log-normal factor every config of one round shares.",
+                "",
+                *rule(args.searches, args.sd),
+                "",
+            ]
+        )
+        print(out)
+        if args.write:
+            write_section("race-sim-rule", out)
+        return 0
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     knobs = {**SAFE, **NUMERICS} if args.numerics else SAFE
     runs = [one_search(seed, args.sd, knobs) for seed in range(args.searches)]
@@ -132,6 +183,8 @@ def main() -> int:
     slower = sum(r["true"] >= 0.97 for r in runs)
     best = sum(r["true"] >= 0.95 * BEST for r in runs)
     within = sum(abs(r["reported"] / r["true"] - 1) <= 0.10 for r in runs)
+    intervals = [r["covered"] for r in runs if r["covered"] is not None]
+    covered, with_interval = int(sum(intervals)), len(intervals)
     answers: dict[str, int] = {}
     for r in runs:
         key = str(r["answer"]).replace("batch=32 workers=0 precision=fp32 compile=none ", "")
@@ -144,10 +197,11 @@ def main() -> int:
         f"{n} simulated 240-s searches, every measurement log-normal with sd {args.sd}.",
         "",
         "| answer >= 0.97x baseline | >= 0.95x best | best config measured | reported within "
-        "10% | true speed-up, mean (range) | trials, median |",
-        "|---|---|---|---|---|---|",
+        "10% | 95% interval covers the truth | true speed-up, mean (range) | trials, median |",
+        "|---|---|---|---|---|---|---|",
         f"| {slower} of {n} | {best} of {n} | {sum(int(r['built']) for r in runs)} of {n} | "
-        f"{within} of {n} | {statistics.mean(r['true'] for r in runs):.3f}x "
+        f"{within} of {n} | {covered} of {with_interval} | "
+        f"{statistics.mean(r['true'] for r in runs):.3f}x "
         f"({min(r['true'] for r in runs):.2f}-{max(r['true'] for r in runs):.2f}) | "
         f"{statistics.median(r['trials'] for r in runs):.0f} |",
         "",

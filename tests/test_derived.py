@@ -8,7 +8,13 @@ import math
 import pytest
 
 from autotune._guard.confirmation import Confirmation, Verdict
-from autotune._search.derived import accuracy_verdict, format_speedup, side_by_side, speedup
+from autotune._search.derived import (
+    accuracy_verdict,
+    format_speedup,
+    round_interval,
+    side_by_side,
+    speedup,
+)
 from autotune._search.ranking import rank_time
 
 
@@ -21,14 +27,21 @@ def test_speedup_is_the_baseline_time_over_the_config_time(baseline_time, time, 
     assert speedup(baseline_time, time) == expected
 
 
-def test_the_side_by_side_speedup_needs_two_rounds_and_is_their_median() -> None:
+def test_the_side_by_side_speedup_needs_two_rounds_and_is_their_mean_log_ratio() -> None:
     assert side_by_side([]) is None
     assert side_by_side([1.5]) is None  # one round is one draw
-    assert side_by_side([1.4, 1.2, 1.5]) == (1.4, 1.2, 1.5)
-    # Of an even number, the lower middle: a round whose baseline a burst of load slowed
-    # lifts its ratio, and two rounds' mean followed it (2.79x for a 1.03x config).
-    assert side_by_side([4.62, 0.96]) == (0.96, 0.96, 4.62)
-    assert side_by_side([1.5, 1.7, 1.2, 1.6]) == (1.5, 1.2, 1.7)
+    figure = side_by_side([1.4, 1.2, 1.5])
+    assert figure == pytest.approx(((1.4 * 1.2 * 1.5) ** (1 / 3), 1.2, 1.5))
+    # A round whose baseline a burst of load slowed lifts its ratio: two such rounds leave an
+    # interval far too wide to show any gain (2.11x, 95% from far below 1).
+    burst = round_interval([4.62, 0.96])
+    assert burst is not None and burst.estimate == pytest.approx(2.106, abs=1e-3)
+    assert burst.low < 0.01 and not burst.above_one
+    # Four consistent rounds show it: 1.52x, 95% interval 1.35-1.72x.
+    steady = round_interval([1.5, 1.6, 1.45, 1.55])
+    assert steady is not None and steady.above_one
+    shown = (steady.estimate, steady.low, steady.high)
+    assert shown == pytest.approx((1.524, 1.347, 1.725), abs=1e-3)
 
 
 def test_a_speedup_is_written_one_way() -> None:

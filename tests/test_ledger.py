@@ -4,6 +4,8 @@ result rebuilt from the storage."""
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 
 import optuna
 import pytest
@@ -188,12 +190,17 @@ def test_a_noise_tie_goes_to_the_simpler_config_in_both_readers(tmp_path) -> Non
     eager = BASE.replace(num_workers=1, persistent_workers=True)
     study = _study_with(
         [_base(), _candidate(compiled, 98.0), _candidate(eager, 100.0)],
-        rounds=[{0: 200.0, 1: 102.0, 2: 99.0}, {0: 200.0, 1: 97.0, 2: 104.0}],
+        rounds=[
+            {0: 200.0, 1: 102.0, 2: 99.0},
+            {0: 200.0, 1: 97.0, 2: 104.0},
+            {0: 200.0, 1: 100.0, 2: 101.0},
+            {0: 200.0, 1: 99.0, 2: 100.0},
+        ],
     )
     s = settings()
     ledger = Ledger.read(study, s)
-    # Measured in two rounds: its projected time is theirs (the screening draw of 98 aside).
-    assert ledger.projected(ledger.entries[1]) == 99.5  # the median of 102 and 97
+    # Measured in four rounds: its projected time is theirs (the screening draw of 98 aside).
+    assert ledger.projected(ledger.entries[1]) == 99.5  # the median of 102, 97, 100 and 99
     assert ledger.best().number == 2
     url = f"sqlite:///{tmp_path / 'tie.db'}"
     optuna.copy_study(
@@ -205,8 +212,9 @@ def test_a_noise_tie_goes_to_the_simpler_config_in_both_readers(tmp_path) -> Non
     storage.publish_settings(optuna.load_study(study_name="tie", storage=url), s)
     stored = autotune.SearchResult.from_study(url, "tie")
     assert stored.winner.number == 2
-    assert stored.round_speedups == pytest.approx((200.0 / 99.0, 200.0 / 104.0))
-    assert stored.speedup == pytest.approx(200.0 / 104.0)  # side by side: the lower of two
+    assert stored.round_speedups == pytest.approx((200 / 99, 200 / 104, 200 / 101, 200 / 100))
+    # Side by side: the exponent of the rounds' mean log-ratio.
+    assert stored.speedup == pytest.approx(200.0 / (99.0 * 104.0 * 101.0 * 100.0) ** 0.25)
 
 
 def test_a_change_of_the_numerics_wins_only_once_confirmed() -> None:
@@ -408,19 +416,26 @@ def test_a_config_remeasured_side_by_side_is_remeasured_for_its_twins() -> None:
     twin = dataclasses.replace(_candidate(cl, 140.0), reused=True)
     study = _study_with(
         [_base(), _candidate(cl, 140.0), twin],
-        rounds=[{0: 200.0, 1: 160.0}, {0: 200.0, 1: 165.0}],
+        rounds=[
+            {0: 200.0, 1: 160.0},
+            {0: 200.0, 1: 165.0},
+            {0: 200.0, 1: 162.0},
+            {0: 200.0, 1: 158.0},
+        ],
     )
     ledger = Ledger.read(study, settings())
-    assert ledger.remeasured(ledger.entries[2]) == (160.0, 165.0)
-    assert ledger.projected(ledger.entries[1]) == ledger.projected(ledger.entries[2]) == 162.5
+    assert ledger.remeasured(ledger.entries[2]) == (160.0, 165.0, 162.0, 158.0)
+    assert ledger.projected(ledger.entries[1]) == ledger.projected(ledger.entries[2]) == 161.0
     best = ledger.best()
     assert best is not None and best.config == cl
-    assert ledger.round_speedups(best) == pytest.approx([200 / 160, 200 / 165])
+    assert ledger.round_speedups(best) == pytest.approx(
+        [200 / 160, 200 / 165, 200 / 162, 200 / 158]
+    )
 
 
 def test_between_equals_the_answer_is_one_measured_side_by_side() -> None:
     """The CNN on a loaded machine: trial 1 (workers=1) led at 50 s and was measured side by
-    side at 60 and 66 s (noisy under load); trial 2 (workers=0, simpler) measured 53 s once. Within
+    side at 60-66 s (noisy under load); trial 2 (workers=0, simpler) measured 53 s once. Within
     the noise, the answer is trial 1, whose speedup was measured side by side, not trial 2
     (simpler, but its one figure may have been a lucky draw, and the result then said "NOT
     measured side by side" although rounds had run)."""
@@ -428,18 +443,18 @@ def test_between_equals_the_answer_is_one_measured_side_by_side() -> None:
     two = BASE.replace(channels_last=True)
     study = _study_with(
         [_base(), _candidate(one, 50.0), _candidate(two, 53.0)],
-        rounds=[{0: 200.0, 1: 60.0}, {0: 210.0, 1: 66.0}],
+        rounds=[{0: 200.0, 1: 60.0}, {0: 210.0, 1: 66.0}, {0: 205.0, 1: 63.0}, {0: 200.0, 1: 61.0}],
     )
     ledger = Ledger.read(study, settings())
     best = ledger.best()
     assert best is not None and best.number == 1
-    assert ledger.round_speedups(best) == pytest.approx([200 / 60, 210 / 66])
+    assert ledger.round_speedups(best) == pytest.approx([200 / 60, 210 / 66, 205 / 63, 200 / 61])
     # Beyond the noise, a faster config the rounds did not measure is not the answer either
     # (issue 56: an unmeasured config answered at 1.07x read 0.87x in a plain loop): it is
     # what the rounds' second pass measures beside the answer.
     study = _study_with(
         [_base(), _candidate(one, 50.0), _candidate(two, 30.0)],
-        rounds=[{0: 200.0, 1: 60.0}, {0: 210.0, 1: 66.0}],
+        rounds=[{0: 200.0, 1: 60.0}, {0: 210.0, 1: 66.0}, {0: 205.0, 1: 63.0}, {0: 200.0, 1: 61.0}],
     )
     ledger = Ledger.read(study, settings())
     best = ledger.best()
@@ -466,13 +481,18 @@ def test_a_config_the_rounds_measured_slower_than_the_baseline_is_never_the_answ
     assert ledger.slower_side_by_side(ledger.entries[1])
     best = ledger.best()
     assert best is not None and best.number == 0
-    # Faster side by side, it stays the answer.
+    # Faster side by side beyond the noise, it stays the answer.
     study = _study_with(
         [
             dataclasses.replace(_base(), config=base_cfg, projected_time=240.0),
             _candidate(plain, 182.0),
         ],
-        rounds=[{0: 190.0, 1: 180.0}, {0: 188.0, 1: 170.0}],
+        rounds=[
+            {0: 190.0, 1: 180.0},
+            {0: 188.0, 1: 170.0},
+            {0: 192.0, 1: 176.0},
+            {0: 186.0, 1: 171.0},
+        ],
     )
     best = Ledger.read(study, settings(baseline=base_cfg)).best()
     assert best is not None and best.number == 1
@@ -545,7 +565,8 @@ def test_a_safe_win_measured_side_by_side_is_never_lost_to_the_baselines_spread(
     ledger = Ledger.read(study, settings())
     best = ledger.best()
     assert best is not None and best.number == 1
-    assert ledger.side_speedup(best) == pytest.approx(195 / 165)  # the median round
+    logs = [math.log(200 / 170), math.log(205 / 172), math.log(195 / 165)]
+    assert ledger.side_speedup(best) == pytest.approx(math.exp(statistics.fmean(logs)))
     # Within the tie side by side (2% faster), the baseline stays: a tie goes to the simpler.
     study = _study_with(
         [dataclasses.replace(_base(), projected_time=300.0), _candidate(cl, 180.0)],
@@ -564,7 +585,12 @@ def test_an_unmeasured_config_is_compared_with_the_rounds_leader_by_screening() 
     workers = BASE.replace(num_workers=2, persistent_workers=True)
     cl = BASE.replace(channels_last=True)
     records = [_base(), _candidate(workers, 120.0), _candidate(cl, 164.0)]
-    rounds = [{0: 200.0, 1: 182.0}, {0: 201.0, 1: 180.0}, {0: 199.0, 1: 185.0}]
+    rounds = [
+        {0: 200.0, 1: 182.0},
+        {0: 201.0, 1: 180.0},
+        {0: 199.0, 1: 185.0},
+        {0: 200.0, 1: 181.0},
+    ]
     ledger = Ledger.read(_study_with(records, rounds), settings())
     assert ledger.best().number == 1
     records[2] = _candidate(cl, 100.0)
@@ -584,7 +610,7 @@ def test_a_round_keeps_each_measurements_throughput_and_older_rounds_still_read(
 def test_configs_measured_in_the_same_rounds_rank_by_those_rounds() -> None:
     """channels_last (A) was measured in five rounds, three of them a second pass in which the
     machine ran faster; channels_last + a loader worker (B) only in the first two, 7% faster
-    than A in each. Their medians against the baseline come from different rounds (A 1.67x, B
+    than A in each. Their figures against the baseline come from different rounds (A 1.52x, B
     1.43x): the rounds both were in decide, and B is the answer."""
     a = BASE.replace(channels_last=True)
     b = BASE.replace(channels_last=True, num_workers=1, persistent_workers=True)
@@ -599,17 +625,17 @@ def test_configs_measured_in_the_same_rounds_rank_by_those_rounds() -> None:
         ],
     )
     ledger = Ledger.read(study, settings())
-    assert ledger.side_speedup(ledger.entries[1]) == pytest.approx(200 / 120)
+    assert ledger.side_speedup(ledger.entries[1]) == pytest.approx(200 / (150**2 * 120**3) ** 0.2)
     assert ledger.side_speedup(ledger.entries[2]) == pytest.approx(200 / 140)
     best = ledger.best()
     assert best is not None and best.number == 2
 
 
 def test_the_tables_baseline_figures_come_from_the_headlines_rounds() -> None:
-    """The winner (#1) was measured beside the baseline in three rounds, 1.30x in two of them;
-    a second pass measured a challenger (#2) beside the baseline in three more, in a fast
-    window. The table's baseline throughput and projected time come from the winner's three
-    rounds, so that its throughputs divide to the headline's 1.30x (over all six rounds the
+    """The winner (#1) was measured beside the baseline in four rounds, 1.30x in each; a second
+    pass measured a challenger (#2) beside the baseline in three more, in a fast window. The
+    table's baseline throughput and projected time come from the winner's four rounds, so
+    that its throughputs divide to the headline's 1.30x (over all seven rounds the
     baseline's median throughput is 1,250, and the table said 1.04x beside a 1.30x headline);
     each config's speedup is the median of its own paired rounds (the challenger's 1.04x, not
     1.45x against the baseline's figures from the winner's rounds)."""
@@ -619,8 +645,8 @@ def test_the_tables_baseline_figures_come_from_the_headlines_rounds() -> None:
     workers = BASE.replace(num_workers=1, persistent_workers=True)
     study = _study_with([_base(), _candidate(cl, 154.0), _candidate(workers, 190.0)])
     samples = 200_000.0  # projected time = samples / throughput
-    for base, rates in [(1000.0, {1: 1300.0}), (1000.0, {1: 1300.0}), (1100.0, {1: 1300.0}),
-                        (1400.0, {2: 1450.0}), (1400.0, {2: 1450.0}),
+    for base, rates in [(1000.0, {1: 1300.0}), (1000.0, {1: 1300.0}), (1100.0, {1: 1430.0}),
+                        (1000.0, {1: 1300.0}), (1400.0, {2: 1450.0}), (1400.0, {2: 1450.0}),
                         (1400.0, {2: 1450.0})]:  # fmt: skip
         rates = {0: base, **rates}
         storage.add_round(study, {n: samples / r for n, r in rates.items()}, rates)
@@ -634,11 +660,11 @@ def test_the_tables_baseline_figures_come_from_the_headlines_rounds() -> None:
     assert result.winner.number == 1 and data["speedup"] == pytest.approx(1.3)
     assert b["throughput"] == 1000.0 and m["throughput"] == 1300.0
     assert b["projected_training_time"] == pytest.approx(200.0)
-    assert b["measured_as"] == m["measured_as"] == "side by side over 3 rounds"
+    assert b["measured_as"] == m["measured_as"] == "side by side over 4 rounds"
     rows = next(x for x in result.summary(detail=True).splitlines() if "rows: " in x)
-    assert "side by side over 3 rounds" in rows and "the baseline's" not in rows
+    assert "side by side over 4 rounds" in rows and "the baseline's" not in rows
     # The study's own record of the baseline still counts every round it was measured in.
-    assert ledger.trial_record(ledger.entries[0]).side_rounds == 6
+    assert ledger.trial_record(ledger.entries[0]).side_rounds == 7
     challenger = next(t for t in result.trials if t.number == 2)
     assert result.speedup_of(challenger) == pytest.approx(1450 / 1400)
     assert result.speedup_of(result.winner) == pytest.approx(data["speedup"])
@@ -696,9 +722,9 @@ def test_accuracy_runs_train_with_the_safe_answers_loader_and_memory_knobs() -> 
 
 
 def test_verify_and_the_search_compute_one_speedup_from_the_same_round_draws() -> None:
-    """Four rounds, an even number: the search's figure is the lower middle ratio, and verify's
-    was the mean of the two middle ones (statistics.median), so on the same draws the two
-    printed different speed-ups. One function computes both now."""
+    """Four rounds: verify's figure was the mean of the two middle ratios (statistics.median),
+    the search's the lower middle one, so on the same draws the two printed different
+    speed-ups. One function computes both now (the exponent of the mean log-ratio)."""
     from autotune._verify import VerifyReport
 
     s = settings()
@@ -722,7 +748,8 @@ def test_verify_and_the_search_compute_one_speedup_from_the_same_round_draws() -
         ledger.round_speedups(ledger.entries[1])
     )
     assert report.median_speedup == search
-    assert sorted(report.speedups)[1] == pytest.approx(search)  # the lower middle of four
+    logs = [math.log(x) for x in report.speedups]
+    assert search == pytest.approx(math.exp(statistics.fmean(logs)))
 
 
 def _decisions(ledger: Ledger) -> tuple[object, ...]:

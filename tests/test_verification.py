@@ -11,6 +11,7 @@ import torch
 import autotune
 from autotune import ConfigError
 from autotune._cli import main
+from autotune._speed import stats
 from autotune._verify import compare_environments
 from autotune.examples import tiny_data, tiny_model
 
@@ -51,7 +52,7 @@ def _edited(result_file: str, tmp_path, **env_changes) -> str:
     return str(path)
 
 
-def test_winner_and_baseline_are_measured_side_by_side_in_alternating_rounds(result_file):
+def test_winner_and_baseline_are_measured_side_by_side_in_randomized_rounds(result_file):
     lines: list[str] = []
     report = autotune.verify(
         result_file, PerStepCost(), tiny_data(256), rounds=3, budget=FAST_BUDGET,
@@ -60,7 +61,10 @@ def test_winner_and_baseline_are_measured_side_by_side_in_alternating_rounds(res
     # The fingerprints the result was measured on are named; these are the same model and data.
     assert any(line.startswith("the result was measured on model ") for line in lines), lines
     order = [line.split()[2] for line in lines if line.startswith("round")]
-    assert order == ["baseline", "winner", "winner", "baseline", "baseline", "winner"]
+    # Each round in an order drawn afresh, as the search's rounds draw theirs.
+    seed = f"verify:{json.loads(Path(result_file).read_text())['search']['study_name']}"
+    drawn = [stats.round_order(["baseline", "winner"], seed, r) for r in range(3)]
+    assert order == [name for names in drawn for name in names]
     assert len(report.baseline_measurements) == len(report.winner_measurements) == 3
     ratios = report.throughput_ratios
     assert ratios == [
@@ -72,7 +76,7 @@ def test_winner_and_baseline_are_measured_side_by_side_in_alternating_rounds(res
     assert report.winner.to_dict() == recorded["config"]
     assert report.environment_warnings == ()  # measured on this very machine
     text = report.summary()
-    assert "3 alternating rounds" in text and "recorded" in text
+    assert "3 paired rounds" in text and "recorded" in text
     assert f"{recorded['speedup']:.2f}x" in text
     # Four times fewer 2 ms steps per sample: the winner wins here too, in every round.
     assert report.faster_here and min(ratios) > 1.5 and "verdict: the winner is faster" in text
@@ -113,7 +117,7 @@ def test_cli_verify_prints_the_comparison_and_the_warnings(result_file, tmp_path
     path = _edited(result_file, tmp_path, cpu_count=512)
     code = main(["verify", path, *STEADY, "--rounds", "2", "--timed-samples", "64", "--quiet"])
     out = capsys.readouterr().out
-    assert "autotune verify on cpu" in out and "2 alternating rounds" in out
+    assert "autotune verify on cpu" in out and "2 paired rounds" in out
     assert "CPU count differs: the result was measured with 512" in out
     assert "verdict: the winner is faster here" in out and code == 0
 

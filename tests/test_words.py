@@ -68,7 +68,8 @@ def test_a_search_story_and_summary_read_as_a_person_needs(tmp_path) -> None:
     first = render_summary(data).splitlines()[:6]
     assert re.match(r"autotune result: \d\.\d\dx faster than the baseline", first[0]), first
     assert first[1].startswith("  change: ") and "workers 0 → 2" in first[1]
-    assert re.match(r"  speed-up: \d\.\d\dx, range \d\.\d\d-\d\.\d\dx: the median of 3 ", first[2])
+    interval = r"  speed-up: \d\.\d\dx \(95% interval \d\.\d\d-\d\.\d\dx, \d+ paired rounds\)"
+    assert re.match(interval, first[2]), first[2]
     assert first[3].startswith("  accuracy: ")
     assert 'autotune.load_config("best.json")' in first[4]
     # Every line of the summary fits, none of them cut; `autotune show --detail`
@@ -167,7 +168,8 @@ def test_no_two_lines_of_one_output_disagree() -> None:
     first = render_summary(data, detail=True).splitlines()[2]
     assert f"(the table's ratio of medians: {data['throughput_ratio']:.2f}x)" in first
     # The short story shows no table, so no ratio of one beside its speed-up.
-    assert render_summary(data).splitlines()[2].endswith("side-by-side rounds' ratios")
+    short = render_summary(data).splitlines()[2]
+    assert short.startswith("  speed-up: ") and "the table's ratio" not in short
 
 
 def test_nothing_true_is_lost_between_the_story_and_the_detail(tmp_path, capsys) -> None:

@@ -32,6 +32,7 @@ from autotune._result.files import write_text_atomic
 from autotune._result.summary import no_check_words
 from autotune._search.derived import accuracy_verdict, format_speedup
 from autotune._search.ranking import rank_time
+from autotune._speed import words as speed_words
 from autotune._trial.fingerprint import measured_on
 
 if TYPE_CHECKING:
@@ -196,14 +197,25 @@ def _meta_html(result: SearchResult, generated: str) -> str:
 
 def _lead(result: SearchResult) -> str:
     w, b = result.winner, result.baseline_trial
+    rounds = result.rounds
     if w.number == b.number:
+        if rounds is not None and rounds.fell_back:
+            return speed_words.kept(rounds.noise).removeprefix("autotune result: ") + "."
         return "No candidate beat the baseline: keep your current settings."
-    span = result.speedup_range
-    how = (
-        f"side by side over {len(result.round_speedups)} rounds, range {span[0]:.2f}-{span[1]:.2f}x"
-        if span
-        else "from the trials' own measurements"
-    )
+    span, ci = result.speedup_range, result.speedup_interval
+    how = "from the trials' own measurements"
+    if span:
+        how = (
+            f"side by side over {len(result.round_speedups)} rounds, range "
+            f"{span[0]:.2f}-{span[1]:.2f}x"
+        )
+    if ci:
+        how = (
+            f"95% interval {ci[0]:.2f}-{ci[1]:.2f}x over {len(result.round_speedups)} paired "
+            f"side-by-side rounds"
+        )
+        if rounds is not None and rounds.noise is not None:
+            how += f"; this machine's noise: {speed_words.noise(rounds.noise)} a round"
     kind = (
         "the fast answer (its accuracy confirmed)"
         if result.chosen == "fast"

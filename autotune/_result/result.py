@@ -28,12 +28,15 @@ from autotune._result.summary import render_summary
 from autotune._search import coverage, derived, ranking
 from autotune._search import storage as stored
 from autotune._search.ledger import (
+    Entry,
     Ledger,
     TrialRecord,
     beside,
     configs_measured,
     first_win_at,
     loads,
+    race,
+    runner_up,
 )
 from autotune._search.record import BaselineAccuracy, GuardFailure
 from autotune._search.settings import SearchSettings
@@ -73,6 +76,7 @@ class SearchResult:
     pending: TrialRecord | None = None
     pareto: tuple[int, ...] = ()  # trial numbers on the speed/accuracy Pareto front
     round_speedups: tuple[float, ...] = ()  # the chosen config's, side by side, per round
+    rounds: RoundsVerdict | None = None  # what the rounds decided (None: no rounds)
     metric_reason: str = ""  # why the guarded metric is the one it is
     eval_batch_size: int | None = None  # every config validated in batches of this size
     trainer: str | None = None  # the user's trainer whose loop ran the trials (tune)
@@ -168,6 +172,7 @@ class SearchResult:
             pending=None if pending is None else ledger.trial_record(pending),
             pareto=tuple(e.number for e in ledger.pareto()),
             round_speedups=tuple(ledger.round_speedups(best)),
+            rounds=_rounds_verdict(ledger, best),
             metric_reason=settings.metric_reason,
             eval_batch_size=settings.eval_batch_size,
             trainer=settings.trainer,
@@ -251,34 +256,26 @@ class SearchResult:
         return self.throughput_ratio if measured is None else measured[0]
 
     @property
+    def speedup_interval(self) -> tuple[float, float] | None:
+        """The 95% interval of :attr:`speedup` from the side-by-side rounds' paired log-ratios
+        (None: not measured side by side)."""
+        figure = derived.round_interval(self.round_speedups)
+        return None if figure is None else (figure.low, figure.high)
+
+    @property
     def speedup_range(self) -> tuple[float, float] | None:
         """The lowest and highest side-by-side speedup over the rounds (None: not measured)."""
         measured = derived.side_by_side(self.round_speedups)
         return None if measured is None else (measured[1], measured[2])
 
     def speedup_of(self, trial: TrialRecord) -> float | None:
-        """``trial``'s speedup, like measured with like: the median of its side-by-side
-        rounds' paired ratios where the rounds measured it (the headline's, for the winner),
-        else the baseline's screening projected time over its (None where either is
-        unknown). Not the ratio of two medians: a config measured in a second pass, while the
-        machine ran faster, would be compared with the baseline's figures from other rounds."""
-        if trial.side_speedup is not None:  # set only where the rounds measured it
-            return trial.side_speedup
-        base = self.baseline_trial
-        return derived.speedup(base.screening_time, trial.screening_time)
+        """``trial``'s speedup, like measured with like (:func:`_speedup_of`)."""
+        return _speedup_of(self.baseline_trial, trial)
 
     @property
     def throughput_ratio(self) -> float:
-        """The winner's throughput over the baseline's, both from one source: side by side
-        where the rounds measured both (with throughputs), else the winner's screening
-        measurement over the baseline's measured in its state nearest it (never a figure of
-        one source over one of the other, nor over the baseline's cold first measurement)."""
-        base, best = self.baseline_trial, self.winner
-        if best.config == base.config:
-            return 1.0
-        if base.side_throughput is not None and best.side_throughput is not None:
-            return best.side_throughput / base.side_throughput
-        return best.screening_ratio or 1.0
+        """The winner's throughput over the baseline's, from one source (:func:`_ratio`)."""
+        return _ratio(self.baseline_trial, self.winner)
 
     @property
     def failures(self) -> dict[str, int]:
@@ -298,6 +295,8 @@ class SearchResult:
             "speedup": self.speedup,
             "speedup_range": list(span) if span else None,
             "speedup_rounds": len(self.round_speedups),
+            "speedup_interval": list(self.speedup_interval) if self.speedup_interval else None,
+            "rounds": None if self.rounds is None else self.rounds.to_dict(),
             "throughput_ratio": self.throughput_ratio,
             "tolerance": self.tolerance,
             "validation": {
@@ -476,3 +475,58 @@ def _accuracy_plan(accuracy: BaselineAccuracy | None) -> dict[str, Any] | None:
         "longer": None if accuracy.longer is None else accuracy.longer.to_dict(),
         "note": accuracy.stored_note,
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundsVerdict:
+    """What the side-by-side rounds decided (:func:`autotune._speed.stats.race`): the leader
+    against the runner-up (``decision``, a :class:`~autotune._speed.stats.Decision` value),
+    ``runner_up`` (its trial number, the baseline's included; None: no other), the spread of
+    one round's log-ratio (``noise``), how many rounds ran, and whether the answer is the
+    baseline because nothing beat it beyond that noise (``fell_back``)."""
+
+    decision: str
+    runner_up: int | None
+    noise: float | None
+    count: int
+    fell_back: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _rounds_verdict(ledger: Ledger, best: Entry) -> RoundsVerdict | None:
+    decided = race(ledger, [e for e in ledger.entries if ledger.feasible(e)])
+    if decided is None:
+        return None
+    runner = runner_up(ledger, decided, best)
+    return RoundsVerdict(
+        decision=decided.decision.value,
+        runner_up=None if runner is None else runner.number,
+        noise=decided.noise,
+        count=len(ledger.rounds),
+        fell_back=decided.fell_back,
+    )
+
+
+def _speedup_of(base: TrialRecord, trial: TrialRecord) -> float | None:
+    """``trial``'s speedup, like measured with like: from its side-by-side rounds' paired
+    ratios where the rounds measured it (the headline's, for the winner), else the baseline's
+    screening projected time over its (None where either is unknown). Not the ratio of two
+    medians: a config measured in a second pass, while the machine ran faster, would be
+    compared with the baseline's figures from other rounds."""
+    if trial.side_speedup is not None:  # set only where the rounds measured it
+        return trial.side_speedup
+    return derived.speedup(base.screening_time, trial.screening_time)
+
+
+def _ratio(base: TrialRecord, best: TrialRecord) -> float:
+    """``best``'s throughput over ``base``'s, both from one source: side by side where the
+    rounds measured both (with throughputs), else ``best``'s screening measurement over the
+    baseline's measured in its state nearest it (never a figure of one source over one of the
+    other, nor over the baseline's cold first measurement)."""
+    if best.config == base.config:
+        return 1.0
+    if base.side_throughput is not None and best.side_throughput is not None:
+        return best.side_throughput / base.side_throughput
+    return best.screening_ratio or 1.0

@@ -32,6 +32,8 @@ from autotune._search.derived import format_speedup
 from autotune._search.record import GuardFailure, NoRun
 from autotune._search.warm import warm_line
 from autotune._search.words import change_words, unmeasured_words, wrap_clauses
+from autotune._speed import words as speed_words
+from autotune._speed.stats import Decision
 from autotune._trial.fingerprint import measured_on
 
 __all__ = ["render_summary", "story_lines", "summary_parts"]
@@ -321,9 +323,10 @@ def _first_lines(data: dict[str, Any], *, short: bool = False) -> list[str]:
 
 
 def _speed_line(data: dict[str, Any], *, short: bool = False) -> list[str]:
-    """How much faster, with its range and how it was measured; beside the detail's table,
-    the table's ratio where it differs (a ratio of the rounds' medians, not the median of
-    their ratios). The short story shows no table, so no ratio of it."""
+    """How much faster, with its 95% interval, what the rounds decided and the machine's noise
+    as they saw it; beside the detail's table, the table's ratio where it differs (a ratio of
+    the rounds' medians, not the rounds' mean log-ratio). The short story shows no table, so
+    no ratio of it. A result written before intervals says its range."""
     span = data.get("speedup_range")
     if data["config"] == data["baseline"]["config"] or not span:
         return []
@@ -331,10 +334,45 @@ def _speed_line(data: dict[str, Any], *, short: bool = False) -> list[str]:
     beside = ""
     if table and abs(table / data["speedup"] - 1) > 0.01 and not short:
         beside = f" (the table's ratio of medians: {table:.2f}x)"
-    return [
-        f"  speed-up: {data['speedup']:.2f}x, range {span[0]:.2f}-{span[1]:.2f}x: the median of "
-        f"{data.get('speedup_rounds')} side-by-side rounds' ratios{beside}"
-    ]
+    ci = data.get("speedup_interval")
+    if not ci:
+        return [
+            f"  speed-up: {data['speedup']:.2f}x, range {span[0]:.2f}-{span[1]:.2f}x: the "
+            f"median of {data.get('speedup_rounds')} side-by-side rounds' ratios{beside}"
+        ]
+    rounds = data.get("rounds") or {}
+    kind = rounds.get("decision")
+    runner = rounds.get("runner_up")
+    named = None if runner is None else f"trial #{runner}"
+    if runner is not None and runner == _baseline_number(data):
+        named = "the baseline"
+    whole = speed_words.speed_line(
+        data["speedup"],
+        ci[0],
+        ci[1],
+        int(data.get("speedup_rounds") or 0),
+        Decision(kind) if kind else None,
+        named,
+        rounds.get("noise"),
+    )
+    if short:
+        count, noise = int(data.get("speedup_rounds") or 0), rounds.get("noise")
+        decided = Decision(kind) if kind else None
+
+        def line(decision: Decision | None, noise: float | None) -> str:
+            name = named if decision is not None else None
+            return speed_words.speed_line(
+                data["speedup"], ci[0], ci[1], count, decision, name, noise
+            )
+
+        return [fit_first(whole, line(decided, None), line(None, noise), line(None, None))]
+    return [whole + beside]
+
+
+def _baseline_number(data: dict[str, Any]) -> int | None:
+    """The baseline's trial number in the result's trial table."""
+    rows = data.get("trials") or []
+    return next((t.get("number") for t in rows if t.get("role") == "baseline"), None)
 
 
 def _accuracy_line(data: dict[str, Any], *, short: bool = False) -> str:
@@ -385,6 +423,9 @@ def _headline(data: dict[str, Any], *, short: bool = False) -> str:
     whole one is longer than :data:`WIDTH`)."""
     m = data["metrics"]
     if data["config"] == data["baseline"]["config"]:
+        rounds = data.get("rounds") or {}
+        if rounds.get("fell_back"):
+            return speed_words.kept(rounds.get("noise"))
         return (
             "autotune result: no config trained faster than yours here: keep your settings "
             "(the baseline's)"

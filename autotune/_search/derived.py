@@ -4,21 +4,24 @@ these rather than computing them again."""
 
 from __future__ import annotations
 
-import statistics
+import math
 from collections.abc import Sequence
 
 from autotune._guard.confirmation import Confirmation
+from autotune._speed import stats
+from autotune._speed.stats import Interval
 
 __all__ = [
     "MIN_ROUNDS",
     "accuracy_verdict",
     "format_speedup",
+    "round_interval",
     "round_speedup",
     "side_by_side",
     "speedup",
 ]
 
-MIN_ROUNDS = 2  # side-by-side rounds that make a measured speedup (one round is one draw)
+MIN_ROUNDS = stats.MIN_ROUNDS  # side-by-side rounds that make a measured speedup
 
 
 def speedup(baseline_time: float | None, time: float | None) -> float | None:
@@ -30,14 +33,23 @@ def speedup(baseline_time: float | None, time: float | None) -> float | None:
     return baseline_time / time
 
 
-def round_speedup(speedups: Sequence[float]) -> float | None:
-    """The speedup a set of side-by-side rounds measured, for the search and ``verify`` alike:
-    the median of the rounds' ratios, of an even number the lower middle one (None: no rounds).
+def round_interval(speedups: Sequence[float], *, looks: int | None = None) -> Interval | None:
+    """The speedup a set of side-by-side rounds measured (each round's baseline time over the
+    config's), with its 95% interval, for the search, the result and ``verify`` alike: a t
+    interval on the rounds' log-ratios (:func:`autotune._speed.stats.interval`), the error rate
+    shared by the ``looks`` at which the rounds could have stopped (the search's
+    :data:`~autotune._speed.stats.LOOKS` by default; ``verify``'s fixed rounds: one). None
+    with fewer than :data:`MIN_ROUNDS` rounds."""
+    logs = [math.log(s) for s in speedups if s > 0]
+    return stats.interval(logs, stats.round_alpha(looks))
 
-    A round whose baseline measurement a burst of load slowed lifts every ratio in it, and the
-    mean of two rounds' ratios follows it. Where two rounds disagree, the claim rests on the
-    smaller."""
-    return float(statistics.median_low(speedups)) if speedups else None
+
+def round_speedup(speedups: Sequence[float]) -> float | None:
+    """The speedup of :func:`round_interval` (one round's own ratio; None: no rounds)."""
+    figure = round_interval(speedups)
+    if figure is not None:
+        return figure.estimate
+    return float(speedups[0]) if len(speedups) == 1 else None
 
 
 def side_by_side(speedups: Sequence[float]) -> tuple[float, float, float] | None:

@@ -4,17 +4,26 @@ rounds, which is where the reported speedup comes from."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from autotune._guard.guard import counted_noise
+from autotune._knobs import registry
 from autotune._load import Load
 from autotune._search import derived, ranking, storage
 from autotune._search.baseline import Baseline
 from autotune._search.bench import Bench
 from autotune._search.evidence import confirm, evidence_value, p_within, seed_seconds
-from autotune._search.ledger import Entry, Ledger, away, fastest_verified, promise
+from autotune._search.ledger import (
+    Entry,
+    Ledger,
+    away,
+    config_rounds,
+    fastest_verified,
+    promise,
+    race,
+    runner_up,
+)
+from autotune._speed import stats as speed
+from autotune._speed import words as speed_words
 from autotune._trial.failures import FailureReason
-from autotune._trial.outcome import Budget
 
 __all__ = [
     "ROUNDS",
@@ -24,11 +33,12 @@ __all__ = [
     "side_by_side_seconds",
 ]
 
-ROUNDS = 3  # side-by-side rounds of the answers and the baseline
+# Side-by-side rounds whose time is kept from the start of the search; they go on beyond it,
+# until decided or the last look (speed.LOOKS), only in time the search left.
+ROUNDS = 3
 MIN_ROUNDS = derived.MIN_ROUNDS  # the fewest that make a measured speedup
 SAFE_LEADERS = 2  # configs that train the baseline's model measured in the first rounds
 CHALLENGERS = 3  # configs a second pass of rounds may add, where they fit
-MAX_STRETCH = 4.0  # the rounds' measurements last at most this many times the search's
 # Where no config that trains the baseline's model screened faster than the baseline, the
 # fastest one that screened at least this fraction of its speed is measured beside it: the
 # baseline's screening is one draw too, and a fast draw of it would hide every safe win.
@@ -241,30 +251,16 @@ def least_rounds_seconds(ledger: Ledger, baseline: Baseline, extra: Entry | None
     return MIN_ROUNDS * _per_round(baseline, contenders) if len(contenders) > 1 else 0.0
 
 
-def _round_budget(bench: Bench, per_round: float, keep: float) -> tuple[Budget, float]:
-    """The measurement budget of the side-by-side rounds, and how many times the search's
-    measurement it lasts: stretched to fill the time left but ``keep`` (never shortened)."""
-    budget = bench.settings.budget
-    left = bench.deadline.left()
-    if left is None or per_round <= 0:
-        return budget, 1.0
-    stretch = min(MAX_STRETCH, max(1.0, (left - keep) / (ROUNDS * per_round)))
-    if stretch <= 1.0:
-        return budget, 1.0
-    return dataclasses.replace(budget, timed_samples=round(budget.timed_samples * stretch)), stretch
-
-
 def _relative_cost(entry: Entry, baseline: Baseline) -> float:
     seconds = entry.record.measure_seconds
     return seconds / baseline.record.measure_seconds if baseline.record.measure_seconds else 1.0
 
 
 def side_by_side(bench: Bench, baseline: Baseline) -> None:
-    """Measure the baseline and the answers again, one after the other in each round, the
-    order rotating from round to round, so that drift in the machine's state hits all alike
-    and the speedup reported is what the same machine gives side by side. Each measurement is
-    the search's, stretched (up to :data:`MAX_STRETCH` times the timed samples) to use the time
-    left: the reported ratio is the figure least exposed to noise. The first pass measures the
+    """Measure the baseline and the answers again, one after the other in each round, in an
+    order drawn afresh for each round, so that drift in the machine's state hits all alike and
+    the speedup reported is what the same machine gives side by side, with its interval; the
+    rounds go on until they decide (see :func:`_rounds`). The first pass measures the
     answers and the next fastest safe configs (see :func:`_contenders`); where its figures fall
     below what another config's screening promised, a second pass measures those challengers
     beside the baseline and the answer, in the time kept for it."""
@@ -312,46 +308,71 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
                 f"{names}; measured beside it"
             )
             _rounds(bench, baseline, [*again, *fitting], keep=0.0)
-    ledger = bench.ledger()
+    _say_answer(bench, bench.ledger())
+
+
+def _say_answer(bench: Bench, ledger: Ledger) -> None:
+    """The rounds' answer, its interval and what they decided, or that nothing beat the
+    baseline beyond the noise."""
     best, base = ledger.best(), ledger.baseline
-    if best is not None and base is not None and best.config == base.config:
-        bench.report(
-            "side by side: no config trained faster than the baseline in the rounds; the "
-            "answer is your own settings"
-        )
-    elif best is not None and base is not None and best.number != base.number:
-        speedups = ledger.round_speedups(best)
-        figure = derived.side_by_side(speedups)  # the result's headline figure
-        if figure is not None:
-            median, low, high = figure
-            bench.report(
-                f"side by side over {len(speedups)} rounds: trial #{best.number} "
-                f"{median:.2f}x the baseline (range {low:.2f}-{high:.2f}x)"
-            )
+    if best is None or base is None:
+        return
+    decided = race(ledger, [e for e in ledger.entries if ledger.feasible(e)])
+    if decided is None:
+        return
+    if best.config == base.config:
+        if decided.fell_back:
+            bench.report(f"side by side: {speed_words.no_faster(decided.noise)}")
+        else:
+            bench.report(f"side by side: {speed_words.as_fast(decided.noise)}")
+        return
+    figure = ledger.side_interval(best)
+    if figure is None:
+        return
+    near = runner_up(ledger, decided, best)
+    base_number = base.number
+    runner = (
+        None
+        if near is None
+        else "the baseline"
+        if near.number == base_number
+        else f"trial #{near.number}"
+    )
+    bench.report(
+        f"side by side: trial #{best.number} {speed_words.interval(figure)}; "
+        f"{speed_words.decision(decided.decision, runner)}"
+    )
 
 
 def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry], *, keep: float) -> int:
-    """Up to :data:`ROUNDS` side-by-side rounds of ``contenders`` (the baseline first), as
-    many as fit before the ``keep`` seconds held for later rounds, and none unless
-    :data:`MIN_ROUNDS` fit (one round is one draw, not a measured speedup); returns how many
-    were measured."""
+    """Side-by-side rounds of ``contenders`` (the baseline first), each measuring every one
+    once in an order drawn afresh (:func:`autotune._speed.stats.round_order`), until the rounds
+    decide between them (:func:`autotune._speed.stats.after_round`: at a look, those the leader
+    was separated from leave) or the time before the ``keep`` seconds held for later rounds
+    ends; none unless :data:`MIN_ROUNDS` fit (one round is one draw, not a measured speedup).
+    Returns how many were measured."""
     s = bench.settings
     per_round = _per_round(baseline, contenders)
     if bench.deadline.past(MIN_ROUNDS * per_round + keep):
         return 0
-    budget, stretch = _round_budget(bench, per_round, keep)
+    budget = s.budget
+    ledger = bench.ledger()
+    base_cfg = contenders[0].config
+    by_config = {e.config: e for e in contenders}
+    active = [e.config for e in contenders]
     done = 0
-    for r in range(ROUNDS):
-        if bench.deadline.past(per_round * stretch + keep):  # the grace is the last it may take
+    while len(ledger.rounds) < speed.LOOKS[-1]:
+        if bench.deadline.past(per_round + keep):  # the grace is the last it may take
             break
-        order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
-        bench.report.trial(f"side by side with the baseline: round {r + 1}/{ROUNDS}")
+        index = len(ledger.rounds)
+        order = [by_config[c] for c in speed.round_order(active, bench.study.study_name, index)]
+        bench.report.trial(f"side by side with the baseline: round {index + 1}")
         measured: dict[int, float] = {}
         rates: dict[int, float] = {}
         loads: dict[int, Load] = {}
         timed_out = False
         for entry in order:
-            expected = stretch * baseline.measure_seconds * _relative_cost(entry, baseline)
+            expected = baseline.measure_seconds * _relative_cost(entry, baseline)
             outcome = bench.execute(entry.config, expected=expected, budget=budget)
             if outcome.ok and outcome.measurement is not None:
                 measured[entry.number] = s.projected_time(outcome.measurement, entry.config)
@@ -361,10 +382,11 @@ def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry], *, keep: 
             timed_out = timed_out or outcome.failure is FailureReason.TIMEOUT
         storage.add_round(bench.study, measured, rates, loads)
         done += 1
+        ledger = bench.ledger()
         failed = [e for e in order if e.number not in measured]
         if failed:
             names = ", ".join(f"#{e.number}" for e in failed)
-            if contenders[0] in failed or timed_out or len(failed) >= len(contenders) - 1:
+            if by_config[base_cfg] in failed or timed_out or len(failed) >= len(active) - 1:
                 # Stopped at the deadline on a loaded machine, or nothing left to compare:
                 # the next round would fail the same way, only later.
                 bench.report(
@@ -372,6 +394,14 @@ def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry], *, keep: 
                 )
                 break
             bench.report(f"side by side: the measurement of trial {names} failed; going on")
-            contenders = [e for e in contenders if e not in failed]
-            per_round = _per_round(baseline, contenders)
+            active = [c for c in active if by_config[c] not in failed]
+        stop, active = speed.after_round(
+            config_rounds(ledger),
+            base_cfg,
+            active,
+            lambda cfg: registry.complexity(cfg, base_cfg),
+        )
+        per_round = _per_round(baseline, [by_config[c] for c in active])
+        if stop:
+            break
     return done

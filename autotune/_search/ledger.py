@@ -34,6 +34,8 @@ from autotune._load import Load
 from autotune._search import derived, ranking, storage, yardstick
 from autotune._search.record import BaselineAccuracy, BaselineCheck, Record, Role, TrialRecord
 from autotune._search.settings import SearchSettings
+from autotune._speed import stats as speed
+from autotune._speed.stats import Interval, Race
 from autotune._trial.failures import FailureReason
 from autotune._trial.outcome import AccuracyRun
 
@@ -300,39 +302,45 @@ class Ledger:
         return confirmation is not None and confirmation.passed
 
     def _best_of(self, entries: list[Entry]) -> Entry | None:
-        """The fastest of ``entries``, like compared with like: configs measured side by side
-        by their rounds (:func:`ranking.best_side_by_side`; the baseline's spread never widens
-        a tie); before any rounds, by their screening draws (each against the baseline's
-        measurement of its own state); once rounds measured any, only those (the baseline's own
-        settings where they found the rest slower)."""
+        """The fastest of ``entries``, like compared with like: once the side-by-side rounds
+        measured any of them, the rounds' answer among those (:func:`race`: the simplest not
+        separated from the leader that beat the baseline beyond the noise, else the
+        baseline's own settings); before any rounds, by their screening draws (each against
+        the baseline's measurement of its own state)."""
         base = self.baseline
         if base is None:
             return None
-        items = [e for e in entries if not self.slower_side_by_side(e)]
-        rounded = [e for e in items if self.side_speedup(e) is not None]
-        complexity = lambda e: registry.complexity(e.config, base.config)  # noqa: E731
-        leader = ranking.best_side_by_side(
-            rounded,
-            speedup=lambda e: self.side_speedup(e) or 0.0,
-            paired=self.paired_ratios,
-            complexity=complexity,
-        )
-        if leader is None:
-            top = ranking.best(items, time=self.rank_time, noise=self.noise, complexity=complexity)
-            return _away_best(self, items) if top and away(self, top) else top
+        rounded = [e for e in entries if self.side_speedup(e) is not None]
+        decided = race(self, rounded)
+        if decided is None:
+            complexity = lambda e: registry.complexity(e.config, base.config)  # noqa: E731
+            top = ranking.best(
+                entries, time=self.rank_time, noise=self.noise, complexity=complexity
+            )
+            return _away_best(self, entries) if top and away(self, top) else top
         # Once the rounds measured the answers, the answer is one they measured: not one
         # that only screening measured, against a baseline draw the rounds did not pair with.
-        return leader
+        return next(e for e in rounded if e.config == decided.answer)
+
+    def side_interval(self, entry: Entry) -> Interval | None:
+        """Its speedup over the baseline measured side by side, with its 95% interval (from
+        at least :data:`derived.MIN_ROUNDS` rounds that measured both; the baseline's own:
+        exactly 1)."""
+        base = self.baseline
+        if base is None:
+            return None
+        if entry.config == base.config:
+            measured = sum(1 for r in self.rounds if base.number in r)
+            return (
+                Interval(1.0, 1.0, 1.0, measured, 0.0) if measured >= derived.MIN_ROUNDS else None
+            )
+        return derived.round_interval(self.round_speedups(entry))
 
     def side_speedup(self, entry: Entry) -> float | None:
-        """Its speedup over the baseline measured side by side (the median over the rounds;
-        1 for the baseline once rounds ran); None with fewer than :data:`derived.MIN_ROUNDS`."""
-        base = self.baseline
-        if base is not None and entry.config == base.config:
-            measured = sum(1 for r in self.rounds if base.number in r)
-            return 1.0 if measured >= derived.MIN_ROUNDS else None
-        side = derived.side_by_side(self.round_speedups(entry))
-        return None if side is None else side[0]
+        """Its speedup over the baseline measured side by side (:meth:`side_interval`'s; 1 for
+        the baseline once rounds ran); None with fewer than :data:`derived.MIN_ROUNDS`."""
+        figure = self.side_interval(entry)
+        return None if figure is None else figure.estimate
 
     def screening_speedup(self, entry: Entry) -> float | None:
         """Its speedup by the screening measurements alone (one draw each: its own, and the
@@ -342,12 +350,6 @@ class Ledger:
         return derived.speedup(
             ref.projected_time if ref is not None else None, entry.record.projected_time
         )
-
-    def paired_ratios(self, entry: Entry, other: Entry) -> list[float]:
-        """``entry``'s projected time over ``other``'s, in each round that measured both."""
-        ours, theirs = self.twins(entry), self.twins(other)
-        pairs = ((_measured_in(r, ours), _measured_in(r, theirs)) for r in self.rounds)
-        return [a / b for a, b in pairs if a is not None and b]
 
     def best_safe(self) -> Entry | None:
         """The fastest trial that trains the baseline's model (the baseline, at worst)."""
@@ -417,14 +419,14 @@ class Ledger:
         return None if self.guard is None else unsettleable(self.guard)
 
     def slower_side_by_side(self, entry: Entry) -> bool:
-        """Whether the side-by-side rounds measured it no faster than the baseline beyond a
-        tie (the median of its rounds' ratios at most 1 + :data:`ranking.TIE`): never the
+        """Whether the side-by-side rounds measured it and did not show it faster than the
+        baseline beyond the noise (its interval's lower bound is not above 1): never the
         answer then, however its unpaired times rank: paired rounds are the fairer measure."""
         base = self.baseline
         if base is None or entry.config == base.config:
             return False
-        side = derived.side_by_side(self.round_speedups(entry))
-        return side is not None and side[0] <= 1 + ranking.TIE
+        figure = self.side_interval(entry)
+        return figure is not None and not figure.above_one
 
     def round_speedups(self, entry: Entry) -> list[float]:
         """The baseline's projected time over ``entry``'s, round by round, side by side."""
@@ -526,6 +528,50 @@ def _trial_record(ledger: Ledger, entry: Entry) -> TrialRecord:
         screening_ratio=yardstick.ratio(ledger.checks, r),
         load=r.load,
     )
+
+
+def config_rounds(ledger: Ledger) -> tuple[dict[TrainingConfig, float], ...]:
+    """The side-by-side rounds by config: each round's projected time of every config it
+    measured (under any of its trials' numbers)."""
+
+    def make() -> tuple[dict[TrainingConfig, float], ...]:
+        config_of = {e.number: e.config for e in ledger.entries}
+        return tuple(
+            {config_of[n]: t for n, t in r.items() if n in config_of} for r in ledger.rounds
+        )
+
+    return ledger.kept("config rounds", make)
+
+
+def race(ledger: Ledger, entries: list[Entry]) -> Race[TrainingConfig] | None:
+    """What the side-by-side rounds decided between ``entries``' configs
+    (:func:`autotune._speed.stats.race`); None where the rounds measured none of them beside
+    the baseline."""
+    base = ledger.baseline
+    if base is None or not entries:
+        return None
+    among = frozenset(e.config for e in entries)
+
+    def make() -> Race[TrainingConfig] | None:
+        return speed.race(
+            config_rounds(ledger),
+            base.config,
+            among,
+            lambda cfg: registry.complexity(cfg, base.config),
+        )
+
+    return ledger.kept(("race", among), make)
+
+
+def runner_up(ledger: Ledger, decided: Race[TrainingConfig], best: Entry) -> Entry | None:
+    """The config the rounds measured fastest after ``best`` (the baseline's entry where that
+    is the baseline; None where the rounds measured no other)."""
+    others = [c for c in decided.versus_baseline if c != best.config]
+    near = max(others, key=lambda c: decided.versus_baseline[c].estimate, default=None)
+    if near is None:
+        return None
+    base = ledger.baseline
+    return base if base is not None and near == base.config else ledger.measured(near)
 
 
 def away(ledger: Ledger, entry: Entry) -> bool:
@@ -747,11 +793,6 @@ def beside(ledger: Ledger, entry: Entry) -> Ledger:
         round_loads=tuple(loads[i] for i in kept if i < len(loads)),
         source=None,  # not the study as read: never a next read's `previous`
     )
-
-
-def _measured_in(round_: Mapping[int, float], numbers: tuple[int, ...]) -> float | None:
-    """The projected time a round measured for any of ``numbers`` (one config's trials)."""
-    return next((round_[n] for n in numbers if n in round_), None)
 
 
 def _pareto(ledger: Ledger) -> list[Entry]:

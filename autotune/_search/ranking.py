@@ -9,13 +9,10 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from autotune._search.derived import MIN_ROUNDS
-
 __all__ = [
     "MAX_NOISE",
     "TIE",
     "best",
-    "best_side_by_side",
     "median_time",
     "rank_time",
     "relative_noise",
@@ -65,35 +62,3 @@ def best(
     floor = time(fastest)
     equals = [i for i in items if time(i) <= floor * (1 + noise(fastest))]
     return min(equals, key=lambda i: (not settled(i), complexity(i), time(i)))
-
-
-def best_side_by_side(
-    items: Sequence[T],
-    *,
-    speedup: Callable[[T], float],
-    paired: Callable[[T, T], Sequence[float]],
-    complexity: Callable[[T], tuple[float, ...]],
-) -> T | None:
-    """The fastest of ``items`` measured side by side with the baseline (``speedup``: the
-    median of its rounds' ratios); between it and an item as fast within :data:`TIE`, the
-    simpler. Two items measured in the same rounds compare by the median of their paired
-    time ratios (``paired(a, b)``: a's time over b's, round by round), others by their
-    speedups: an item faster than the leader in the rounds they shared leads, whatever rounds
-    each speedup's median came from. None when ``items`` is empty."""
-    if not items:
-        return None
-    fastest = max(items, key=speedup)
-    for item in sorted(items, key=speedup, reverse=True):
-        ratios = paired(item, fastest)
-        if item is not fastest and len(ratios) >= MIN_ROUNDS and statistics.median(ratios) < 1:
-            fastest = item
-
-    def tie(item: T) -> bool:
-        if item is fastest:
-            return True
-        ratios = paired(item, fastest)
-        if len(ratios) >= MIN_ROUNDS:
-            return statistics.median(ratios) <= 1 + TIE
-        return speedup(fastest) <= speedup(item) * (1 + TIE)
-
-    return min((i for i in items if tie(i)), key=lambda i: (complexity(i), -speedup(i)))

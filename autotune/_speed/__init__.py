@@ -1,0 +1,1 @@
+"""The speed of configs measured side by side: the rounds' statistics and decisions."""
