@@ -37,8 +37,14 @@ def test_an_interval_is_a_t_interval_on_the_rounds_log_ratios() -> None:
 
 
 def test_the_error_rate_is_shared_by_the_looks() -> None:
-    assert stats.round_alpha() == pytest.approx(0.05 / len(stats.LOOKS))
-    assert stats.round_alpha(1) == 0.05
+    """Each look's share as the accuracy guard shares its looks: half to the first (rounds
+    end at the deadline after a few far more often than at a later look), and over every
+    look the rounds could stop at, no more than the whole 5%."""
+    assert [stats.round_alpha(n) for n in (2, 4, 5, 6, 9, 14, 20)] == pytest.approx(
+        [0.025, 0.025, 0.0125, 0.0125, 0.05 / 12, 0.05 / 24, 0.05 / 40]
+    )
+    assert sum(stats.round_alpha(n) for n in stats.LOOKS) <= stats.ALPHA
+    assert stats.round_alpha(6, looks=1) == 0.05  # fixed rounds (verify's): one look
     assert [n for n in range(1, 25) if stats.is_look(n)] == list(stats.LOOKS)
 
 

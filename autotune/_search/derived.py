@@ -41,7 +41,7 @@ def round_interval(speedups: Sequence[float], *, looks: int | None = None) -> In
     :data:`~autotune._speed.stats.LOOKS` by default; ``verify``'s fixed rounds: one). None
     with fewer than :data:`MIN_ROUNDS` rounds."""
     logs = [math.log(s) for s in speedups if s > 0]
-    return stats.interval(logs, stats.round_alpha(looks))
+    return stats.interval(logs, stats.round_alpha(len(logs), looks=looks))
 
 
 def round_speedup(speedups: Sequence[float]) -> float | None:

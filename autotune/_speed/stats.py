@@ -4,8 +4,9 @@ figure is the per-round log-ratio of the baseline's time over its own, its speed
 exponent of their mean, and its interval a t interval on those logs.
 
 The intervals hold for the answer after the rounds stopped: the error rate :data:`ALPHA` is
-split evenly over the :data:`LOOKS` at which the rounds may stop (a union bound), so stopping
-when the answer looks decided does not shrink their coverage. It is not split over the
+shared by the :data:`LOOKS` at which the rounds may stop (a union bound, the first look's share
+the largest: see :func:`share`), so stopping when the answer looks decided does not shrink
+their coverage. It is not split over the
 contenders: the answer is the simplest of those standing, not the highest draw, and its
 coverage over the simulated races of ``benchmarks/race_sim.py`` (six contenders as fast as the
 baseline included) stays above 95% where a split would cost every real gain its power.
@@ -27,6 +28,7 @@ from scipy import stats as scipy_stats
 __all__ = [
     "ALPHA",
     "EQUIVALENT",
+    "FIRST_SHARE",
     "LOOKS",
     "MIN_ROUNDS",
     "Decision",
@@ -39,6 +41,7 @@ __all__ = [
     "race",
     "round_alpha",
     "round_order",
+    "share",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -49,6 +52,7 @@ MIN_ROUNDS = 2  # the fewest rounds that make a measured speedup (one round is o
 # The round counts at which the rounds may stop as decided. Fewer looks leave each more of the
 # error rate; later ones are further apart, as each adds less to what the last one knew.
 LOOKS = (4, 6, 9, 14, 20)
+FIRST_SHARE = 0.5  # the first look's share of the error rate (see share)
 
 
 class Decision(enum.Enum):
@@ -110,10 +114,22 @@ def _quantile(p: float, dof: int) -> float:
     return float(scipy_stats.t.ppf(p, dof))
 
 
-def round_alpha(looks: int | None = None) -> float:
-    """The error rate of one interval: :data:`ALPHA` shared evenly by every look (``looks``:
-    of rounds that may stop at that many; :data:`LOOKS` by default)."""
-    return ALPHA / (len(LOOKS) if looks is None else max(1, looks))
+def round_alpha(rounds: int | None = None, *, looks: int | None = None) -> float:
+    """The error rate of the interval ``rounds`` rounds make: :data:`ALPHA` times the share of
+    the look they fall in (:func:`share`; the first look's for fewer), so that the shares of
+    every look the rounds could have stopped at sum to at most 1. ``looks=1``: rounds of a fixed
+    number, which could stop nowhere else (``verify``'s): all of it."""
+    if looks == 1:
+        return ALPHA
+    look = next((i for i, n in enumerate(LOOKS, 1) if (rounds or 0) <= n), len(LOOKS))
+    return ALPHA * share(look)
+
+
+def share(look: int) -> float:
+    """The ``look``-th (1, 2, ...) look's share of the error rate: :data:`FIRST_SHARE` for the
+    first, ``(1 - FIRST_SHARE) / ((look - 1) look)`` after it, as the accuracy guard shares its
+    looks: rounds end at the search's deadline far more often than at a later look."""
+    return FIRST_SHARE if look == 1 else (1.0 - FIRST_SHARE) / ((look - 1) * look)
 
 
 def is_look(rounds: int) -> bool:
@@ -183,9 +199,9 @@ def race(
 ) -> Race[K] | None:
     """The rounds' decision between the configs ``among`` (those measured in at least
     :data:`MIN_ROUNDS` rounds beside the baseline; the baseline among them where it is),
-    every interval at :func:`round_alpha`. None where none of them was measured so."""
+    each interval at :func:`round_alpha` of its own rounds. None where none of them was
+    measured so."""
     compared = {k for r in rounds if baseline in r for k in r if k != baseline}
-    alpha = round_alpha()
     base_rounds = sum(1 for r in rounds if baseline in r)
     versus_baseline: dict[K, Interval] = {}
     for key in among:
@@ -193,7 +209,7 @@ def race(
             if base_rounds >= MIN_ROUNDS:
                 versus_baseline[key] = Interval(1.0, 1.0, 1.0, base_rounds, 0.0)
             continue
-        figure = interval(log_ratios(rounds, baseline, key), alpha)
+        figure = _figure(log_ratios(rounds, baseline, key))
         if figure is not None:
             versus_baseline[key] = figure
     if not versus_baseline:
@@ -207,13 +223,13 @@ def race(
     for key in ranked[1:]:
         # One shown faster than the leader in the rounds both were in leads, whatever rounds
         # each one's figure against the baseline came from.
-        figure = interval(log_ratios(rounds, key, leader), alpha)
+        figure = _figure(log_ratios(rounds, key, leader))
         if figure is not None and figure.high < 1.0:
             leader = key
     versus_leader: dict[K, Interval] = {}
     for key in versus_baseline:
         if key != leader:
-            figure = interval(log_ratios(rounds, key, leader), alpha)
+            figure = _figure(log_ratios(rounds, key, leader))
             if figure is not None:
                 versus_leader[key] = figure
     others = [k for k in versus_baseline if k != leader]
@@ -248,6 +264,10 @@ def race(
         versus_leader=versus_leader,
         noise=_pooled(rounds, baseline, compared),
     )
+
+
+def _figure(logs: Sequence[float]) -> Interval | None:
+    return interval(logs, round_alpha(len(logs)))
 
 
 def _apart(
