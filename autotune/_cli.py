@@ -816,7 +816,7 @@ def _verify_arguments(v: argparse.ArgumentParser) -> None:
     rounds, seeds = defaults["rounds"].default, defaults["accuracy_seeds"].default
     full_seeds = defaults["full_seeds"].default
     for flag, kind, default, metavar, text in (
-        ("--rounds", int, rounds, "N", "alternating rounds"),
+        ("--rounds", int, rounds, "N", "paired rounds"),
         (
             "--timed-samples", int, DEFAULT_BUDGET.timed_samples, "N",
             "samples timed per measurement",
@@ -1002,7 +1002,7 @@ COMMANDS = (
     Command(
         "verify", cmd_verify, _verify_arguments,
         "re-measure a result's winner against its baseline on this machine",
-        "Measure the winner and its baseline side by side in alternating rounds and compare "
+        "Measure the winner and its baseline side by side in paired rounds and compare "
         "with what the result recorded; warns where this machine differs from the one the "
         "result was measured on. Exit status 1 when the winner is not faster here.",
         (

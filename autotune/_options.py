@@ -33,7 +33,7 @@ __all__ = [
 
 TOLERANCE = 0.01  # the metric's allowed drop, in its own units (0.01: one point of accuracy)
 TIMEOUT = 600.0  # seconds a search runs when neither a timeout nor a trial count is given
-VERIFY_ROUNDS = 6  # alternating rounds of `verify`
+VERIFY_ROUNDS = 6  # paired rounds of `verify`
 PLANNED_EPOCHS = 10.0  # the real run's length where neither you nor your trainer says
 
 

@@ -1,11 +1,12 @@
 """Re-measure a result on this machine: ``autotune.verify`` and ``autotune verify``.
 
 The winner and its baseline are run once each and the runs discarded (warm-up), then measured
-side by side in alternating rounds (the order flips each round, so drift in the machine's state
-hits both alike), each with a fixed timing budget (:data:`DEFAULT_BUDGET` unless ``budget=`` is
-given), not the one the search calibrated from its time budget. Each round's speedup is the
-baseline's projected training time over the winner's, as the search ranks them; their median
-and range, and the throughput ratios', are reported next to what the result recorded. With
+side by side in paired rounds, each in an order drawn afresh as the search's rounds draw theirs
+(so drift in the machine's state hits both alike), each with a fixed timing budget
+(:data:`DEFAULT_BUDGET` unless ``budget=`` is given), not the one the search calibrated from its
+time budget. Each round's speedup is the baseline's projected training time over the winner's,
+as the search ranks them; their figure with its 95% interval (the search's one function), and
+whether that interval overlaps the one the result recorded, are reported. With
 ``accuracy_seeds``, both are also trained on the search's accuracy budget and validated. A
 result measured on other hardware or software is flagged field by field.
 """
@@ -413,8 +414,8 @@ def verify(
 
     ``result`` is a :class:`SearchResult`, its JSON dict, or the path of ``best.json``; ``model``
     and ``dataset`` are the ones it was searched on. Each of ``rounds`` rounds measures both
-    configs' throughput (``budget``: 4,096 timed samples in 5 chunks by default), in alternating
-    order. With ``accuracy_seeds`` > 0 both are also trained on the search's accuracy budget for
+    configs' throughput (``budget``: 4,096 timed samples in 5 chunks by default), each round in
+    an order drawn afresh. With ``accuracy_seeds`` > 0 both are also trained on the search's accuracy budget for
     that many data-order seeds and validated (on ``val_dataset``, or the split find_best makes)
     in the search's validation batches, on the metric the search guarded (a ``task`` whose
     metric is ``"auto"`` guards the search's builtin metric; a callable metric of the search's

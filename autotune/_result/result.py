@@ -55,7 +55,7 @@ class SearchResult:
     one: ``fast`` where it was confirmed and is faster, ``safe`` otherwise (the baseline itself
     when nothing beat it). ``pending`` is a faster candidate whose check could not settle, with
     what would settle it. ``speedup`` is the baseline's projected training time over the
-    chosen config's, measured side by side in alternating rounds where there was time
+    chosen config's, measured side by side in paired rounds where there was time
     (``speedup_range``); where there was not, only the ratio of the two configs' steady-state
     throughputs (no projection with one-time costs measured in different processes).
     """
@@ -483,13 +483,17 @@ class RoundsVerdict:
     against the runner-up (``decision``, a :class:`~autotune._speed.stats.Decision` value),
     ``runner_up`` (its trial number, the baseline's included; None: no other), the spread of
     one round's log-ratio (``noise``), how many rounds ran, and whether the answer is the
-    baseline because nothing beat it beyond that noise (``fell_back``)."""
+    baseline because nothing beat it beyond that noise (``fell_back``), and the fastest the
+    rounds measured (``leader``) with its speed-up and interval."""
 
     decision: str
     runner_up: int | None
     noise: float | None
     count: int
     fell_back: bool
+    leader: int | None = None  # the fastest the rounds measured (its trial number)
+    leader_speedup: tuple[float, float, float] | None = None  # its estimate, low, high
+    leader_rounds: int | None = None  # the rounds that measured it
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -500,12 +504,17 @@ def _rounds_verdict(ledger: Ledger, best: Entry) -> RoundsVerdict | None:
     if decided is None:
         return None
     runner = runner_up(ledger, decided, best)
+    lead = ledger.measured(decided.leader)
+    figure = decided.versus_baseline[decided.leader]
     return RoundsVerdict(
         decision=decided.decision.value,
         runner_up=None if runner is None else runner.number,
         noise=decided.noise,
         count=len(ledger.rounds),
         fell_back=decided.fell_back,
+        leader=None if lead is None else lead.number,
+        leader_speedup=(figure.estimate, figure.low, figure.high),
+        leader_rounds=figure.rounds,
     )
 
 

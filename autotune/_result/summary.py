@@ -33,7 +33,7 @@ from autotune._search.record import GuardFailure, NoRun
 from autotune._search.warm import warm_line
 from autotune._search.words import change_words, unmeasured_words, wrap_clauses
 from autotune._speed import words as speed_words
-from autotune._speed.stats import Decision
+from autotune._speed.stats import Decision, Interval
 from autotune._trial.fingerprint import measured_on
 
 __all__ = ["render_summary", "story_lines", "summary_parts"]
@@ -319,7 +319,20 @@ def _first_lines(data: dict[str, Any], *, short: bool = False) -> list[str]:
         change = f"{CHANGE}{_changes(data)}"
         # A long answer's change (five knobs) wraps at its clauses rather than run past the width.
         lines += wrap_clauses(change) if short else [change]
-    return [*lines, *_speed_line(data, short=short), _accuracy_line(data, short=short)]
+    speed = [*_speed_line(data, short=short), *_fastest_line(data)]
+    return [*lines, *speed, _accuracy_line(data, short=short)]
+
+
+def _fastest_line(data: dict[str, Any]) -> list[str]:
+    """Where the rounds kept your settings because nothing beat them beyond the noise: the
+    fastest they measured, with its interval."""
+    rounds = data.get("rounds") or {}
+    lead, figure = rounds.get("leader"), rounds.get("leader_speedup")
+    if not rounds.get("fell_back") or lead is None or not figure:
+        return []
+    count = int(rounds.get("leader_rounds") or rounds.get("count") or 0)
+    shown = Interval(figure[0], figure[1], figure[2], count, rounds.get("noise") or 0.0)
+    return [speed_words.fastest(f"trial #{lead}", shown)]
 
 
 def _speed_line(data: dict[str, Any], *, short: bool = False) -> list[str]:

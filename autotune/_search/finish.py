@@ -1,5 +1,5 @@
 """Checking and settling: a candidate's accuracy confirmed over the baseline's seeds (paired
-with its runs), and the answers measured again side by side with the baseline in alternating
+with its runs), and the answers measured again side by side with the baseline in paired
 rounds, which is where the reported speedup comes from."""
 
 from __future__ import annotations
@@ -323,11 +323,15 @@ def _say_answer(bench: Bench, ledger: Ledger) -> None:
     if best.config == base.config:
         if decided.fell_back:
             bench.report(f"side by side: {speed_words.no_faster(decided.noise)}")
+            lead = ledger.measured(decided.leader)
+            if lead is not None:
+                lead_figure = decided.versus_baseline[decided.leader]
+                bench.report(speed_words.fastest(f"trial #{lead.number}", lead_figure).strip())
         else:
             bench.report(f"side by side: {speed_words.as_fast(decided.noise)}")
         return
-    figure = ledger.side_interval(best)
-    if figure is None:
+    answer = ledger.side_interval(best)
+    if answer is None:
         return
     near = runner_up(ledger, decided, best)
     base_number = base.number
@@ -339,7 +343,7 @@ def _say_answer(bench: Bench, ledger: Ledger) -> None:
         else f"trial #{near.number}"
     )
     bench.report(
-        f"side by side: trial #{best.number} {speed_words.interval(figure)}; "
+        f"side by side: trial #{best.number} {speed_words.interval(answer)}; "
         f"{speed_words.decision(decided.decision, runner)}"
     )
 

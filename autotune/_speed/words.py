@@ -7,7 +7,16 @@ import math
 
 from autotune._speed.stats import EQUIVALENT, Decision, Interval
 
-__all__ = ["as_fast", "decision", "interval", "kept", "no_faster", "noise", "speed_line"]
+__all__ = [
+    "as_fast",
+    "decision",
+    "fastest",
+    "interval",
+    "kept",
+    "no_faster",
+    "noise",
+    "speed_line",
+]
 
 
 def noise(spread: float | None) -> str:
@@ -56,6 +65,12 @@ def kept(spread: float | None) -> str:
         "autotune result: nothing here trained faster than your settings beyond this "
         f"machine's noise of {noise(spread)} a round: keep your settings (the baseline's)"
     )
+
+
+def fastest(name: str, figure: Interval) -> str:
+    """The fastest config the rounds measured, where it did not beat the baseline beyond the
+    noise: what more rounds (a longer --timeout) could still show."""
+    return f"  fastest measured: {name} {interval(figure)}: not shown faster beyond the noise"
 
 
 def speed_line(
