@@ -312,7 +312,7 @@ class VerifyReport:
         speedups, ratios = self.speedups, self.throughput_ratios
         if speedups:
             lines.append("")
-            lines.append(f"  {'':28}{'median':>10}{'min':>10}{'max':>10}{'recorded':>10}")
+            lines.append(f"  {'':28}{'middle':>10}{'min':>10}{'max':>10}{'recorded':>10}")
             for label, values, recorded in (
                 ("speedup (projected time)", speedups, self.recorded_speedup),
                 ("throughput ratio", ratios, self.recorded_throughput_ratio),
@@ -332,7 +332,8 @@ class VerifyReport:
                 )
             lines.append(
                 f"  ({len(speedups)} paired rounds, each in an order drawn afresh; projected "
-                f"for {self.planned_samples:,} samples over {self.planned_epochs:g} epochs)"
+                f"for {self.planned_samples:,} samples over {self.planned_epochs:g} epochs; "
+                "middle: the ratios' geometric mean, the samples/s' median)"
             )
             figure = self.interval
             if figure is not None:
@@ -415,11 +416,11 @@ def verify(
     ``result`` is a :class:`SearchResult`, its JSON dict, or the path of ``best.json``; ``model``
     and ``dataset`` are the ones it was searched on. Each of ``rounds`` rounds measures both
     configs' throughput (``budget``: 4,096 timed samples in 5 chunks by default), each round in
-    an order drawn afresh. With ``accuracy_seeds`` > 0 both are also trained on the search's accuracy budget for
-    that many data-order seeds and validated (on ``val_dataset``, or the split find_best makes)
-    in the search's validation batches, on the metric the search guarded (a ``task`` whose
-    metric is ``"auto"`` guards the search's builtin metric; a callable metric of the search's
-    must be passed again, in ``task``).
+    an order drawn afresh. With ``accuracy_seeds`` > 0 both are also trained on the search's
+    accuracy budget for that many data-order seeds and validated (on ``val_dataset``, or the
+    split find_best makes) in the search's validation batches, on the metric the search guarded
+    (a ``task`` whose metric is ``"auto"`` guards the search's builtin metric; a callable metric
+    of the search's must be passed again, in ``task``).
     A result of :func:`autotune.tune` is measured through your trainer, as it was searched:
     ``verify(result, trainer=hf_trainer)``, or ``verify(result, module, datamodule,
     trainer=pl_trainer)`` (``dataset`` and ``val_dataset`` may be Lightning's train and

@@ -839,3 +839,34 @@ def test_another_process_s_attributes_are_read_within_a_second(tmp_path, monkeyp
     assert later.baseline_checks == (check_,)
     storage.add_note(mine, "a note of this process's")  # its own write: read at once
     assert Ledger.read(mine, s, previous=later).notes == ("a note of this process's",)
+
+
+def test_verify_says_whether_its_interval_agrees_with_the_searchs() -> None:
+    """verify's rounds measured the winner at about 1.6x: against a search that said 1.60x
+    (95% 1.50-1.70x) it agrees; against one that said 2.10x (2.00-2.20x) it is slower here,
+    and says so with both intervals; with one round it has no interval and says nothing."""
+    from autotune._verify import VerifyReport
+
+    s = settings()
+    winner = BASE.replace(batch_size=64)
+    pairs = [(0.020, 0.0124), (0.021, 0.0133), (0.019, 0.0118), (0.020, 0.0126), (0.020, 0.0125)]
+
+    def report(interval: tuple[float, float] | None, rounds: int = 5) -> VerifyReport:
+        return VerifyReport(
+            winner=winner, baseline=BASE, device="cpu",
+            baseline_measurements=tuple(measurement(b) for b, _ in pairs[:rounds]),
+            winner_measurements=tuple(measurement(w, 64) for _, w in pairs[:rounds]),
+            recorded_speedup=None if interval is None else sum(interval) / 2,
+            recorded_throughput_ratio=None, planned_samples=round(s.planned_epochs * s.n_train),
+            planned_epochs=s.planned_epochs, environment_warnings=(), recorded_interval=interval,
+        )  # fmt: skip
+
+    here = report((1.5, 1.7))
+    assert here.interval is not None and 1.5 < here.interval.estimate < 1.7
+    assert here.agreement == "agrees" and here.faster_here
+    assert "the search's: 1.60x (95% interval 1.50-1.70x): agrees" in here.summary()
+    slower = report((2.0, 2.2))
+    assert slower.agreement == "slower here"
+    assert any(w.startswith("slower here than at search time: 1.6") for w in slower.warnings)
+    assert report((1.5, 1.7), rounds=1).agreement is None  # one round: no interval
+    assert report(None).agreement is None  # a result written before intervals

@@ -4,6 +4,8 @@ rounds, which is where the reported speedup comes from."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from autotune._guard.guard import counted_noise
 from autotune._knobs import registry
 from autotune._load import Load
@@ -278,7 +280,8 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
     per_round = _per_round(baseline, contenders)
     if not bench.deadline.fits(MIN_ROUNDS * per_round + spare):
         spare = 0.0  # the answers' own rounds first
-    if not _rounds(bench, baseline, contenders, keep=spare):
+    first = _rounds(bench, baseline, contenders, keep=spare)
+    if not first.count:
         bench.report("no time left to measure the answers again side by side")
         return
     ledger = bench.ledger()
@@ -308,6 +311,11 @@ def side_by_side(bench: Bench, baseline: Baseline) -> None:
                 f"{names}; measured beside it"
             )
             _rounds(bench, baseline, [*again, *fitting], keep=0.0)
+        elif not first.decided:
+            # No second pass: the time kept for it goes on to the first pass's rounds.
+            _rounds(bench, baseline, first.active, keep=0.0, fewest=1)
+    elif not first.decided:
+        _rounds(bench, baseline, first.active, keep=0.0, fewest=1)
     _say_answer(bench, bench.ledger())
 
 
@@ -343,28 +351,45 @@ def _say_answer(bench: Bench, ledger: Ledger) -> None:
         else f"trial #{near.number}"
     )
     bench.report(
-        f"side by side: trial #{best.number} {speed_words.interval(answer)}; "
+        f"side by side: trial #{best.number} {speed_words.interval(answer, short=True)}; "
         f"{speed_words.decision(decided.decision, runner)}"
     )
 
 
-def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry], *, keep: float) -> int:
+@dataclasses.dataclass(frozen=True)
+class _Pass:
+    """What a pass of rounds did: how many rounds it measured, the contenders still in them
+    (the baseline first), and whether they stopped as decided."""
+
+    count: int
+    active: list[Entry]
+    decided: bool
+
+
+def _rounds(
+    bench: Bench,
+    baseline: Baseline,
+    contenders: list[Entry],
+    *,
+    keep: float,
+    fewest: int = MIN_ROUNDS,
+) -> _Pass:
     """Side-by-side rounds of ``contenders`` (the baseline first), each measuring every one
     once in an order drawn afresh (:func:`autotune._speed.stats.round_order`), until the rounds
     decide between them (:func:`autotune._speed.stats.after_round`: at a look, those the leader
     was separated from leave) or the time before the ``keep`` seconds held for later rounds
-    ends; none unless :data:`MIN_ROUNDS` fit (one round is one draw, not a measured speedup).
-    Returns how many were measured."""
+    ends; none unless ``fewest`` fit (:data:`MIN_ROUNDS`: one round is one draw, not a
+    measured speedup; one for a pass that goes on with the contenders of the last)."""
     s = bench.settings
     per_round = _per_round(baseline, contenders)
-    if bench.deadline.past(MIN_ROUNDS * per_round + keep):
-        return 0
+    if bench.deadline.past(fewest * per_round + keep):
+        return _Pass(0, contenders, decided=False)
     budget = s.budget
     ledger = bench.ledger()
     base_cfg = contenders[0].config
     by_config = {e.config: e for e in contenders}
     active = [e.config for e in contenders]
-    done = 0
+    done, decided = 0, False
     while len(ledger.rounds) < speed.LOOKS[-1]:
         if bench.deadline.past(per_round + keep):  # the grace is the last it may take
             break
@@ -407,5 +432,6 @@ def _rounds(bench: Bench, baseline: Baseline, contenders: list[Entry], *, keep: 
         )
         per_round = _per_round(baseline, [by_config[c] for c in active])
         if stop:
+            decided = len(ledger.rounds) < speed.LOOKS[-1]
             break
-    return done
+    return _Pass(done, [by_config[c] for c in active], decided)

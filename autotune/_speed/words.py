@@ -24,8 +24,14 @@ def noise(spread: float | None) -> str:
     return "n/a" if spread is None else f"±{100 * (math.exp(spread) - 1):.0f}%"
 
 
-def interval(figure: Interval) -> str:
-    """``1.31x (95% interval 1.22-1.40x, 6 paired rounds)``."""
+def interval(figure: Interval, *, short: bool = False) -> str:
+    """``1.31x (95% interval 1.22-1.40x, 6 paired rounds)`` (``short``: ``1.31x (95%
+    1.22-1.40x, 6 rounds)``, for a progress line)."""
+    if short:
+        return (
+            f"{figure.estimate:.2f}x (95% {figure.low:.2f}-{figure.high:.2f}x, "
+            f"{figure.rounds} rounds)"
+        )
     return (
         f"{figure.estimate:.2f}x (95% interval {figure.low:.2f}-{figure.high:.2f}x, "
         f"{figure.rounds} paired rounds)"
