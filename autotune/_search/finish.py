@@ -335,6 +335,8 @@ def _say_answer(bench: Bench, ledger: Ledger) -> None:
             if lead is not None:
                 lead_figure = decided.versus_baseline[decided.leader]
                 bench.report(speed_words.fastest(f"trial #{lead.number}", lead_figure).strip())
+        elif decided.leader == base.config:
+            bench.report(f"side by side: {speed_words.none_faster(decided.noise)}")
         else:
             bench.report(f"side by side: {speed_words.as_fast(decided.noise)}")
         return

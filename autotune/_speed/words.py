@@ -15,6 +15,7 @@ __all__ = [
     "kept",
     "no_faster",
     "noise",
+    "none_faster",
     "speed_line",
 ]
 
@@ -97,3 +98,11 @@ def speed_line(
     if spread is not None:
         line += f"; this machine's noise: {noise(spread)} a round"
     return line
+
+
+def none_faster(spread: float | None) -> str:
+    """The answer is the user's own settings: they led the rounds."""
+    return (
+        "no config the rounds measured ran faster than your settings (this machine's noise: "
+        f"{noise(spread)} a round): the answer is your own settings"
+    )
