@@ -82,14 +82,18 @@ def test_a_leader_beyond_the_noise_is_not_drawn_again() -> None:
 
 
 @pytest.mark.slow
-def test_under_this_machines_noise_the_best_pair_is_built_and_answered_more_often() -> None:
+def test_under_this_machines_noise_the_best_pair_is_built_and_no_answer_is_slower() -> None:
     """benchmarks/race_sim.py's JPEG-like task with the numerics knobs beside the safe ones
     (the space too large to measure whole), every measurement log-normal with this machine's
     spread (sd 0.098), 12 seeded searches: channels_last + fused (1.20x; channels_last alone
-    is 1.13x) is built in 7 and answered in 5 (before the race and the pairs: 2 and 2), and no
-    answer trains slower than the baseline."""
+    is 1.13x) is built in 7 (before the race and the pairs: 2), no answer trains slower than
+    the baseline, and a change is answered only where the side-by-side rounds showed it faster
+    beyond the noise (issue 70): here channels_last in 2, the baseline in the other 10 (the
+    pair's 1.20x, answered in 5 by the rounds' median before, is within the noise of the 3-4
+    rounds a 240-s search leaves)."""
     knobs = {**race_sim.SAFE, **race_sim.NUMERICS}
     runs = [race_sim.one_search(seed, 0.098, knobs) for seed in range(12)]
     assert sum(r["built"] for r in runs) >= 6, runs
-    assert sum(r["true"] >= 0.95 * race_sim.BEST for r in runs) >= 4, runs
     assert all(r["true"] >= 0.97 for r in runs), runs
+    changed = [r for r in runs if r["true"] != 1.0]
+    assert changed and all(r["true"] > 1.05 for r in changed), runs
