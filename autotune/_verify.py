@@ -221,13 +221,6 @@ class VerifyReport:
         return round_speedup(self.throughput_ratios)
 
     @property
-    def speedup_spread(self) -> float:
-        """(max - min) / median of the per-round speedups."""
-        s = self.speedups
-        median = round_speedup(s)
-        return (max(s) - min(s)) / median if len(s) > 1 and median else 0.0
-
-    @property
     def faster_here(self) -> bool:
         """Whether the winner still beats the baseline here beyond the noise (its interval's
         lower bound above 1; from one round, that round's ratio above 1)."""

@@ -65,6 +65,9 @@ TOLERANCE_REPORTED = 0.05  # the answer re-measured within 5% of what the result
 TARGET_OF_HAND = 0.95  # and at least 95% of the best hand setting
 
 
+LONG = 4  # a measurement this many times the search's: one that reads past a short stream
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -212,15 +215,13 @@ def harness_measures(
 ) -> dict[str, Callable[[], tuple[float, int]]]:
     """The answer and the baseline measured by the search's own trial code, beside the loop:
     ``run_trial`` in this process, and the same in a trial worker process (``ProcessExecutor``,
-    as the search runs it), at the search's budget and at the side-by-side rounds' longest
-    (:data:`~autotune._search.finish.MAX_STRETCH` times its timed samples, which a fast device
-    reads past the end of a 6,144-sample stream: the trial code times one pass of it at most,
-    since the twenty-first session). Where the trial code in this
-    process agrees with the loop and the worker does not, the gap is the trial's process; where
+    as the search runs it), at the search's budget and at :data:`LONG` times its timed samples
+    (the side-by-side rounds' longest measurement before they ran more rounds instead, which a
+    fast device reads past the end of a 6,144-sample stream: the trial code times one pass of
+    it at most, since the twenty-first session). Where the trial code in this process agrees with the loop and the worker does not, the gap is the trial's process; where
     both agree in the same rounds, the search's figures were measured in a slower period of the
     machine (issue 39: a lent H100 re-measured the answer and the baseline 10-48% faster than
     the search reported, while ``run_trial`` in this process read within 5-8% of the loop)."""
-    from autotune._search.finish import MAX_STRETCH
     from autotune._task import as_task
     from autotune._trial.isolation import ProcessExecutor, worker_env
     from autotune._trial.outcome import Budget
@@ -257,7 +258,7 @@ def harness_measures(
         return run
 
     plain = Budget()
-    rounds = Budget(timed_samples=round(plain.timed_samples * MAX_STRETCH))
+    rounds = Budget(timed_samples=round(plain.timed_samples * LONG))
     return {
         "answer, trial code": measure(answer, plain, isolated=False),
         "baseline, trial code": measure(baseline, plain, isolated=False),
