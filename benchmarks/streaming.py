@@ -217,11 +217,12 @@ def harness_measures(
     ``run_trial`` in this process, and the same in a trial worker process (``ProcessExecutor``,
     as the search runs it), at the search's budget and at :data:`LONG` times its timed samples
     (the side-by-side rounds' longest measurement before they ran more rounds instead, which a
-    fast device reads past the end of a 6,144-sample stream: the trial code times one pass of
-    it at most, since the twenty-first session). Where the trial code in this process agrees with the loop and the worker does not, the gap is the trial's process; where
-    both agree in the same rounds, the search's figures were measured in a slower period of the
-    machine (issue 39: a lent H100 re-measured the answer and the baseline 10-48% faster than
-    the search reported, while ``run_trial`` in this process read within 5-8% of the loop)."""
+    fast device reads past the end of a 6,144-sample stream: the trial code times one pass of it
+    at most, since the twenty-first session). Where the trial code in this process agrees with
+    the loop and the worker does not, the gap is the trial's process; where both agree in the
+    same rounds, the search's figures were measured in a slower period of the machine (issue 39:
+    a lent H100 re-measured the answer and the baseline 10-48% faster than the search reported,
+    while ``run_trial`` in this process read within 5-8% of the loop)."""
     from autotune._task import as_task
     from autotune._trial.isolation import ProcessExecutor, worker_env
     from autotune._trial.outcome import Budget
