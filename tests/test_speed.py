@@ -4,6 +4,7 @@ simulated machines of known speeds with 10% log-normal noise per measurement."""
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 import rounds_sim
@@ -34,6 +35,34 @@ def test_an_interval_is_a_t_interval_on_the_rounds_log_ratios() -> None:
         pytest.approx(sd),
     )  # type: ignore[arg-type]
     assert stats.interval(logs[:1], 0.05) is None  # one round is one draw
+
+
+def test_the_noise_is_pooled_over_every_config_the_rounds_measured() -> None:
+    """One contender beside the baseline: the noise is its own log-ratios' spread with n - 1
+    degrees of freedom (the paired t interval). Two: a two-way fit of the log times (config
+    plus round), N - rank degrees of freedom; a config whose rounds happened to agree is
+    spread by the machine's noise, not its own."""
+    one = _rounds({"base": [100.0, 104.0, 98.0, 101.0], "a": [80.0, 79.0, 81.0, 77.0]})
+    logs = stats.log_ratios(one, "base", "a")
+    pooled = stats.noise(one, "base")
+    assert pooled is not None and pooled.dof == 3
+    assert pooled.spread == pytest.approx(statistics.stdev(logs))
+    own, shared = stats.interval(logs, 0.05), stats.interval(logs, 0.05, pooled)
+    assert own is not None and shared is not None
+    assert (shared.low, shared.high) == pytest.approx((own.low, own.high))
+    two = _rounds(
+        {
+            "base": [100.0, 104.0, 98.0, 101.0],
+            "a": [80.0, 79.0, 81.0, 77.0],
+            "b": [70.0, 72.8, 68.6, 70.7],  # exactly 0.7 of the baseline's every round
+        }
+    )
+    pooled = stats.noise(two, "base")
+    assert pooled is not None and pooled.dof == 12 - (3 + 4 - 1)
+    b = stats.interval(stats.log_ratios(two, "base", "b"), 0.05, pooled)
+    assert b is not None and b.spread == pytest.approx(0.0, abs=1e-12)
+    assert b.low < b.estimate < b.high  # spread by the pooled noise, not its own 0
+    assert stats.noise(one[:1], "base") is None
 
 
 def test_the_error_rate_is_shared_by_the_looks() -> None:
@@ -96,17 +125,20 @@ def test_an_answer_not_above_the_baseline_beyond_the_noise_is_the_baseline() -> 
 
 
 def test_one_shown_faster_than_the_leader_in_the_rounds_both_were_in_leads() -> None:
-    """a ran 1.5x in three rounds of a fast machine; b ran 7% faster than a in the two rounds
-    both were in: b leads, and the rounds both were in separate them."""
+    """a ran 1.50x over twenty rounds; b ran 11% faster than a in the two rounds both were in
+    (where a ran 1.33x): b leads, and the rounds both were in separate them, by the noise of
+    all twenty (the spread of a's own rounds, pooled)."""
     rounds = [
-        {"base": 200.0, "a": 150.0, "b": 140.0},
-        {"base": 200.0, "a": 150.0, "b": 140.0},
-        *({"base": 200.0, "a": 120.0} for _ in range(3)),
+        {"base": 200.0, "a": 150.0, "b": 135.0},
+        {"base": 202.0, "a": 151.0, "b": 137.0},
+        *({"base": 200.0 + (i % 3), "a": 133.0 - (i % 2)} for i in range(18)),
     ]
     decided = stats.race(rounds, "base", ["base", "a", "b"], RANK.__getitem__)
     assert decided is not None
     assert decided.versus_baseline["a"].estimate > decided.versus_baseline["b"].estimate
     assert (decided.leader, decided.answer) == ("b", "b")
+    assert decided.noise is not None and decided.noise.dof == 20
+    assert decided.versus_leader["a"].above_one
 
 
 def test_the_rounds_stop_at_a_look_once_decided_and_the_separated_leave() -> None:

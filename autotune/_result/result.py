@@ -40,6 +40,7 @@ from autotune._search.ledger import (
 )
 from autotune._search.record import BaselineAccuracy, GuardFailure
 from autotune._search.settings import SearchSettings
+from autotune._speed.stats import Noise
 from autotune._trial.probe import MemoryLimits
 
 __all__ = ["SearchResult", "load_config"]
@@ -259,7 +260,8 @@ class SearchResult:
     def speedup_interval(self) -> tuple[float, float] | None:
         """The 95% interval of :attr:`speedup` from the side-by-side rounds' paired log-ratios
         (None: not measured side by side)."""
-        figure = derived.round_interval(self.round_speedups)
+        pooled = None if self.rounds is None else self.rounds.pooled
+        figure = derived.round_interval(self.round_speedups, pooled=pooled)
         return None if figure is None else (figure.low, figure.high)
 
     @property
@@ -482,7 +484,8 @@ class RoundsVerdict:
     """What the side-by-side rounds decided (:func:`autotune._speed.stats.race`): the leader
     against the runner-up (``decision``, a :class:`~autotune._speed.stats.Decision` value),
     ``runner_up`` (its trial number, the baseline's included; None: no other), the spread of
-    one round's log-ratio (``noise``), how many rounds ran, and whether the answer is the
+    one round's log-ratio (``noise``, pooled over the rounds with ``noise_dof`` degrees of
+    freedom: every interval's spread), how many rounds ran, and whether the answer is the
     baseline because nothing beat it beyond that noise (``fell_back``), and the fastest the
     rounds measured (``leader``) with its speed-up and interval."""
 
@@ -494,6 +497,14 @@ class RoundsVerdict:
     leader: int | None = None  # the fastest the rounds measured (its trial number)
     leader_speedup: tuple[float, float, float] | None = None  # its estimate, low, high
     leader_rounds: int | None = None  # the rounds that measured it
+    noise_dof: int | None = None
+
+    @property
+    def pooled(self) -> Noise | None:
+        """The noise every interval of these rounds is spread by."""
+        if self.noise is None or self.noise_dof is None:
+            return None
+        return Noise(self.noise, self.noise_dof)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -509,7 +520,8 @@ def _rounds_verdict(ledger: Ledger, best: Entry) -> RoundsVerdict | None:
     return RoundsVerdict(
         decision=decided.decision.value,
         runner_up=None if runner is None else runner.number,
-        noise=decided.noise,
+        noise=decided.spread,
+        noise_dof=None if decided.noise is None else decided.noise.dof,
         count=len(ledger.rounds),
         fell_back=decided.fell_back,
         leader=None if lead is None else lead.number,

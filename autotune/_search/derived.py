@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from autotune._guard.confirmation import Confirmation
 from autotune._speed import stats
-from autotune._speed.stats import Interval
+from autotune._speed.stats import Interval, Noise
 
 __all__ = [
     "MIN_ROUNDS",
@@ -33,15 +33,18 @@ def speedup(baseline_time: float | None, time: float | None) -> float | None:
     return baseline_time / time
 
 
-def round_interval(speedups: Sequence[float], *, looks: int | None = None) -> Interval | None:
+def round_interval(
+    speedups: Sequence[float], *, looks: int | None = None, pooled: Noise | None = None
+) -> Interval | None:
     """The speedup a set of side-by-side rounds measured (each round's baseline time over the
     config's), with its 95% interval, for the search, the result and ``verify`` alike: a t
     interval on the rounds' log-ratios (:func:`autotune._speed.stats.interval`), the error rate
     shared by the ``looks`` at which the rounds could have stopped (the search's
-    :data:`~autotune._speed.stats.LOOKS` by default; ``verify``'s fixed rounds: one). None
-    with fewer than :data:`MIN_ROUNDS` rounds."""
+    :data:`~autotune._speed.stats.LOOKS` by default; ``verify``'s fixed rounds: one), its
+    spread the ``pooled`` noise of the rounds (:func:`autotune._speed.stats.noise`) where
+    given, else the rounds' own. None with fewer than :data:`MIN_ROUNDS` rounds."""
     logs = [math.log(s) for s in speedups if s > 0]
-    return stats.interval(logs, stats.round_alpha(len(logs), looks=looks))
+    return stats.interval(logs, stats.round_alpha(len(logs), looks=looks), pooled)
 
 
 def round_speedup(speedups: Sequence[float]) -> float | None:

@@ -22,6 +22,7 @@ from autotune._search.ledger import (
     promise,
     race,
     runner_up,
+    screening_noise,
 )
 from autotune._speed import stats as speed
 from autotune._speed import words as speed_words
@@ -140,8 +141,9 @@ def _pair_rounds(ledger: Ledger, baseline: Baseline, entry: Entry) -> float:
 
 
 def _contenders(ledger: Ledger, extra: Entry | None = None, *, near: bool = False) -> list[Entry]:
-    """The baseline and the answers: the safe one with the next :data:`SAFE_LEADERS` - 1
-    fastest configs that train the baseline's model, each screened faster than the baseline
+    """The baseline and the answers: the safe one with :data:`SAFE_LEADERS` - 1 more configs
+    that train the baseline's model (the simplest screened within the noise of the fastest,
+    see :func:`_simplest_near`, then the next fastest), each screened faster than the baseline
     beyond a tie (screening is one draw each: the leader by one draw is often not the leader
     side by side), or where none did and ``near``, the fastest that screened at least
     :data:`NEAR_SAFE` of the baseline's speed (the baseline's own draw may have run fast: the
@@ -156,16 +158,15 @@ def _contenders(ledger: Ledger, extra: Entry | None = None, *, near: bool = Fals
         (e for e in ledger.candidates if ledger.feasible(e) and ledger.safe(e)),
         key=ledger.rank_time,
     )
+    fit = [
+        e
+        for e in (ledger.best_safe(), *ranked)
+        if e is not None and ledger.rank_time(e) < floor and not ledger.slower_side_by_side(e)
+    ]
     leaders: list[Entry] = []
-    for e in (ledger.best_safe(), *ranked):
-        if (
-            e is not None
-            and len(leaders) < SAFE_LEADERS
-            and ledger.rank_time(e) < floor
-            and not ledger.slower_side_by_side(e)
-            and all(e.config != o.config for o in (*out, *leaders))
-        ):
-            leaders.append(e)
+    for lead in (*fit[:1], *_simplest_near(ledger, fit), *fit[1:]):
+        if len(leaders) < SAFE_LEADERS and all(lead.config != o.config for o in (*out, *leaders)):
+            leaders.append(lead)
     if near and not leaders:
         close = (
             e
@@ -180,6 +181,20 @@ def _contenders(ledger: Ledger, extra: Entry | None = None, *, near: bool = Fals
         if e is not None and all(e.config != o.config for o in out):
             out.append(e)
     return out
+
+
+def _simplest_near(ledger: Ledger, fit: list[Entry]) -> list[Entry]:
+    """Of ``fit`` (the fastest first), the simplest one simpler than the fastest that screened
+    within the screening noise of it: the answer is the simplest config the rounds do not
+    separate from their leader, and one draw each cannot rank two configs that close."""
+    if len(fit) < 2:
+        return []
+    base = ledger.baseline
+    assert base is not None
+    bar = ledger.rank_time(fit[0]) * (1 + screening_noise(ledger))
+    rank = lambda e: registry.complexity(e.config, base.config)  # noqa: E731
+    near = [e for e in fit[1:] if ledger.rank_time(e) <= bar and rank(e) < rank(fit[0])]
+    return [min(near, key=rank)] if near else []
 
 
 def _challengers(ledger: Ledger) -> list[Entry]:
@@ -330,15 +345,15 @@ def _say_answer(bench: Bench, ledger: Ledger) -> None:
         return
     if best.config == base.config:
         if decided.fell_back:
-            bench.report(f"side by side: {speed_words.no_faster(decided.noise)}")
+            bench.report(f"side by side: {speed_words.no_faster(decided.spread)}")
             lead = ledger.measured(decided.leader)
             if lead is not None:
                 lead_figure = decided.versus_baseline[decided.leader]
                 bench.report(speed_words.fastest(f"trial #{lead.number}", lead_figure).strip())
         elif decided.leader == base.config:
-            bench.report(f"side by side: {speed_words.none_faster(decided.noise)}")
+            bench.report(f"side by side: {speed_words.none_faster(decided.spread)}")
         else:
-            bench.report(f"side by side: {speed_words.as_fast(decided.noise)}")
+            bench.report(f"side by side: {speed_words.as_fast(decided.spread)}")
         return
     answer = ledger.side_interval(best)
     if answer is None:

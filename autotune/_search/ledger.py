@@ -35,7 +35,7 @@ from autotune._search import derived, ranking, storage, yardstick
 from autotune._search.record import BaselineAccuracy, BaselineCheck, Record, Role, TrialRecord
 from autotune._search.settings import SearchSettings
 from autotune._speed import stats as speed
-from autotune._speed.stats import Interval, Race
+from autotune._speed.stats import Interval, Noise, Race
 from autotune._trial.failures import FailureReason
 from autotune._trial.outcome import AccuracyRun
 
@@ -51,6 +51,7 @@ __all__ = [
     "loads",
     "make_guard",
     "promise",
+    "rounds_noise",
     "screening_noise",
     "step_draws",
 ]
@@ -334,7 +335,7 @@ class Ledger:
             return (
                 Interval(1.0, 1.0, 1.0, measured, 0.0) if measured >= derived.MIN_ROUNDS else None
             )
-        return derived.round_interval(self.round_speedups(entry))
+        return derived.round_interval(self.round_speedups(entry), pooled=rounds_noise(self))
 
     def side_speedup(self, entry: Entry) -> float | None:
         """Its speedup over the baseline measured side by side (:meth:`side_interval`'s; 1 for
@@ -541,6 +542,16 @@ def config_rounds(ledger: Ledger) -> tuple[dict[TrainingConfig, float], ...]:
         )
 
     return ledger.kept("config rounds", make)
+
+
+def rounds_noise(ledger: Ledger) -> Noise | None:
+    """The machine's noise over every side-by-side round (:func:`autotune._speed.stats.noise`):
+    the spread of every interval the rounds give."""
+    base = ledger.baseline
+    if base is None:
+        return None
+    config = base.config
+    return ledger.kept("rounds noise", lambda: speed.noise(config_rounds(ledger), config))
 
 
 def race(ledger: Ledger, entries: list[Entry]) -> Race[TrainingConfig] | None:

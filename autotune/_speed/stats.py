@@ -1,7 +1,8 @@
 """The statistics of side-by-side rounds, numbers in and numbers out: each round measures the
 baseline and every contender once, in an order drawn afresh for the round; a contender's
 figure is the per-round log-ratio of the baseline's time over its own, its speedup the
-exponent of their mean, and its interval a t interval on those logs.
+exponent of their mean, and its interval a t interval on those logs whose spread is the
+machine's noise pooled over every measurement of the rounds (:func:`noise`).
 
 The intervals hold for the answer after the rounds stopped: the error rate :data:`ALPHA` is
 shared by the :data:`LOOKS` at which the rounds may stop (a union bound, the first look's share
@@ -23,6 +24,7 @@ import statistics
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from typing import Generic, TypeVar
 
+import numpy
 from scipy import stats as scipy_stats
 
 __all__ = [
@@ -33,11 +35,13 @@ __all__ = [
     "MIN_ROUNDS",
     "Decision",
     "Interval",
+    "Noise",
     "Race",
     "after_round",
     "interval",
     "is_look",
     "log_ratios",
+    "noise",
     "race",
     "round_alpha",
     "round_order",
@@ -86,6 +90,50 @@ class Interval:
         return self.low >= 1.0 / (1.0 + EQUIVALENT) and self.high <= 1.0 + EQUIVALENT
 
 
+@dataclasses.dataclass(frozen=True)
+class Noise:
+    """The machine's noise as the rounds saw it: ``spread``, the standard deviation of one
+    round's log-ratio of two configs, estimated with ``dof`` degrees of freedom."""
+
+    spread: float
+    dof: int
+
+
+def noise(rounds: Sequence[Mapping[K, float]], baseline: K) -> Noise | None:
+    """The noise of the rounds that measured ``baseline``, pooled over every config they
+    measured: a two-way fit of the log times (a config's own level plus a round's, the
+    machine's state that round), its residual variance with ``N - rank`` degrees of freedom,
+    doubled for a log-ratio of two measurements. One contender beside the baseline gives the
+    paired t test's own spread; more give the same figure with more degrees of freedom, so a
+    config whose few rounds happened to agree is not read as surer than the machine allows.
+    None where no degree of freedom is left."""
+    cells = [
+        (c, i, math.log(t))
+        for i, r in enumerate(rounds)
+        if baseline in r
+        for c, t in r.items()
+        if t and t > 0
+    ]
+    keys = list(dict.fromkeys(c for c, _, _ in cells))
+    used = list(dict.fromkeys(i for _, i, _ in cells))
+    if len(keys) < 2 or len(used) < 2:
+        return None
+    column = {c: j for j, c in enumerate(keys)}
+    row = {i: len(keys) + j for j, i in enumerate(used[1:])}  # the first round: the reference
+    design = numpy.zeros((len(cells), len(keys) + len(used) - 1))
+    for n, (c, i, _) in enumerate(cells):
+        design[n, column[c]] = 1.0
+        if i in row:
+            design[n, row[i]] = 1.0
+    y = numpy.array([v for _, _, v in cells])
+    fitted, _, rank, _ = numpy.linalg.lstsq(design, y, rcond=None)
+    dof = len(cells) - int(rank)
+    if dof < 1:
+        return None
+    squares = float(numpy.sum((y - design @ fitted) ** 2))
+    return Noise(math.sqrt(2.0 * squares / dof), dof)
+
+
 def log_ratios(rounds: Sequence[Mapping[K, float]], over: K, under: K) -> list[float]:
     """``log(time of over / time of under)`` in every round that measured both: how many
     times faster ``under`` ran than ``over`` in each, as a log."""
@@ -97,15 +145,17 @@ def log_ratios(rounds: Sequence[Mapping[K, float]], over: K, under: K) -> list[f
     return out
 
 
-def interval(logs: Sequence[float], alpha: float) -> Interval | None:
-    """The ratio ``logs`` measured and its two-sided ``1 - alpha`` t interval (None with fewer
-    than :data:`MIN_ROUNDS`)."""
+def interval(logs: Sequence[float], alpha: float, pooled: Noise | None = None) -> Interval | None:
+    """The ratio ``logs`` measured and its two-sided ``1 - alpha`` t interval, its spread the
+    ``pooled`` noise of the rounds ``logs`` came from (:func:`noise`), else their own (None
+    with fewer than :data:`MIN_ROUNDS`)."""
     n = len(logs)
     if n < MIN_ROUNDS:
         return None
     mean = statistics.fmean(logs)
     sd = statistics.stdev(logs)
-    half = _quantile(1.0 - alpha / 2.0, n - 1) * sd / math.sqrt(n)
+    spread, dof = (sd, n - 1) if pooled is None else (pooled.spread, pooled.dof)
+    half = _quantile(1.0 - alpha / 2.0, dof) * spread / math.sqrt(n)
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, sd)
 
 
@@ -153,8 +203,8 @@ class Race(Generic[K]):
     ``leader``: the fastest by its estimate; ``answer``: the simplest of those not separated
     from the leader that beat the baseline beyond the noise (the baseline where none did and
     it was among them); ``versus_baseline``: each one's speedup over the baseline;
-    ``versus_leader``: the leader's speedup over each other one; ``noise``: the spread of a
-    round's log-ratio, pooled over every contender (None before two rounds)."""
+    ``versus_leader``: the leader's speedup over each other one; ``noise``: the machine's noise
+    every interval's spread is (:func:`noise`; None before two rounds)."""
 
     baseline: K
     leader: K
@@ -162,11 +212,16 @@ class Race(Generic[K]):
     decision: Decision
     versus_baseline: Mapping[K, Interval]
     versus_leader: Mapping[K, Interval]
-    noise: float | None
+    noise: Noise | None
 
     @property
     def decided(self) -> bool:
         return self.decision is not Decision.NOT_SEPARATED
+
+    @property
+    def spread(self) -> float | None:
+        """The spread of one round's log-ratio (:attr:`noise`'s; None before two rounds)."""
+        return None if self.noise is None else self.noise.spread
 
     @property
     def fell_back(self) -> bool:
@@ -201,7 +256,7 @@ def race(
     :data:`MIN_ROUNDS` rounds beside the baseline; the baseline among them where it is),
     each interval at :func:`round_alpha` of its own rounds. None where none of them was
     measured so."""
-    compared = {k for r in rounds if baseline in r for k in r if k != baseline}
+    pooled = noise(rounds, baseline)
     base_rounds = sum(1 for r in rounds if baseline in r)
     versus_baseline: dict[K, Interval] = {}
     for key in among:
@@ -209,7 +264,7 @@ def race(
             if base_rounds >= MIN_ROUNDS:
                 versus_baseline[key] = Interval(1.0, 1.0, 1.0, base_rounds, 0.0)
             continue
-        figure = _figure(log_ratios(rounds, baseline, key))
+        figure = _figure(log_ratios(rounds, baseline, key), pooled)
         if figure is not None:
             versus_baseline[key] = figure
     if not versus_baseline:
@@ -223,13 +278,13 @@ def race(
     for key in ranked[1:]:
         # One shown faster than the leader in the rounds both were in leads, whatever rounds
         # each one's figure against the baseline came from.
-        figure = _figure(log_ratios(rounds, key, leader))
+        figure = _figure(log_ratios(rounds, key, leader), pooled)
         if figure is not None and figure.high < 1.0:
             leader = key
     versus_leader: dict[K, Interval] = {}
     for key in versus_baseline:
         if key != leader:
-            figure = _figure(log_ratios(rounds, key, leader))
+            figure = _figure(log_ratios(rounds, key, leader), pooled)
             if figure is not None:
                 versus_leader[key] = figure
     others = [k for k in versus_baseline if k != leader]
@@ -262,12 +317,12 @@ def race(
         decision=decision,
         versus_baseline=versus_baseline,
         versus_leader=versus_leader,
-        noise=_pooled(rounds, baseline, compared),
+        noise=pooled,
     )
 
 
-def _figure(logs: Sequence[float]) -> Interval | None:
-    return interval(logs, round_alpha(len(logs)))
+def _figure(logs: Sequence[float], pooled: Noise | None) -> Interval | None:
+    return interval(logs, round_alpha(len(logs)), pooled)
 
 
 def _apart(
@@ -283,18 +338,6 @@ def _apart(
 
 def _neg(values: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(-v for v in values)
-
-
-def _pooled(rounds: Sequence[Mapping[K, float]], baseline: K, keys: Collection[K]) -> float | None:
-    """The spread of one round's log-ratio against the baseline, pooled over ``keys``: the
-    root of the mean of their variances weighted by degrees of freedom."""
-    squares, dof = 0.0, 0
-    for key in keys:
-        logs = log_ratios(rounds, baseline, key)
-        if len(logs) >= 2:
-            squares += statistics.variance(logs) * (len(logs) - 1)
-            dof += len(logs) - 1
-    return math.sqrt(squares / dof) if dof else None
 
 
 def after_round(
