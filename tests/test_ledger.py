@@ -16,6 +16,7 @@ import autotune
 from autotune import TrainingConfig
 from autotune._choices import LRSchedule, ScheduleKind
 from autotune._guard.confirmation import Confirmation, Verdict
+from autotune._knobs import registry
 from autotune._search import finish, ranking, storage
 from autotune._search.ledger import (
     Ledger,
@@ -24,10 +25,13 @@ from autotune._search.ledger import (
     promise,
     screening_noise,
     step_draws,
+    unproven,
 )
 from autotune._search.record import BaselineAccuracy, BaselineCheck, Record, Role
 from autotune._search.settings import SearchSettings
 from autotune._space import load_space
+from autotune._speed import stats
+from autotune._speed import words as speed_words
 from autotune._task import TaskRefs
 from autotune._trial.failures import FailureReason
 from autotune._trial.measure import Measurement
@@ -871,3 +875,31 @@ def test_verify_says_whether_its_interval_agrees_with_the_searchs() -> None:
     assert any(w.startswith("slower here than at search time: 3.2") for w in slower.warnings)
     assert report((3.1, 3.3), rounds=1).agreement is None  # one round: no interval
     assert report(None).agreement is None  # a result written before intervals
+
+
+def test_a_simpler_runner_up_not_shown_faster_than_the_baseline_is_said_so() -> None:
+    """channels_last (simpler) ran 1.22x in two rounds, too few to clear the baseline beyond
+    the noise; channels_last + a larger batch ran 1.57x in six, not separated from it in the
+    two both were in: the more complex is the answer, and the sentence says why, not that
+    the simpler was answered."""
+    simple = BASE.replace(channels_last=True)
+    more = BASE.replace(channels_last=True, batch_size=128)
+    rounds = [
+        {BASE: 200.0, simple: 150.0, more: 130.0},
+        {BASE: 180.0, simple: 160.0, more: 125.0},
+        {BASE: 210.0, more: 120.0},
+        {BASE: 190.0, more: 135.0},
+        {BASE: 200.0, more: 110.0},
+        {BASE: 195.0, more: 130.0},
+    ]
+    decided = stats.race(rounds, BASE, [BASE, simple, more], lambda c: registry.complexity(c, BASE))
+    assert decided is not None and decided.answer == more
+    assert decided.decision is stats.Decision.NOT_SEPARATED
+    assert not decided.beats_baseline(simple) and not decided.separated(simple)
+    assert unproven(decided, simple, more)
+    assert not unproven(decided, BASE, more)
+    line = speed_words.decision(decided.decision, "trial #6", unproven=True)
+    assert line == (
+        "not separated from trial #6, which was not shown faster than your settings beyond "
+        "the noise"
+    )

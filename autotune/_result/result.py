@@ -37,6 +37,7 @@ from autotune._search.ledger import (
     loads,
     race,
     runner_up,
+    unproven,
 )
 from autotune._search.record import BaselineAccuracy, GuardFailure
 from autotune._search.settings import SearchSettings
@@ -498,6 +499,9 @@ class RoundsVerdict:
     leader_speedup: tuple[float, float, float] | None = None  # its estimate, low, high
     leader_rounds: int | None = None  # the rounds that measured it
     noise_dof: int | None = None
+    # The runner-up, simpler than the answer, was not shown faster than the baseline (so the
+    # simpler was not answered); None in files written before it.
+    runner_up_unproven: bool | None = None
 
     @property
     def pooled(self) -> Noise | None:
@@ -522,6 +526,7 @@ def _rounds_verdict(ledger: Ledger, best: Entry) -> RoundsVerdict | None:
         runner_up=None if runner is None else runner.number,
         noise=decided.spread,
         noise_dof=None if decided.noise is None else decided.noise.dof,
+        runner_up_unproven=runner is not None and unproven(decided, runner.config, best.config),
         count=len(ledger.rounds),
         fell_back=decided.fell_back,
         leader=None if lead is None else lead.number,

@@ -355,10 +355,8 @@ def _speed_line(data: dict[str, Any], *, short: bool = False) -> list[str]:
         ]
     rounds = data.get("rounds") or {}
     kind = rounds.get("decision")
-    runner = rounds.get("runner_up")
-    named = None if runner is None else f"trial #{runner}"
-    if runner is not None and runner == _baseline_number(data):
-        named = "the baseline"
+    named = speed_words.runner_up(rounds.get("runner_up"), _baseline_number(data))
+    doubt = bool(rounds.get("runner_up_unproven"))
     whole = speed_words.speed_line(
         data["speedup"],
         ci[0],
@@ -367,6 +365,7 @@ def _speed_line(data: dict[str, Any], *, short: bool = False) -> list[str]:
         Decision(kind) if kind else None,
         named,
         rounds.get("noise"),
+        unproven=doubt,
     )
     if short:
         count, noise = int(data.get("speedup_rounds") or 0), rounds.get("noise")
@@ -375,7 +374,7 @@ def _speed_line(data: dict[str, Any], *, short: bool = False) -> list[str]:
         def line(decision: Decision | None, noise: float | None) -> str:
             name = named if decision is not None else None
             return speed_words.speed_line(
-                data["speedup"], ci[0], ci[1], count, decision, name, noise
+                data["speedup"], ci[0], ci[1], count, decision, name, noise, unproven=doubt
             )
 
         return [fit_first(whole, line(decided, None), line(None, noise), line(None, None))]

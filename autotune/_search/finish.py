@@ -23,6 +23,7 @@ from autotune._search.ledger import (
     race,
     runner_up,
     screening_noise,
+    unproven,
 )
 from autotune._speed import stats as speed
 from autotune._speed import words as speed_words
@@ -359,17 +360,11 @@ def _say_answer(bench: Bench, ledger: Ledger) -> None:
     if answer is None:
         return
     near = runner_up(ledger, decided, best)
-    base_number = base.number
-    runner = (
-        None
-        if near is None
-        else "the baseline"
-        if near.number == base_number
-        else f"trial #{near.number}"
-    )
+    runner = speed_words.runner_up(None if near is None else near.number, base.number)
+    doubt = near is not None and unproven(decided, near.config, best.config)
     bench.report(
         f"side by side: trial #{best.number} {speed_words.interval(answer, short=True)}; "
-        f"{speed_words.decision(decided.decision, runner)}"
+        f"{speed_words.decision(decided.decision, runner, unproven=doubt)}"
     )
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "rounds_noise",
     "screening_noise",
     "step_draws",
+    "unproven",
 ]
 
 T = TypeVar("T")
@@ -583,6 +584,14 @@ def runner_up(ledger: Ledger, decided: Race[TrainingConfig], best: Entry) -> Ent
         return None
     base = ledger.baseline
     return base if base is not None and near == base.config else ledger.measured(near)
+
+
+def unproven(decided: Race[TrainingConfig], runner: TrainingConfig, answer: TrainingConfig) -> bool:
+    """Whether the runner-up is simpler than the answer and was not shown faster than the
+    baseline beyond the noise: why the rounds answered the more complex of the two."""
+    base = decided.baseline
+    simpler = registry.complexity(runner, base) < registry.complexity(answer, base)
+    return runner != base and simpler and not decided.beats_baseline(runner)
 
 
 def away(ledger: Ledger, entry: Entry) -> bool:

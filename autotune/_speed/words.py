@@ -16,6 +16,7 @@ __all__ = [
     "no_faster",
     "noise",
     "none_faster",
+    "runner_up",
     "speed_line",
 ]
 
@@ -39,15 +40,29 @@ def interval(figure: Interval, *, short: bool = False) -> str:
     )
 
 
-def decision(kind: Decision, runner_up: str | None) -> str:
+def runner_up(number: int | None, baseline: int | None) -> str | None:
+    """How the runner-up (its trial number) is named: ``the baseline`` or ``trial #N``."""
+    if number is None:
+        return None
+    return "the baseline" if number == baseline else f"trial #{number}"
+
+
+def decision(kind: Decision, runner_up: str | None, *, unproven: bool = False) -> str:
     """What the rounds showed between the answer's leader and the runner-up (``runner_up``:
-    how it is named, e.g. ``trial #12``)."""
+    how it is named, e.g. ``trial #12``; ``unproven``: the runner-up, simpler than the answer,
+    was not shown faster than the baseline beyond the noise, so the answer is not the
+    simpler)."""
     other = runner_up or "the rest"
     if kind is Decision.SEPARATED:
         return f"faster than {other} beyond the noise"
+    then = (
+        ", which was not shown faster than your settings beyond the noise"
+        if unproven
+        else ": the simpler is answered"
+    )
     if kind is Decision.EQUIVALENT:
-        return f"as fast as {other} within ±{100 * EQUIVALENT:.0f}%: the simpler is answered"
-    return f"not separated from {other}: the simpler is answered"
+        return f"as fast as {other} within ±{100 * EQUIVALENT:.0f}%{then}"
+    return f"not separated from {other}{then}"
 
 
 def no_faster(spread: float | None) -> str:
@@ -88,13 +103,15 @@ def speed_line(
     kind: Decision | None,
     runner_up: str | None,
     spread: float | None,
+    *,
+    unproven: bool = False,
 ) -> str:
     """The summary's speed-up: its interval, over how many paired rounds, what the rounds
     decided against the runner-up, and the machine's noise as they saw it."""
     figure = Interval(estimate, low, high, rounds, spread or 0.0)
     line = f"  speed-up: {interval(figure)}"
     if kind is not None:
-        line += f"; {decision(kind, runner_up)}"
+        line += f"; {decision(kind, runner_up, unproven=unproven)}"
     if spread is not None:
         line += f"; this machine's noise: {noise(spread)} a round"
     return line
