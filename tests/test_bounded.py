@@ -22,9 +22,10 @@ import pytest
 import torch
 
 import autotune
-from autotune import _run, _verify
+from autotune import _run
 from autotune._cli import main
 from autotune._trial.bounded import SetUpLimit, bounded, step
+from autotune._verify import limits as verify_limits
 from autotune.examples import tiny_data, tiny_model
 
 import hanging
@@ -234,7 +235,7 @@ def _result(tmp_path: Path, seconds: float) -> Path:
 
 
 def test_verify_ends_at_its_limit_derived_from_the_study(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(_verify, "MIN_LIMIT", 0.1)
+    monkeypatch.setattr(verify_limits, "MIN_LIMIT", 0.1)
     path = _result(tmp_path, seconds=0.4)  # 3x: 1.2 s
     start = time.monotonic()
     with pytest.raises(autotune.SetUpTimeout) as raised:

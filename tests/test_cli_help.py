@@ -14,7 +14,7 @@ import pytest
 import autotune
 from autotune import _refs
 from autotune._cli import COMMANDS, build_parser, main
-from autotune._cli_help import DeprecatedAlias
+from autotune._cli.help import DeprecatedAlias
 
 TINY = ["--model", "autotune.examples:tiny_model", "--data", "autotune.examples:tiny_data"]
 

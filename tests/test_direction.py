@@ -187,10 +187,10 @@ def test_a_worker_loads_a_study_stored_before_the_direction_was_asked_for() -> N
 def test_higher_is_better_on_the_command_line_keeps_the_study_a_command_had() -> None:
     """A command with a metric function that ran without a flag now needs --higher-is-better
     (what it was taken as): it must resume the same study, not start another."""
-    from autotune._cli import _default_study, build_parser
+    from autotune._cli import build_parser, default_study
 
     base = ["search", "--model", "m:f", "--data", "m:d", "--out", "x", "--metric", "m:score"]
-    study = [_default_study(build_parser().parse_args([*base, *flag])) for flag in (
+    study = [default_study(build_parser().parse_args([*base, *flag])) for flag in (
         [], ["--higher-is-better"], ["--lower-is-better"],
     )]  # fmt: skip
     assert study[0] == study[1] != study[2]

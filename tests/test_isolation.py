@@ -20,7 +20,7 @@ from autotune._trial.isolation import (
 from autotune._trial.runner import cold_compile
 from autotune._trial.task import make_task
 from autotune._trial.workload import Workload
-from autotune._verify import _executor as verify_executor
+from autotune._verify.limits import limited_executor as verify_executor
 from autotune.examples import tiny_data, tiny_model
 
 from conftest import FAST_BUDGET

@@ -180,7 +180,6 @@ KNOBS_MAY_NOT_IMPORT = (
     "autotune._tune",
     "autotune._cli",
     "autotune._verify",
-    "autotune._verify_full",
     "autotune._train",
     "autotune._space",
     "autotune._options",

@@ -597,7 +597,7 @@ def test_a_stream_that_gives_every_rank_all_of_itself_is_refused_before_any_tria
 def test_verify_reads_a_streams_tune_result_for_the_run_it_was_searched_for() -> None:
     """A search given planned_samples (not the trainer's max_steps) is verified for the same
     run: verify rebuilds the trainer's workload with the result's planned samples."""
-    from autotune._verify import _trainer_workload
+    from autotune._verify.workload import trainer_workload as _trainer_workload
 
     data = {
         "search": {"streams": True, "seed": 0},

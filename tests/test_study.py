@@ -66,13 +66,13 @@ def test_keep_global_batch_is_a_setting_of_the_study(tmp_path, fast_kwargs) -> N
 
 
 def test_the_cli_default_study_name_includes_the_planned_run_and_the_kept_global_batch() -> None:
-    from autotune._cli import _default_study, build_parser
+    from autotune._cli import build_parser, default_study
 
     def name(*extra: str) -> str:
         args = build_parser().parse_args(
             ["search", "--model", "m:f", "--data", "d:g", "--out", "o.json", *extra]
         )
-        return _default_study(args)
+        return default_study(args)
 
     assert name() == name("--planned-epochs", "10")  # earlier studies keep their names
     assert name("--planned-epochs", "100") not in (name(), name("--keep-global-batch"))

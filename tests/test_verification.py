@@ -225,7 +225,7 @@ def test_a_hanging_run_ends_at_a_limit_from_the_studys_own_run_times(result_file
     config (no floor here, to keep the test short), and the failure says why it was that long."""
     import time
 
-    from autotune import _verify
+    from autotune._verify import limits as _verify
 
     data = json.loads(Path(result_file).read_text())
     longest = max(t["seconds"] for t in data["trials"] if t["config"] == data["config"])

@@ -1,8 +1,9 @@
 """How ``autotune``'s help reads: defaults shown by argparse, examples kept as written, and
 old spellings of options that still work but say so.
 
-The command line itself lives in :mod:`autotune._cli`; this module holds only what shapes its
-``--help`` and its deprecated flags, so that the commands' code does not mix with wording.
+The command line itself lives in the rest of :mod:`autotune._cli`; this module holds only what
+shapes its ``--help`` and its deprecated flags, so that the commands' code does not mix with
+wording.
 """
 
 from __future__ import annotations
