@@ -26,7 +26,7 @@ from autotune._trial.fingerprint import (
 from autotune._trial.measure import Measurement
 from autotune._verify.full import FullReport
 
-__all__ = ["VerifyReport", "compare_environments", "compared_field", "other_model"]
+__all__ = ["VerifyReport", "compare_environments", "compared", "other_model"]
 
 
 # Fields of a result's `environment` that decide timings, and how to name them.
@@ -67,7 +67,7 @@ def compare_environments(
     return out
 
 
-def compared_field(
+def compared(
     data: Mapping[str, Any], here: str, model: Any, train: Any, val: Any, report: Report
 ) -> list[str]:
     """The warnings where the result was measured elsewhere, or on another model or data

@@ -29,7 +29,7 @@ from autotune._verify.limits import (
     own_setup_limit,
     run_limits,
 )
-from autotune._verify.report import VerifyReport, compared_field
+from autotune._verify.report import VerifyReport, compared
 from autotune._verify.rounds import accuracy_runs, measure_rounds
 from autotune._verify.stored import configs_here, load_result, stored_number, stored_pair
 from autotune._verify.workload import check_entry, own_workload, trainer_workload
@@ -94,9 +94,7 @@ def verify(
     winner, baseline, here = configs_here(data, device)
     report = reporter(progress)
     search = data.get("search") or {}
-    env_warnings = compared_field(
-        data, here, None if trainer else model, dataset, val_dataset, report
-    )
+    env_warnings = compared(data, here, None if trainer else model, dataset, val_dataset, report)
     recorded = (search.get("hooks") or {}).get("metric")
     if task.metric == AUTO and recorded in BUILTIN_METRICS:
         task = task.replace(metric=recorded)  # the metric the search chose and guarded
