@@ -134,14 +134,19 @@ def rule(searches: int, sd: float) -> list[str]:
         "| scenario | answer's 95% interval covers its true speedup | answers | rounds, mean |",
         "|---|---|---|---|",
     ]
-    for drift in (0.0, 0.05):
+    # The deadline after 3 or 5 rounds as well: a 240-s search's rounds end there, off a look.
+    for drift, deadline in ((0.0, None), (0.05, None), (0.0, 3), (0.0, 5)):
         for name, speeds in rounds_sim.SCENARIOS.items():
-            raced = [rounds_sim.race(speeds, seed, sd=sd, drift=drift) for seed in range(searches)]
+            raced = [
+                rounds_sim.race(speeds, seed, sd=sd, drift=drift, max_rounds=deadline)
+                for seed in range(searches)
+            ]
             answers: dict[str, int] = {}
             for r in raced:
                 answers[r.answer] = answers.get(r.answer, 0) + 1
             named = ", ".join(f"{k} {v}" for k, v in sorted(answers.items(), key=lambda kv: -kv[1]))
             where = f"{name}, drift {drift}" if drift else name
+            where += f", deadline after {deadline} rounds" if deadline else ""
             lines.append(
                 f"| {where} | {sum(r.covered for r in raced)} of {searches} | {named} | "
                 f"{statistics.mean(r.rounds for r in raced):.1f} |"
@@ -166,7 +171,8 @@ def main() -> int:
                 "",
                 f"`python benchmarks/race_sim.py {' '.join(sys.argv[1:])}`, autotune at "
                 f"{version}: every measurement log-normal with sd {args.sd}; with drift, a "
-                "log-normal factor every config of one round shares.",
+                "log-normal factor every config of one round shares; with a deadline, the "
+                "rounds stop there if no look decided them first.",
                 "",
                 *rule(args.searches, args.sd),
                 "",

@@ -878,15 +878,15 @@ def test_verify_says_whether_its_interval_agrees_with_the_searchs() -> None:
 
 
 def test_a_simpler_runner_up_not_shown_faster_than_the_baseline_is_said_so() -> None:
-    """channels_last (simpler) ran 1.22x in two rounds, too few to clear the baseline beyond
+    """channels_last (simpler) ran 1.20x in two rounds, too few to clear the baseline beyond
     the noise; channels_last + a larger batch ran 1.57x in six, not separated from it in the
     two both were in: the more complex is the answer, and the sentence says why, not that
     the simpler was answered."""
     simple = BASE.replace(channels_last=True)
     more = BASE.replace(channels_last=True, batch_size=128)
     rounds = [
-        {BASE: 200.0, simple: 150.0, more: 130.0},
-        {BASE: 180.0, simple: 160.0, more: 125.0},
+        {BASE: 200.0, simple: 140.0, more: 130.0},
+        {BASE: 180.0, simple: 180.0, more: 125.0},
         {BASE: 210.0, more: 120.0},
         {BASE: 190.0, more: 135.0},
         {BASE: 200.0, more: 110.0},

@@ -499,6 +499,8 @@ class RoundsVerdict:
     leader_speedup: tuple[float, float, float] | None = None  # its estimate, low, high
     leader_rounds: int | None = None  # the rounds that measured it
     noise_dof: int | None = None
+    # The configs beside the baseline the rounds measured (None in files written before it).
+    noise_contenders: int | None = None
     # The runner-up, simpler than the answer, was not shown faster than the baseline (so the
     # simpler was not answered); None in files written before it.
     runner_up_unproven: bool | None = None
@@ -508,7 +510,7 @@ class RoundsVerdict:
         """The noise every interval of these rounds is spread by."""
         if self.noise is None or self.noise_dof is None:
             return None
-        return Noise(self.noise, self.noise_dof)
+        return Noise(self.noise, self.noise_dof, self.noise_contenders or 1)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -526,6 +528,7 @@ def _rounds_verdict(ledger: Ledger, best: Entry) -> RoundsVerdict | None:
         runner_up=None if runner is None else runner.number,
         noise=decided.spread,
         noise_dof=None if decided.noise is None else decided.noise.dof,
+        noise_contenders=None if decided.noise is None else decided.noise.contenders,
         runner_up_unproven=runner is not None and unproven(decided, runner.config, best.config),
         count=len(ledger.rounds),
         fell_back=decided.fell_back,

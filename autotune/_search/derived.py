@@ -44,7 +44,9 @@ def round_interval(
     spread the ``pooled`` noise of the rounds (:func:`autotune._speed.stats.noise`) where
     given, else the rounds' own. None with fewer than :data:`MIN_ROUNDS` rounds."""
     logs = [math.log(s) for s in speedups if s > 0]
-    return stats.interval(logs, stats.round_alpha(len(logs), looks=looks), pooled)
+    contenders = 1 if pooled is None else pooled.contenders
+    alpha = stats.round_alpha(len(logs), looks=looks, contenders=contenders)
+    return stats.interval(logs, alpha, pooled)
 
 
 def round_speedup(speedups: Sequence[float]) -> float | None:

@@ -93,10 +93,13 @@ class Interval:
 @dataclasses.dataclass(frozen=True)
 class Noise:
     """The machine's noise as the rounds saw it: ``spread``, the standard deviation of one
-    round's log-ratio of two configs, estimated with ``dof`` degrees of freedom."""
+    round's log-ratio of two configs, estimated with ``dof`` degrees of freedom, from rounds
+    that measured ``contenders`` configs beside the baseline (the answer is chosen among
+    them)."""
 
     spread: float
     dof: int
+    contenders: int = 1
 
 
 def noise(rounds: Sequence[Mapping[K, float]], baseline: K) -> Noise | None:
@@ -131,7 +134,7 @@ def noise(rounds: Sequence[Mapping[K, float]], baseline: K) -> Noise | None:
     if dof < 1:
         return None
     squares = float(numpy.sum((y - design @ fitted) ** 2))
-    return Noise(math.sqrt(2.0 * squares / dof), dof)
+    return Noise(math.sqrt(2.0 * squares / dof), dof, len(keys) - 1)
 
 
 def log_ratios(rounds: Sequence[Mapping[K, float]], over: K, under: K) -> list[float]:
@@ -164,15 +167,24 @@ def _quantile(p: float, dof: int) -> float:
     return float(scipy_stats.t.ppf(p, dof))
 
 
-def round_alpha(rounds: int | None = None, *, looks: int | None = None) -> float:
-    """The error rate of the interval ``rounds`` rounds make: :data:`ALPHA` times the share of
-    the look they fall in (:func:`share`; the first look's for fewer), so that the shares of
-    every look the rounds could have stopped at sum to at most 1. ``looks=1``: rounds of a fixed
-    number, which could stop nowhere else (``verify``'s): all of it."""
+def round_alpha(
+    rounds: int | None = None, *, looks: int | None = None, contenders: int = 1
+) -> float:
+    """The error rate of the interval ``rounds`` rounds make, so that the rates of every interval
+    the rounds could have been reported at sum to at most :data:`ALPHA`: at a look, ALPHA times
+    its share (:func:`share`: the rounds may have stopped there as decided); off a look, where
+    only the deadline stops them, what the looks before it left, split over the ``contenders``
+    the answer is chosen among. ``looks=1``: rounds of a fixed number, which could stop nowhere
+    else (``verify``'s): all of it."""
+    n = rounds or 0
     if looks == 1:
         return ALPHA
-    look = next((i for i, n in enumerate(LOOKS, 1) if (rounds or 0) <= n), len(LOOKS))
-    return ALPHA * share(look)
+    if is_look(n):
+        return ALPHA * share(LOOKS.index(n) + 1)
+    # The deadline does not look at the draws: rounds it stops spend what no look before used,
+    # shared by every config the answer could be (the luckiest draw is the one chosen).
+    left = 1.0 - sum(share(i) for i, look in enumerate(LOOKS, 1) if look < n)
+    return ALPHA * left / max(contenders - 1, 1)
 
 
 def share(look: int) -> float:
@@ -322,7 +334,8 @@ def race(
 
 
 def _figure(logs: Sequence[float], pooled: Noise | None) -> Interval | None:
-    return interval(logs, round_alpha(len(logs)), pooled)
+    contenders = 1 if pooled is None else pooled.contenders
+    return interval(logs, round_alpha(len(logs), contenders=contenders), pooled)
 
 
 def _apart(
